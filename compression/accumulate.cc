@@ -1,0 +1,34 @@
+#include "compression/accumulate.h"
+
+#include "compression/codec.h"
+
+namespace compcoll {
+
+double l2_norm(const float* g, size_t n) {
+  constexpr size_t kLanes = 8;
+  double lanes[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lanes[j] += double(g[i + j]) * g[i + j];
+  }
+  double sum = 0.0;
+  for (; i < n; ++i) sum += double(g[i]) * g[i];
+  for (double l : lanes) sum += l;
+  return std::sqrt(sum);
+}
+
+float clip_scale(const float* g, size_t n, float clip, int world_size) {
+  if (!(clip > 0.0f) || n == 0) return 1.0f;
+  const double limit = clip / std::sqrt(static_cast<double>(world_size < 1 ? 1 : world_size));
+  const double norm = l2_norm(g, n);
+  if (!std::isfinite(norm) || norm <= limit) return 1.0f;
+  return static_cast<float>(limit / norm);
+}
+
+size_t target_count(double density, size_t n) {
+  if (n == 0) return 0;
+  const double k = std::round(density * static_cast<double>(n));
+  return k < 1.0 ? 1 : (k > double(n) ? n : static_cast<size_t>(k));
+}
+
+}  // namespace compcoll

@@ -1,0 +1,54 @@
+// What the sparsifying codecs (dgc, sdagc, sbc) have in common: a per-tensor
+// error-feedback state and an encode step that consumes one gradient and
+// produces one payload. Decoding is format-driven (decode.h), so a receiver
+// needs no codec object. csc and onebit are driven step by step by their
+// collectives and expose their own functions (csc.h, onebit.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "compcoll/types.h"
+
+namespace compcoll {
+
+// Error-feedback memory of one tensor on one rank.
+struct CodecState {
+  explicit CodecState(size_t n) : v(n, 0.0f) {}
+
+  std::vector<float> v;  // accumulated, not yet sent (the residual)
+  std::vector<float> u;  // momentum-corrected velocity; empty when momentum is off
+  uint64_t steps = 0;    // encodes so far (drives warm-up and sample offsets)
+  float lambda = 0.0f;   // sdagc: threshold in units of sigma, adapted per step
+
+  size_t size() const { return v.size(); }
+  size_t memory_bytes() const { return (v.capacity() + u.capacity()) * sizeof(float); }
+};
+
+// Statistics of the last encode, for logging and tests.
+struct EncodeInfo {
+  double density = 0.0;   // target density of this step (warm-up included)
+  size_t wanted = 0;      // k
+  size_t sent = 0;        // entries in the payload
+  float threshold = 0.0f; // key threshold that produced the selection
+};
+
+class SparseCodec {
+ public:
+  virtual ~SparseCodec() = default;
+  virtual const char* name() const = 0;
+  virtual std::unique_ptr<CodecState> make_state(size_t n) const = 0;
+  // Adds grad (n floats) to state, selects, writes the payload (overwritten)
+  // and removes what was sent from the state.
+  virtual EncodeInfo encode(const float* grad, size_t n, CodecState& state,
+                            Bytes& payload) const = 0;
+};
+
+// The number of entries a step at density d sends out of n: at least one for
+// a non-empty tensor, so tiny tensors still make progress.
+size_t target_count(double density, size_t n);
+
+}  // namespace compcoll

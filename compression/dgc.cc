@@ -1,0 +1,156 @@
+#include "compression/dgc.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "compcoll/error.h"
+#include "compression/accumulate.h"
+#include "compression/select.h"
+#include "compression/simd.h"
+
+namespace compcoll {
+namespace {
+
+// The sample aims this much above k so that the candidates almost always
+// contain the exact top-k (sampling error at 1 % is ~6 % of k), which the
+// trim then extracts.
+constexpr double kCandidateHeadroom = 1.2;
+
+// One pass: momentum correction and accumulation into v, and candidate
+// collection against t. Two vectors per block keep the arithmetic in SIMD;
+// the rare block holding a candidate is rescanned element by element.
+template <MomentumMode M>
+size_t fused_update(const float* g, float scale, float m, float* u, float* v, size_t n, float t,
+                    std::vector<uint32_t>& cand, size_t cap) {
+  using simd::f32x4;
+  using simd::i32x4;
+  constexpr size_t kBlock = 16;
+  const f32x4 sc = simd::splat(scale), mv = simd::splat(m), tv = simd::splat(t);
+  size_t count = 0;
+  auto collect = [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) {
+      if (passes<SelectKey::kMagnitude>(v[i], t)) {
+        if (cand.size() < cap) cand.push_back(static_cast<uint32_t>(i));
+        ++count;
+      }
+    }
+  };
+  size_t i0 = 0;
+  for (; i0 + kBlock <= n; i0 += kBlock) {
+    i32x4 hit = {};
+    for (size_t i = i0; i < i0 + kBlock; i += simd::kLanes) {
+      const f32x4 x = simd::load(v + i) + momentum_step4<M>(simd::load(g + i) * sc, u, i, mv);
+      simd::store(v + i, x);
+      hit |= passes4<SelectKey::kMagnitude>(x, tv);  // NaN passes
+    }
+    if (simd::any(hit)) collect(i0, i0 + kBlock);
+  }
+  float dummy_u = 0.0f;
+  for (size_t i = i0; i < n; ++i) {
+    float& ui = M == MomentumMode::kNone ? dummy_u : u[i];
+    v[i] += momentum_step<M>(g[i] * scale, ui, m);
+  }
+  collect(i0, n);
+  return count;
+}
+
+}  // namespace
+
+double warmup_density(double density, int warmup_steps, uint64_t step) {
+  if (warmup_steps <= 0 || step >= static_cast<uint64_t>(warmup_steps) || density >= 0.25) {
+    return density;
+  }
+  // Stages j = 1..J with 0.25^j > density, spread evenly over the warm-up.
+  int stages = 0;
+  for (double kept = 0.25; kept > density && stages < 64; kept *= 0.25) ++stages;
+  const int stage = 1 + static_cast<int>(step * stages / static_cast<uint64_t>(warmup_steps));
+  return std::max(density, std::pow(0.25, stage));
+}
+
+void validate_sparsify_config(const SparsifyConfig& c, const char* codec) {
+  CC_CHECK(c.density > 0.0 && c.density <= 1.0, kInvalidArgument, codec, ": density ", c.density,
+           " is outside (0, 1]");
+  CC_CHECK(c.momentum >= 0.0f && c.momentum < 1.0f, kInvalidArgument, codec, ": momentum ",
+           c.momentum, " is outside [0, 1)");
+  CC_CHECK(c.clip >= 0.0f && std::isfinite(c.clip), kInvalidArgument, codec, ": clip ", c.clip,
+           " must be a finite value >= 0 (0 disables clipping)");
+  CC_CHECK(c.world_size >= 1, kInvalidArgument, codec, ": world size ", c.world_size,
+           " must be >= 1");
+  CC_CHECK(c.warmup_steps >= 0, kInvalidArgument, codec, ": warm-up steps ", c.warmup_steps,
+           " must be >= 0");
+}
+
+DgcCodec::DgcCodec(const DgcConfig& config) : config_(config) {
+  validate_sparsify_config(config, "dgc");
+  CC_CHECK(config.sample_fraction > 0.0 && config.sample_fraction <= 1.0, kInvalidArgument,
+           "dgc: sample fraction ", config.sample_fraction, " is outside (0, 1]");
+}
+
+std::unique_ptr<CodecState> DgcCodec::make_state(size_t n) const {
+  auto st = std::make_unique<CodecState>(n);
+  if (config_.momentum > 0.0f) st->u.assign(n, 0.0f);
+  return st;
+}
+
+EncodeInfo DgcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& payload) const {
+  CC_CHECK_EQ(st.size(), n, kInvalidArgument, "dgc: state was made for another tensor size");
+  EncodeInfo info;
+  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
+  info.wanted = target_count(info.density, n);
+  const MomentumMode mode = momentum_mode(config_.momentum, config_.nesterov);
+  const float m = config_.momentum;
+  const float scale = clip_scale(grad, n, config_.clip, config_.world_size);
+  float* u = st.u.data();
+  float* v = st.v.data();
+
+  // Threshold from a strided sample of what |v| will be after this step.
+  const SamplePlan plan = SamplePlan::make(n, config_.sample_fraction, st.steps);
+  std::vector<float> sample;
+  sample.reserve(n / plan.stride + 1);
+  dispatch_momentum(mode, [&](auto mc) {
+    constexpr MomentumMode M = decltype(mc)::value;
+    for (size_t i = plan.offset; i < n; i += plan.stride) {
+      const float ui = M == MomentumMode::kNone ? 0.0f : u[i];
+      sample.push_back(select_key<SelectKey::kMagnitude>(v[i] + momentum_peek<M>(grad[i] * scale, ui, m)));
+    }
+    return 0;
+  });
+  const double pass_fraction =
+      n ? std::min(1.0, kCandidateHeadroom * double(info.wanted) / double(n)) : 1.0;
+  float t = sample_threshold(sample, pass_fraction);
+
+  std::vector<uint32_t> cand;
+  const size_t cap = candidate_cap(info.wanted);
+  cand.reserve(std::min(cap, n));
+  const size_t count = dispatch_momentum(mode, [&](auto mc) {
+    return fused_update<decltype(mc)::value>(grad, scale, m, u, v, n, t, cand, cap);
+  });
+
+  const SelectionTarget target{info.wanted, (info.wanted * 4 + 4) / 5, info.wanted};
+  info.threshold = finalize_selection(v, n, target, SelectKey::kMagnitude, sample, pass_fraction,
+                                      t, count, cand);
+  info.sent = cand.size();
+  emit_sparse(cand, st, n, config_.encoding, payload);
+  ++st.steps;
+  return info;
+}
+
+void emit_sparse(const std::vector<uint32_t>& selected, CodecState& st, uint64_t n,
+                 SparseEncoding encoding, Bytes& payload) {
+  std::vector<float> values(selected.size());
+  float* v = st.v.data();
+  for (size_t i = 0; i < selected.size(); ++i) values[i] = v[selected[i]];
+  encode_sparse(selected, values, n, encoding, payload);
+  // values now hold what receivers decode. Keep the rounding error (fp16,
+  // bf16) in the residual; a non-finite value was sent as is and must not
+  // poison the residual, so its slot restarts from zero.
+  for (size_t i = 0; i < selected.size(); ++i) {
+    float& vi = v[selected[i]];
+    vi = std::isfinite(values[i]) && std::isfinite(vi) ? vi - values[i] : 0.0f;
+  }
+  if (!st.u.empty()) {
+    for (const uint32_t idx : selected) st.u[idx] = 0.0f;  // momentum factor masking
+  }
+}
+
+}  // namespace compcoll

@@ -1,0 +1,59 @@
+// Deep Gradient Compression (Lin et al., ICLR 2018) on one rank.
+//
+// Per step, in one fused pass over g, u and v:
+//   local clipping      g *= min(1, (clip / sqrt(N)) / ||g||)   (clip > 0)
+//   momentum correction u = m*u + g; v += u        (Nesterov: u = (u+g)*m;
+//                       v += u + g); m = 0 means plain accumulation v += g
+//   candidate test      |v| >= t, t from a strided sample of |v| (1 %) aimed
+//                       a little above k = density * n, so the exact top-k
+//                       among the candidates is the tensor's exact top-k
+// then the selection is trimmed to exactly k (never by position) or, when the
+// sample undershot below 0.8k, rescanned at a lower threshold; and
+//   momentum factor masking  u[sent] = 0, v[sent] -= sent value (0 for fp32)
+//   warm-up             density 0.25, 0.0625, ... (times 1/4 per stage) over
+//                       the first warmup_steps steps, then density.
+#pragma once
+
+#include "compression/codec.h"
+#include "compression/sparse_payload.h"
+
+namespace compcoll {
+
+struct SparsifyConfig {
+  double density = 0.001;   // fraction of elements sent per step, in (0, 1]
+  float momentum = 0.0f;    // momentum correction factor m in [0, 1)
+  bool nesterov = false;
+  float clip = 0.0f;        // global L2 clipping threshold; 0 = off
+  int world_size = 1;       // N in the local clipping bound clip / sqrt(N)
+  int warmup_steps = 0;     // steps over which density ramps down to its target
+  SparseEncoding encoding;  // how values and indices travel
+};
+
+struct DgcConfig : SparsifyConfig {
+  double sample_fraction = 0.01;  // share of elements sampled for the threshold
+};
+
+// Density of step `step` (0-based) under DGC's exponential warm-up.
+double warmup_density(double density, int warmup_steps, uint64_t step);
+
+class DgcCodec final : public SparseCodec {
+ public:
+  explicit DgcCodec(const DgcConfig& config);
+  const char* name() const override { return "dgc"; }
+  std::unique_ptr<CodecState> make_state(size_t n) const override;
+  EncodeInfo encode(const float* grad, size_t n, CodecState& state,
+                    Bytes& payload) const override;
+
+ private:
+  DgcConfig config_;
+};
+
+// Shared by dgc and sdagc after selection: gathers the selected values,
+// encodes them, and applies momentum factor masking to the state.
+void emit_sparse(const std::vector<uint32_t>& selected, CodecState& state, uint64_t n,
+                 SparseEncoding encoding, Bytes& payload);
+
+// Validates the fields both dgc and sdagc share; throws kInvalidArgument.
+void validate_sparsify_config(const SparsifyConfig& c, const char* codec);
+
+}  // namespace compcoll

@@ -1,0 +1,27 @@
+#include "compcoll/error.h"
+
+namespace compcoll {
+
+const char* error_kind_name(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kInvalidArgument: return "invalid argument";
+    case ErrorKind::kMalformedPayload: return "malformed payload";
+    case ErrorKind::kTransport: return "transport error";
+    case ErrorKind::kMismatch: return "configuration mismatch";
+    case ErrorKind::kUnsupported: return "unsupported";
+    case ErrorKind::kInternal: return "internal error";
+  }
+  return "unknown error";
+}
+
+namespace detail {
+
+void throw_error(ErrorKind kind, const char* file, int line,
+                 const std::string& msg) {
+  (void)file;
+  (void)line;
+  throw Error(kind, std::string("compcoll: ") + msg);
+}
+
+}  // namespace detail
+}  // namespace compcoll

@@ -1,0 +1,126 @@
+#include "compression/golomb.h"
+
+#include <cmath>
+
+#include "compression/payload.h"
+
+namespace compcoll {
+namespace {
+
+class BitWriter {
+ public:
+  explicit BitWriter(Bytes& out) : out_(out) {}
+
+  void put(uint64_t value, int nbits) {  // nbits <= 32
+    acc_ |= value << fill_;
+    fill_ += nbits;
+    bits_ += nbits;
+    while (fill_ >= 8) {
+      out_.push_back(static_cast<uint8_t>(acc_));
+      acc_ >>= 8;
+      fill_ -= 8;
+    }
+  }
+
+  void put_ones(uint64_t count) {
+    while (count >= 32) {
+      put(0xffffffffu, 32);
+      count -= 32;
+    }
+    put((uint64_t{1} << count) - 1, static_cast<int>(count));
+  }
+
+  size_t finish() {
+    if (fill_ > 0) out_.push_back(static_cast<uint8_t>(acc_));
+    acc_ = 0;
+    fill_ = 0;
+    return bits_;
+  }
+
+ private:
+  Bytes& out_;
+  uint64_t acc_ = 0;
+  int fill_ = 0;
+  size_t bits_ = 0;
+};
+
+class BitReader {
+ public:
+  explicit BitReader(std::span<const uint8_t> bytes) : bytes_(bytes), total_(bytes.size() * 8) {}
+
+  uint32_t bit() {
+    CC_PAYLOAD_CHECK(pos_ < total_, "Golomb-Rice stream is truncated at bit ", pos_);
+    const uint32_t b = (bytes_[pos_ >> 3] >> (pos_ & 7)) & 1u;
+    ++pos_;
+    return b;
+  }
+
+  uint64_t bits(int nbits) {
+    CC_PAYLOAD_CHECK(pos_ + nbits <= total_, "Golomb-Rice stream is truncated at bit ", pos_);
+    uint64_t v = 0;
+    for (int i = 0; i < nbits; ++i) v |= uint64_t{bit()} << i;
+    return v;
+  }
+
+  size_t remaining() const { return total_ - pos_; }
+
+ private:
+  std::span<const uint8_t> bytes_;
+  size_t total_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+int golomb_rice_parameter(double density) {
+  if (!(density > 0.0) || density >= 1.0) return 0;
+  const double phi = (1.0 + std::sqrt(5.0)) / 2.0;
+  const double ratio = std::log(phi - 1.0) / std::log1p(-density);
+  const int b = 1 + static_cast<int>(std::floor(std::log2(ratio)));
+  return b < 0 ? 0 : (b > 31 ? 31 : b);
+}
+
+size_t rice_encode_positions(std::span<const uint32_t> idx, int b, Bytes& out) {
+  BitWriter w(out);
+  uint64_t next = 0;  // smallest position the next entry may have
+  const uint64_t low_mask = (uint64_t{1} << b) - 1;
+  for (const uint32_t p : idx) {
+    const uint64_t gap = p - next;
+    w.put_ones(gap >> b);
+    w.put(0, 1);
+    w.put(gap & low_mask, b);
+    next = uint64_t{p} + 1;
+  }
+  return w.finish();
+}
+
+std::vector<uint32_t> rice_decode_positions(std::span<const uint8_t> bits, uint64_t k, int b,
+                                            uint64_t n) {
+  CC_PAYLOAD_CHECK(b >= 0 && b <= 31, "Golomb-Rice parameter ", b, " outside [0, 31]");
+  // Every code takes at least b + 1 bits: reject impossible counts before
+  // allocating anything for them.
+  CC_PAYLOAD_CHECK(k <= n && k * (uint64_t(b) + 1) <= bits.size() * 8, "Golomb-Rice stream of ",
+                   bits.size(), " bytes cannot hold ", k, " positions with b = ", b);
+  std::vector<uint32_t> idx(k);
+  BitReader r(bits);
+  uint64_t next = 0;
+  for (uint64_t i = 0; i < k; ++i) {
+    uint64_t q = 0;
+    while (r.bit() == 1) {
+      ++q;
+      CC_PAYLOAD_CHECK((q << b) < n - next, "Golomb-Rice position ", i, " runs past ", n);
+    }
+    const uint64_t gap = (q << b) | r.bits(b);
+    CC_PAYLOAD_CHECK(gap < n - next, "Golomb-Rice position ", i, " (gap ", gap,
+                     ") runs past the tensor's ", n, " elements");
+    idx[i] = static_cast<uint32_t>(next + gap);
+    next += gap + 1;
+  }
+  CC_PAYLOAD_CHECK(r.remaining() < 8, "Golomb-Rice stream has ", r.remaining(),
+                   " trailing bits after ", k, " positions");
+  CC_PAYLOAD_CHECK(r.remaining() == 0 || r.bits(static_cast<int>(r.remaining())) == 0,
+                   "Golomb-Rice stream has non-zero padding");
+  return idx;
+}
+
+}  // namespace compcoll

@@ -1,0 +1,158 @@
+#include "compression/onebit.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+
+#include "compcoll/error.h"
+#include "compression/payload.h"
+#include "compression/simd.h"
+
+namespace compcoll {
+namespace {
+
+constexpr int kMaxLog2Block = 24;
+
+size_t scales_per_block(ScaleMode m) { return m == ScaleMode::kSignedMeans ? 2 : 1; }
+
+struct BlockScales {
+  float pos;  // reconstruction of a 0 bit
+  float neg;  // magnitude of the reconstruction of a 1 bit
+};
+
+// Pass A over one block (which then sits in L1): e = x + err, left in err,
+// and the sums the scales need. A "negative" element is one whose sign bit
+// is set, exactly what the sign bit on the wire will say.
+BlockScales accumulate_block(const float* x, float* err, size_t len, ScaleMode mode) {
+  using simd::f32x4;
+  using simd::i32x4;
+  f32x4 abs_sum = {}, neg_sum = {};
+  i32x4 neg_cnt = {};
+  size_t i = 0;
+  for (; i + simd::kLanes <= len; i += simd::kLanes) {
+    const f32x4 e = simd::load(x + i) + simd::load(err + i);
+    simd::store(err + i, e);
+    const f32x4 a = simd::abs(e);
+    const i32x4 neg = simd::sign_mask(e);
+    abs_sum += a;
+    neg_sum += (f32x4)((i32x4)a & neg);
+    neg_cnt -= neg;  // mask lanes are -1
+  }
+  double abs_total = simd::sum(abs_sum), neg_total = simd::sum(neg_sum);
+  double negatives = 0.0;
+  for (size_t j = 0; j < simd::kLanes; ++j) negatives += neg_cnt[j];
+  for (; i < len; ++i) {
+    const float e = x[i] + err[i];
+    err[i] = e;
+    abs_total += std::fabs(e);
+    if (std::signbit(e)) {
+      neg_total -= e;
+      negatives += 1.0;
+    }
+  }
+  if (mode == ScaleMode::kMeanMagnitude) {
+    const float s = len ? static_cast<float>(abs_total / double(len)) : 0.0f;
+    return {s, s};
+  }
+  const double positives = double(len) - negatives;
+  const double pos_total = abs_total - neg_total;
+  return {positives > 0 ? static_cast<float>(pos_total / positives) : 0.0f,
+          negatives > 0 ? static_cast<float>(neg_total / negatives) : 0.0f};
+}
+
+// Pass B: the block's sign bits, and err = e - D(Q(e)).
+void quantize_block(float* err, size_t len, BlockScales s, uint8_t* bits) {
+  using simd::f32x4;
+  const f32x4 pos = simd::splat(s.pos), neg = simd::splat(-s.neg);
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    const f32x4 e0 = simd::load(err + i), e1 = simd::load(err + i + 4);
+    const simd::i32x4 m0 = simd::sign_mask(e0), m1 = simd::sign_mask(e1);
+    bits[i / 8] = static_cast<uint8_t>(simd::bits(m0) | (simd::bits(m1) << 4));
+    simd::store(err + i, e0 - simd::select(m0, neg, pos));
+    simd::store(err + i + 4, e1 - simd::select(m1, neg, pos));
+  }
+  if (i < len) {
+    uint8_t b = 0;
+    for (size_t j = 0; i + j < len; ++j) {
+      const bool negative = std::signbit(err[i + j]);
+      b |= static_cast<uint8_t>(negative) << j;
+      err[i + j] -= negative ? -s.neg : s.pos;
+    }
+    bits[i / 8] = b;
+  }
+}
+
+}  // namespace
+
+void validate_onebit_config(const OneBitConfig& c) {
+  CC_CHECK(c.block >= 8 && std::has_single_bit(c.block) &&
+               c.block <= (size_t{1} << kMaxLog2Block),
+           kInvalidArgument, "onebit: block size ", c.block,
+           " must be a power of two in [8, 2^24]");
+  CC_CHECK(c.scale == ScaleMode::kMeanMagnitude || c.scale == ScaleMode::kSignedMeans,
+           kInvalidArgument, "onebit: unknown scale mode ", int(c.scale));
+}
+
+size_t onebit_payload_bytes(size_t n, const OneBitConfig& c) {
+  const size_t blocks = (n + c.block - 1) / c.block;
+  return kPayloadHeaderBytes + blocks * scales_per_block(c.scale) * sizeof(float) + (n + 7) / 8;
+}
+
+void onebit_encode(const OneBitConfig& c, const float* x, float* err, size_t n, Bytes& out) {
+  validate_onebit_config(c);
+  const size_t blocks = (n + c.block - 1) / c.block;
+  const size_t per = scales_per_block(c.scale);
+  out.resize(onebit_payload_bytes(n, c));
+  write_header({PayloadFormat::kOneBit, static_cast<uint8_t>(c.scale),
+                static_cast<uint8_t>(std::countr_zero(c.block)), n, blocks},
+               out.data());
+  uint8_t* scales = out.data() + kPayloadHeaderBytes;
+  uint8_t* bits = scales + blocks * per * sizeof(float);
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t begin = b * c.block;
+    const size_t len = std::min(c.block, n - begin);
+    const BlockScales s = accumulate_block(x + begin, err + begin, len, c.scale);
+    store_le<float>(scales + b * per * 4, s.pos);
+    if (per == 2) store_le<float>(scales + b * per * 4 + 4, s.neg);
+    quantize_block(err + begin, len, s, bits + begin / 8);
+  }
+}
+
+void onebit_decode(std::span<const uint8_t> payload, float* out, size_t n, bool accumulate) {
+  const PayloadHeader h = read_header(payload, PayloadFormat::kOneBit, n);
+  CC_PAYLOAD_CHECK(h.aux0 <= static_cast<uint8_t>(ScaleMode::kSignedMeans),
+                   "onebit: unknown scale mode ", int(h.aux0));
+  CC_PAYLOAD_CHECK(h.aux1 >= 3 && h.aux1 <= kMaxLog2Block, "onebit: log2 block size ",
+                   int(h.aux1), " outside [3, ", kMaxLog2Block, "]");
+  const OneBitConfig c{size_t{1} << h.aux1, static_cast<ScaleMode>(h.aux0)};
+  const size_t blocks = (n + c.block - 1) / c.block;
+  CC_PAYLOAD_CHECK(h.k == blocks, "onebit: payload has ", h.k, " blocks, ", n, " elements in blocks of ",
+                   c.block, " need ", blocks);
+  CC_PAYLOAD_CHECK(payload.size() == onebit_payload_bytes(n, c), "onebit: payload is ",
+                   payload.size(), " bytes, expected ", onebit_payload_bytes(n, c));
+  const size_t per = scales_per_block(c.scale);
+  const uint8_t* scales = payload.data() + kPayloadHeaderBytes;
+  const uint8_t* bits = scales + blocks * per * sizeof(float);
+  for (size_t b = 0; b < blocks; ++b) {
+    const float pos = load_le<float>(scales + b * per * 4);
+    const float neg = per == 2 ? -load_le<float>(scales + b * per * 4 + 4) : -pos;
+    const simd::f32x4 posv = simd::splat(pos), negv = simd::splat(neg);
+    const size_t begin = b * c.block;
+    const size_t end = std::min(n, begin + c.block);
+    size_t i = begin;
+    for (; i + simd::kLanes <= end; i += simd::kLanes) {
+      const uint32_t nibble = (bits[i / 8] >> (i % 8)) & 0xfu;  // i is a multiple of 4
+      const simd::f32x4 val = simd::select(simd::expand_bits(nibble), negv, posv);
+      simd::store(out + i, accumulate ? simd::load(out + i) + val : val);
+    }
+    for (; i < end; ++i) {
+      const float val = (bits[i / 8] >> (i % 8)) & 1u ? neg : pos;
+      out[i] = accumulate ? out[i] + val : val;
+    }
+  }
+}
+
+}  // namespace compcoll

@@ -1,0 +1,45 @@
+// 1-bit quantization with error feedback (Seide et al. 2014; DeepSpeed's
+// compressed allreduce), one rank's side of it.
+//
+// quantize with feedback:  e = x + err;  send Q(e);  err = e - D(Q(e))
+// Q(e) is one sign bit per element plus per-block scales (block = B
+// elements). Reconstruction D:
+//   kMeanMagnitude: every element of the block becomes +-mean(|e|)
+//   kSignedMeans:   Seide's pair: mean of the non-negative entries for a 0
+//                   bit, minus the mean magnitude of the negative ones for a 1
+// The same function serves the worker (x = gradient shard, err = worker
+// error) and the server (x = sum of the shard, err = server error); both
+// errors persist across steps, so nothing is lost.
+//
+// Payload: header (aux0 = ScaleMode, aux1 = log2 B, n elements, k blocks),
+// k or 2k fp32 scales, then ceil(n/8) bytes of sign bits, LSB first, 1 for a
+// negative element.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "compcoll/types.h"
+
+namespace compcoll {
+
+enum class ScaleMode : uint8_t { kMeanMagnitude = 0, kSignedMeans = 1 };
+
+struct OneBitConfig {
+  size_t block = 2048;  // elements per scale; a power of two, >= 8
+  ScaleMode scale = ScaleMode::kMeanMagnitude;
+};
+
+void validate_onebit_config(const OneBitConfig& c);
+size_t onebit_payload_bytes(size_t n, const OneBitConfig& c);
+
+// e = x + err; out = Q(e) (overwritten); err = e - D(Q(e)). x and err hold n
+// floats; err may alias nothing else.
+void onebit_encode(const OneBitConfig& c, const float* x, float* err, size_t n, Bytes& out);
+
+// out = D(payload) (or out += when accumulate). Validates the whole payload
+// (n, block size, exact length) before writing.
+void onebit_decode(std::span<const uint8_t> payload, float* out, size_t n, bool accumulate);
+
+}  // namespace compcoll

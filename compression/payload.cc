@@ -1,0 +1,74 @@
+#include "compression/payload.h"
+
+namespace compcoll {
+
+const char* payload_format_name(PayloadFormat f) {
+  switch (f) {
+    case PayloadFormat::kSparse: return "sparse";
+    case PayloadFormat::kSbc: return "sbc";
+    case PayloadFormat::kOneBit: return "onebit";
+  }
+  return "unknown";
+}
+
+const char* value_type_name(ValueType v) {
+  switch (v) {
+    case ValueType::kFp32: return "fp32";
+    case ValueType::kFp16: return "fp16";
+    case ValueType::kBf16: return "bf16";
+  }
+  return "unknown";
+}
+
+const char* index_type_name(IndexType i) {
+  switch (i) {
+    case IndexType::kU32: return "u32";
+    case IndexType::kVarintGap: return "varint";
+  }
+  return "unknown";
+}
+
+size_t value_type_size(ValueType v) { return v == ValueType::kFp32 ? 4 : 2; }
+
+void write_header(const PayloadHeader& h, uint8_t* out) {
+  store_le<uint16_t>(out + 0, kPayloadMagic);
+  out[2] = kPayloadVersion;
+  out[3] = static_cast<uint8_t>(h.format);
+  out[4] = h.aux0;
+  out[5] = h.aux1;
+  store_le<uint16_t>(out + 6, 0);
+  store_le<uint64_t>(out + 8, h.n);
+  store_le<uint64_t>(out + 16, h.k);
+}
+
+PayloadFormat peek_format(std::span<const uint8_t> payload) {
+  CC_PAYLOAD_CHECK(payload.size() >= kPayloadHeaderBytes, "payload of ", payload.size(),
+                   " bytes is shorter than the ", kPayloadHeaderBytes, "-byte header");
+  const uint16_t magic = load_le<uint16_t>(payload.data());
+  CC_PAYLOAD_CHECK(magic == kPayloadMagic, "bad payload magic 0x", std::hex, magic,
+                   " (expected 0x", kPayloadMagic, ")");
+  CC_PAYLOAD_CHECK(payload[2] == kPayloadVersion, "unsupported payload version ",
+                   int(payload[2]), " (this build reads version ", int(kPayloadVersion), ")");
+  return static_cast<PayloadFormat>(payload[3]);
+}
+
+PayloadHeader read_header(std::span<const uint8_t> payload, PayloadFormat expected_format,
+                          uint64_t expected_n) {
+  const PayloadFormat format = peek_format(payload);
+  CC_PAYLOAD_CHECK(format == expected_format, "payload format ", int(format), " where ",
+                   payload_format_name(expected_format), " (", int(expected_format),
+                   ") was expected");
+  CC_PAYLOAD_CHECK(load_le<uint16_t>(payload.data() + 6) == 0,
+                   "reserved header bytes are not zero");
+  PayloadHeader h;
+  h.format = format;
+  h.aux0 = payload[4];
+  h.aux1 = payload[5];
+  h.n = load_le<uint64_t>(payload.data() + 8);
+  h.k = load_le<uint64_t>(payload.data() + 16);
+  CC_PAYLOAD_CHECK(h.n == expected_n, "payload describes ", h.n, " elements but the tensor has ",
+                   expected_n);
+  return h;
+}
+
+}  // namespace compcoll

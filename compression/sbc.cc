@@ -1,0 +1,154 @@
+#include "compression/sbc.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "compcoll/error.h"
+#include "compression/golomb.h"
+#include "compression/payload.h"
+#include "compression/select.h"
+#include "compression/simd.h"
+
+namespace compcoll {
+namespace {
+
+constexpr double kCandidateHeadroom = 1.2;  // as dgc: sample aims above k
+
+struct SideCandidates {
+  std::vector<uint32_t> idx;
+  size_t count = 0;
+};
+
+// One pass: v += g, collecting entries >= t_pos and entries <= -t_neg.
+void fused_accumulate(const float* g, float* v, size_t n, float t_pos, float t_neg,
+                      SideCandidates& pos, SideCandidates& neg, size_t cap) {
+  constexpr size_t kBlock = 16;
+  auto collect = [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) {
+      if (v[i] >= t_pos) {
+        if (pos.idx.size() < cap) pos.idx.push_back(static_cast<uint32_t>(i));
+        ++pos.count;
+      } else if (-v[i] >= t_neg) {
+        if (neg.idx.size() < cap) neg.idx.push_back(static_cast<uint32_t>(i));
+        ++neg.count;
+      }
+    }
+  };
+  using simd::f32x4;
+  using simd::i32x4;
+  const f32x4 tp = simd::splat(t_pos), tn = simd::splat(-t_neg);
+  size_t i0 = 0;
+  for (; i0 + kBlock <= n; i0 += kBlock) {
+    i32x4 hit = {};
+    for (size_t i = i0; i < i0 + kBlock; i += simd::kLanes) {
+      const f32x4 x = simd::load(v + i) + simd::load(g + i);
+      simd::store(v + i, x);
+      hit |= (x >= tp) | (x <= tn);
+    }
+    if (simd::any(hit)) collect(i0, i0 + kBlock);
+  }
+  for (size_t i = i0; i < n; ++i) v[i] += g[i];
+  collect(i0, n);
+}
+
+struct ParsedSbc {
+  PayloadHeader h;
+  float mean;
+  std::span<const uint8_t> bits;
+};
+
+ParsedSbc parse_sbc(std::span<const uint8_t> payload, uint64_t n) {
+  ParsedSbc p;
+  p.h = read_header(payload, PayloadFormat::kSbc, n);
+  CC_PAYLOAD_CHECK(p.h.aux1 <= 1, "sbc side flag ", int(p.h.aux1), " is neither 0 nor 1");
+  CC_PAYLOAD_CHECK(payload.size() >= kPayloadHeaderBytes + 4, "sbc payload of ", payload.size(),
+                   " bytes is missing its mean");
+  p.mean = load_le<float>(payload.data() + kPayloadHeaderBytes);
+  p.bits = payload.subspan(kPayloadHeaderBytes + 4);
+  return p;
+}
+
+}  // namespace
+
+SbcCodec::SbcCodec(const SbcConfig& config) : config_(config) {
+  CC_CHECK(config.density > 0.0 && config.density <= 1.0, kInvalidArgument, "sbc: density ",
+           config.density, " is outside (0, 1]");
+  CC_CHECK(config.sample_fraction > 0.0 && config.sample_fraction <= 1.0, kInvalidArgument,
+           "sbc: sample fraction ", config.sample_fraction, " is outside (0, 1]");
+}
+
+std::unique_ptr<CodecState> SbcCodec::make_state(size_t n) const {
+  return std::make_unique<CodecState>(n);
+}
+
+EncodeInfo SbcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& payload) const {
+  CC_CHECK_EQ(st.size(), n, kInvalidArgument, "sbc: state was made for another tensor size");
+  EncodeInfo info;
+  info.density = config_.density;
+  info.wanted = target_count(config_.density, n);
+  float* v = st.v.data();
+
+  // Both sides' thresholds from one strided sample of v + g.
+  const SamplePlan plan = SamplePlan::make(n, config_.sample_fraction, st.steps);
+  std::vector<float> sample_pos, sample_neg;
+  sample_pos.reserve(n / plan.stride + 1);
+  sample_neg.reserve(n / plan.stride + 1);
+  for (size_t i = plan.offset; i < n; i += plan.stride) {
+    const float x = v[i] + grad[i];
+    sample_pos.push_back(x);
+    sample_neg.push_back(-x);
+  }
+  const double pass_fraction =
+      n ? std::min(1.0, kCandidateHeadroom * double(info.wanted) / double(n)) : 1.0;
+  float t_pos = sample_threshold(sample_pos, pass_fraction);
+  float t_neg = sample_threshold(sample_neg, pass_fraction);
+
+  const size_t cap = candidate_cap(info.wanted);
+  SideCandidates pos, neg;
+  fused_accumulate(grad, v, n, t_pos, t_neg, pos, neg, cap);
+  const SelectionTarget target{info.wanted, (info.wanted * 4 + 4) / 5, info.wanted};
+  t_pos = finalize_selection(v, n, target, SelectKey::kPositive, sample_pos, pass_fraction, t_pos,
+                             pos.count, pos.idx);
+  t_neg = finalize_selection(v, n, target, SelectKey::kNegative, sample_neg, pass_fraction, t_neg,
+                             neg.count, neg.idx);
+
+  auto mean_of = [&](const std::vector<uint32_t>& idx) {
+    double s = 0.0;
+    for (uint32_t i : idx) s += v[i];
+    return idx.empty() ? 0.0 : s / double(idx.size());
+  };
+  const double mean_pos = mean_of(pos.idx);
+  const double mean_neg = mean_of(neg.idx);
+  const bool negative = std::fabs(mean_neg) > std::fabs(mean_pos);
+  const std::vector<uint32_t>& sent = negative ? neg.idx : pos.idx;
+  const float mean = static_cast<float>(negative ? mean_neg : mean_pos);
+
+  const int b = golomb_rice_parameter(n ? double(sent.size()) / double(n) : 1.0);
+  payload.resize(kPayloadHeaderBytes + 4);
+  write_header({PayloadFormat::kSbc, static_cast<uint8_t>(b), static_cast<uint8_t>(negative), n,
+                sent.size()},
+               payload.data());
+  store_le<float>(payload.data() + kPayloadHeaderBytes, mean);
+  rice_encode_positions(sent, b, payload);
+
+  for (uint32_t i : sent) v[i] -= mean;
+  info.sent = sent.size();
+  info.threshold = negative ? -t_neg : t_pos;
+  ++st.steps;
+  return info;
+}
+
+SbcEntries decode_sbc(std::span<const uint8_t> payload, uint64_t n) {
+  const ParsedSbc p = parse_sbc(payload, n);
+  SbcEntries e;
+  e.idx = rice_decode_positions(p.bits, p.h.k, p.h.aux0, n);
+  e.mean = p.mean;
+  return e;
+}
+
+void decode_sbc_accumulate(std::span<const uint8_t> payload, float* out, uint64_t n) {
+  const SbcEntries e = decode_sbc(payload, n);
+  for (uint32_t i : e.idx) out[i] += e.mean;
+}
+
+}  // namespace compcoll

@@ -1,0 +1,47 @@
+// Sparse Binary Compression (Sattler et al., 2018) on one rank.
+//
+// Per step: accumulate v += g; find the top k = density * n positive entries
+// and the top k negative entries (a strided sample sets each side's
+// threshold, one fused pass accumulates and collects both sides' candidates,
+// each side is trimmed to its exact top-k); keep the side whose mean
+// magnitude is larger; send only its positions, Golomb-Rice coded (b* from
+// the realised density, see golomb.h), and its mean. The receiver adds the
+// mean at every position; the sender subtracts it there from v, so the
+// binarisation error and the other side stay in the residual.
+//
+// Payload: header (aux0 = b, aux1 = 1 for the negative side, k entries),
+// the signed mean as fp32, then the Rice bit stream.
+#pragma once
+
+#include "compression/codec.h"
+
+namespace compcoll {
+
+struct SbcConfig {
+  double density = 0.001;
+  double sample_fraction = 0.01;
+};
+
+class SbcCodec final : public SparseCodec {
+ public:
+  explicit SbcCodec(const SbcConfig& config);
+  const char* name() const override { return "sbc"; }
+  std::unique_ptr<CodecState> make_state(size_t n) const override;
+  EncodeInfo encode(const float* grad, size_t n, CodecState& state,
+                    Bytes& payload) const override;
+
+ private:
+  SbcConfig config_;
+};
+
+// out[p] += mean for every position p of an sbc payload; validated first.
+void decode_sbc_accumulate(std::span<const uint8_t> payload, float* out, uint64_t n);
+
+// Positions and signed mean of an sbc payload (tests, tools).
+struct SbcEntries {
+  std::vector<uint32_t> idx;
+  float mean = 0.0f;
+};
+SbcEntries decode_sbc(std::span<const uint8_t> payload, uint64_t n);
+
+}  // namespace compcoll

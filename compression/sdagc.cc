@@ -1,0 +1,163 @@
+#include "compression/sdagc.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "compcoll/error.h"
+#include "compression/accumulate.h"
+#include "compression/select.h"
+#include "compression/simd.h"
+
+namespace compcoll {
+namespace {
+
+// lambda is one step old. Aiming it a little below the k-th largest |v|
+// (about 1.5k Gaussian candidates) means a count that drifts is trimmed from
+// the candidates in hand rather than costing a rescan of the whole tensor.
+constexpr double kLambdaHeadroom = 0.93;
+
+struct Moments {
+  double sum = 0.0;
+  double sum_sq = 0.0;
+};
+
+// Pass 1: accumulate and gather the first two moments of v. Vector
+// float partials per block keep it vectorised; blocks flush into doubles so
+// the sums stay accurate over tens of millions of elements.
+template <MomentumMode M>
+Moments accumulate_moments(const float* g, float scale, float m, float* u, float* v, size_t n) {
+  using simd::f32x4;
+  constexpr size_t kBlock = 1024;
+  const f32x4 sc = simd::splat(scale), mv = simd::splat(m);
+  Moments mo;
+  size_t i = 0;
+  for (; i + simd::kLanes <= n;) {
+    const size_t end = std::min(n - n % simd::kLanes, i + kBlock);
+    f32x4 s = {}, q = {};
+    for (; i < end; i += simd::kLanes) {
+      const f32x4 gi = simd::load(g + i) * sc;
+      const f32x4 inc = momentum_step4<M>(gi, u, i, mv);
+      const f32x4 vi = simd::load(v + i) + inc;
+      simd::store(v + i, vi);
+      s += vi;
+      q += vi * vi;
+    }
+    mo.sum += simd::sum(s);
+    mo.sum_sq += simd::sum(q);
+  }
+  float dummy_u = 0.0f;
+  for (; i < n; ++i) {
+    float& ui = M == MomentumMode::kNone ? dummy_u : u[i];
+    const float vi = v[i] + momentum_step<M>(g[i] * scale, ui, m);
+    v[i] = vi;
+    mo.sum += vi;
+    mo.sum_sq += double(vi) * vi;
+  }
+  return mo;
+}
+
+// Moments over the finite elements only: a NaN or Inf must still be sent
+// (it is selected as the largest key) without blinding the threshold.
+Moments finite_moments(const float* v, size_t n, size_t* finite_count) {
+  Moments mo;
+  size_t c = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (std::isfinite(v[i])) {
+      mo.sum += v[i];
+      mo.sum_sq += double(v[i]) * v[i];
+      ++c;
+    }
+  }
+  *finite_count = c;
+  return mo;
+}
+
+double sigma_of(const Moments& mo, size_t n) {
+  if (n == 0) return 0.0;
+  const double mean = mo.sum / double(n);
+  return std::sqrt(std::max(0.0, mo.sum_sq / double(n) - mean * mean));
+}
+
+}  // namespace
+
+double gaussian_two_sided_quantile(double density) {
+  // Invert erfc(x / sqrt 2) = density by bisection: no tables, exact enough.
+  double lo = 0.0, hi = 40.0;
+  for (int it = 0; it < 200; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    if (std::erfc(mid / std::sqrt(2.0)) > density) lo = mid;
+    else hi = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+SdagcCodec::SdagcCodec(const SdagcConfig& config) : config_(config) {
+  validate_sparsify_config(config, "sdagc");
+}
+
+std::unique_ptr<CodecState> SdagcCodec::make_state(size_t n) const {
+  auto st = std::make_unique<CodecState>(n);
+  if (config_.momentum > 0.0f) st->u.assign(n, 0.0f);
+  st->lambda = static_cast<float>(gaussian_two_sided_quantile(config_.density));
+  return st;
+}
+
+EncodeInfo SdagcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& payload) const {
+  CC_CHECK_EQ(st.size(), n, kInvalidArgument, "sdagc: state was made for another tensor size");
+  EncodeInfo info;
+  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
+  info.wanted = target_count(info.density, n);
+  const MomentumMode mode = momentum_mode(config_.momentum, config_.nesterov);
+  const float scale = clip_scale(grad, n, config_.clip, config_.world_size);
+  float* v = st.v.data();
+
+  Moments mo = dispatch_momentum(mode, [&](auto mc) {
+    return accumulate_moments<decltype(mc)::value>(grad, scale, config_.momentum, st.u.data(), v, n);
+  });
+  double sigma = sigma_of(mo, n);
+  if (!std::isfinite(sigma)) {
+    size_t finite = 0;
+    mo = finite_moments(v, n, &finite);
+    sigma = sigma_of(mo, finite);
+  }
+  // During warm-up the density changes stage by stage; restart lambda from
+  // the Gaussian quantile of the stage's density rather than the last one.
+  float lambda = st.lambda;
+  if (info.density != config_.density) {
+    lambda = static_cast<float>(gaussian_two_sided_quantile(info.density));
+  }
+  const float t = std::max(static_cast<float>(lambda * sigma), kMinThreshold);
+
+  std::vector<uint32_t> cand;
+  const size_t cap = candidate_cap(info.wanted);
+  const size_t count = scan_candidates(v, n, t, SelectKey::kMagnitude, cand, cap);
+  const SelectionTarget target{info.wanted, (info.wanted * 4 + 4) / 5,
+                               (info.wanted * 13 + 9) / 10};
+  // Rescans need a sample to pick lower or higher thresholds from; take a
+  // cheap one only when the count is off.
+  std::vector<float> sample;
+  const double pass_fraction = n ? double(info.wanted) / double(n) : 1.0;
+  if (count < target.low || count > cand.size()) {
+    const SamplePlan plan = SamplePlan::make(n, 0.01, st.steps);
+    for (size_t i = plan.offset; i < n; i += plan.stride) {
+      sample.push_back(select_key<SelectKey::kMagnitude>(v[i]));
+    }
+  }
+  info.threshold = finalize_selection(v, n, target, SelectKey::kMagnitude, sample, pass_fraction,
+                                      t, count, cand);
+  info.sent = cand.size();
+
+  // Next step's lambda: just below the one that would have selected exactly
+  // k elements now.
+  if (sigma > 0.0 && std::isfinite(sigma)) {
+    const float kth = key_at_rank(cand, v, info.wanted, SelectKey::kMagnitude);
+    const double at_k = kth > 0.0f && std::isfinite(kth) ? kth : info.threshold;
+    const double next = kLambdaHeadroom * at_k / sigma;
+    if (std::isfinite(next) && next > 0.0) st.lambda = static_cast<float>(next);
+  }
+  emit_sparse(cand, st, n, config_.encoding, payload);
+  ++st.steps;
+  return info;
+}
+
+}  // namespace compcoll

@@ -1,0 +1,76 @@
+// compcoll's single C++ error style: every failure is a compcoll::Error
+// (or a subclass) carrying a message that names the problem and, where it is
+// known, the values involved and the rank. The C ABI converts these into
+// status codes; no exception crosses it.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace compcoll {
+
+// Kinds let callers (the C API, the PyTorch backend) map errors to codes
+// without parsing messages.
+enum class ErrorKind {
+  kInvalidArgument,  // bad configuration or call arguments
+  kMalformedPayload, // a peer sent bytes that do not decode
+  kTransport,        // a peer died, a socket broke, a timeout expired
+  kMismatch,         // ranks disagree on configuration
+  kUnsupported,      // feature not available on this build/machine
+  kInternal,         // a broken invariant inside compcoll
+};
+
+const char* error_kind_name(ErrorKind kind);
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& what)
+      : std::runtime_error(what), kind_(kind) {}
+  ErrorKind kind() const { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
+
+namespace detail {
+
+template <typename... Args>
+std::string concat(Args&&... args) {
+  std::ostringstream os;
+  (os << ... << std::forward<Args>(args));
+  return os.str();
+}
+
+[[noreturn]] void throw_error(ErrorKind kind, const char* file, int line,
+                              const std::string& msg);
+
+}  // namespace detail
+}  // namespace compcoll
+
+// CC_THROW(kind, parts...) throws an Error whose message is the parts joined.
+#define CC_THROW(kind, ...)                                              \
+  ::compcoll::detail::throw_error(::compcoll::ErrorKind::kind, __FILE__, \
+                                  __LINE__,                              \
+                                  ::compcoll::detail::concat(__VA_ARGS__))
+
+// CC_CHECK(cond, kind, parts...) throws when cond is false.
+#define CC_CHECK(cond, kind, ...)          \
+  do {                                     \
+    if (!(cond)) CC_THROW(kind, __VA_ARGS__); \
+  } while (0)
+
+// Gloo-style comparison checks that report both values: "a vs b".
+#define CC_CHECK_CMP(a, op, b, kind, ...)                                 \
+  do {                                                                    \
+    const auto& cc_a_ = (a);                                              \
+    const auto& cc_b_ = (b);                                              \
+    if (!(cc_a_ op cc_b_))                                                \
+      CC_THROW(kind, __VA_ARGS__, " (" #a " " #op " " #b ": ", cc_a_, " vs ", \
+               cc_b_, ")");                                               \
+  } while (0)
+#define CC_CHECK_EQ(a, b, kind, ...) CC_CHECK_CMP(a, ==, b, kind, __VA_ARGS__)
+#define CC_CHECK_LE(a, b, kind, ...) CC_CHECK_CMP(a, <=, b, kind, __VA_ARGS__)
+#define CC_CHECK_LT(a, b, kind, ...) CC_CHECK_CMP(a, <, b, kind, __VA_ARGS__)
+#define CC_CHECK_GE(a, b, kind, ...) CC_CHECK_CMP(a, >=, b, kind, __VA_ARGS__)

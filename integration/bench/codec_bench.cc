@@ -1,0 +1,284 @@
+#include "integration/bench/codec_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compcoll/error.h"
+#include "compression/csc.h"
+#include "compression/decode.h"
+#include "compression/dgc.h"
+#include "compression/onebit.h"
+#include "compression/sbc.h"
+#include "compression/sdagc.h"
+#include "integration/bench/args.h"
+#include "integration/bench/gradients.h"
+#include "integration/bench/json.h"
+
+namespace compcoll::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+struct Options {
+  std::string algo;
+  size_t count;
+  double density;  // NaN: the algorithm's default
+  float momentum;
+  bool nesterov;
+  ValueType values;
+  IndexType indices;
+  size_t chunk;
+  size_t block;
+  ScaleMode scale;
+  int iters;
+  GradientKind dist;
+  uint64_t seed;
+};
+
+// One encode and one decode of a codec, on buffers the caller owns.
+struct CodecUnderTest {
+  std::function<void()> encode;        // grad -> payload, state updated
+  std::function<void(float*)> decode;  // payload -> accumulate into out
+  std::function<size_t()> payload_bytes;
+  std::function<size_t()> sent;        // entries (sparse) or elements (dense-ish) sent
+  double density = 0.0;
+};
+
+CodecUnderTest make_sparse(std::unique_ptr<SparseCodec> codec, const float* grad, size_t n,
+                           double density) {
+  auto shared = std::shared_ptr<SparseCodec>(std::move(codec));
+  auto state = std::shared_ptr<CodecState>(shared->make_state(n));
+  auto payload = std::make_shared<Bytes>();
+  auto info = std::make_shared<EncodeInfo>();
+  CodecUnderTest c;
+  c.density = density;
+  c.encode = [=] { *info = shared->encode(grad, n, *state, *payload); };
+  c.decode = [=](float* out) { decode_accumulate(*payload, out, n); };
+  c.payload_bytes = [=] { return payload->size(); };
+  c.sent = [=] { return info->sent; };
+  return c;
+}
+
+CodecUnderTest make_codec(const Options& o, const float* grad, size_t n) {
+  const auto dens = [&](double def) { return std::isnan(o.density) ? def : o.density; };
+  if (o.algo == "dgc" || o.algo == "sdagc") {
+    DgcConfig c;
+    c.density = dens(0.001);
+    c.momentum = o.momentum;
+    c.nesterov = o.nesterov;
+    c.encoding = {o.values, o.indices};
+    std::unique_ptr<SparseCodec> codec;
+    if (o.algo == "dgc") codec = std::make_unique<DgcCodec>(c);
+    else codec = std::make_unique<SdagcCodec>(static_cast<const SparsifyConfig&>(c));
+    return make_sparse(std::move(codec), grad, n, c.density);
+  }
+  if (o.algo == "sbc") {
+    SbcConfig c;
+    c.density = dens(0.001);
+    return make_sparse(std::make_unique<SbcCodec>(c), grad, n, c.density);
+  }
+  if (o.algo == "csc") {
+    CscConfig cfg;
+    cfg.chunk = o.chunk;
+    cfg.fraction = dens(0.01);
+    cfg.momentum = o.momentum;
+    cfg.nesterov = o.nesterov;
+    validate_csc_config(cfg);
+    auto state = std::shared_ptr<CodecState>(make_csc_state(cfg, n));
+    const size_t chunks = csc_chunk_count(n, cfg.chunk);
+    auto norms = std::make_shared<std::vector<float>>(chunks);
+    auto packed = std::make_shared<std::vector<float>>();
+    auto selected = std::make_shared<std::vector<uint32_t>>();
+    CodecUnderTest c;
+    c.density = cfg.fraction;
+    // encode: the fused accumulate + chunk norms pass (what runs before the
+    // norm allreduce); selection and packing of the ~1 % chunks are cheap.
+    c.encode = [=] {
+      csc_accumulate_norms(cfg, grad, n, *state, norms->data());
+      *selected = csc_select_chunks(norms->data(), chunks, csc_selected_count(chunks, cfg.fraction));
+      csc_pack(*state, *selected, cfg.chunk, *packed);
+      csc_commit(*state, *selected, cfg.chunk);
+    };
+    c.decode = [=](float* out) { csc_unpack(packed->data(), *selected, cfg.chunk, n, out); };
+    c.payload_bytes = [=] { return (packed->size() + norms->size()) * sizeof(float); };
+    c.sent = [=] { return packed->size(); };
+    return c;
+  }
+  if (o.algo == "onebit") {
+    OneBitConfig cfg{o.block, o.scale};
+    validate_onebit_config(cfg);
+    auto err = std::make_shared<std::vector<float>>(n, 0.0f);
+    auto payload = std::make_shared<Bytes>();
+    CodecUnderTest c;
+    c.density = 1.0;
+    c.encode = [=] { onebit_encode(cfg, grad, err->data(), n, *payload); };
+    c.decode = [=](float* out) { onebit_decode(*payload, out, n, /*accumulate=*/true); };
+    c.payload_bytes = [=] { return payload->size(); };
+    c.sent = [=] { return n; };
+    return c;
+  }
+  CC_THROW(kInvalidArgument, "--algo: unknown codec '", o.algo,
+           "' (allowed: dgc, sbc, sdagc, csc, onebit)");
+}
+
+struct CodecResult {
+  Options o;
+  size_t count = 0;
+  double density = 0.0;
+  size_t sent = 0;
+  double memcpy_ms = 0.0, encode_ms = 0.0, decode_ms = 0.0;
+  size_t payload_bytes = 0;
+
+  double ratio() const { return payload_bytes ? double(count * sizeof(float)) / payload_bytes : 0.0; }
+  double vs_memcpy(double ms) const { return memcpy_ms > 0 ? ms / memcpy_ms : 0.0; }
+
+  JsonObject json() const {
+    JsonObject j;
+    j.add("algo", o.algo)
+        .add("count", count)
+        .add("density", density)
+        .add("sent", sent)
+        .add("encode_ms", encode_ms)
+        .add("decode_ms", decode_ms)
+        .add("memcpy_ms", memcpy_ms)
+        .add("encode_vs_memcpy", vs_memcpy(encode_ms))
+        .add("decode_vs_memcpy", vs_memcpy(decode_ms))
+        .add("payload_bytes", payload_bytes)
+        .add("ratio", ratio())
+        .add("momentum", double(o.momentum))
+        .add("values", value_type_name(o.values))
+        .add("indices", index_type_name(o.indices))
+        .add("gradient", gradient_kind_name(o.dist))
+        .add("iters", o.iters);
+    return j;
+  }
+
+  void print_row() const {
+    std::printf("  %-7s %9.4g %10zu %10.2f %8.2f %10.3f %8.3f %12zu %9.1f\n", o.algo.c_str(),
+                density, sent, encode_ms, vs_memcpy(encode_ms), decode_ms, vs_memcpy(decode_ms),
+                payload_bytes, ratio());
+  }
+};
+
+// Each iteration times memcpy, encode and decode back to back, so the ratios
+// compare like with like even when the machine's speed drifts.
+CodecResult run_one(const Options& o, const std::vector<float>& grad) {
+  const size_t n = grad.size();
+  CodecUnderTest c = make_codec(o, grad.data(), n);
+  std::vector<float> copy(n), out(n);
+  std::memset(copy.data(), 0, n * sizeof(float));  // fault pages in before timing
+  std::vector<double> t_memcpy, t_encode, t_decode;
+  for (int it = -1; it < o.iters; ++it) {  // iteration -1 warms caches and state
+    auto t0 = Clock::now();
+    std::memcpy(copy.data(), grad.data(), n * sizeof(float));
+    const double m = ms_since(t0);
+    t0 = Clock::now();
+    c.encode();
+    const double e = ms_since(t0);
+    std::fill(out.begin(), out.end(), 0.0f);
+    t0 = Clock::now();
+    c.decode(out.data());
+    const double d = ms_since(t0);
+    if (it >= 0) {
+      t_memcpy.push_back(m);
+      t_encode.push_back(e);
+      t_decode.push_back(d);
+    }
+  }
+  CodecResult r;
+  r.o = o;
+  r.count = n;
+  r.density = c.density;
+  r.sent = c.sent();
+  r.memcpy_ms = median(t_memcpy);
+  r.encode_ms = median(t_encode);
+  r.decode_ms = median(t_decode);
+  r.payload_bytes = c.payload_bytes();
+  return r;
+}
+
+ValueType parse_values(const std::string& s) {
+  if (s == "fp32") return ValueType::kFp32;
+  if (s == "fp16") return ValueType::kFp16;
+  if (s == "bf16") return ValueType::kBf16;
+  CC_THROW(kInvalidArgument, "--values: '", s, "' is not one of fp32, fp16, bf16");
+}
+
+IndexType parse_indices(const std::string& s) {
+  if (s == "u32") return IndexType::kU32;
+  if (s == "varint") return IndexType::kVarintGap;
+  CC_THROW(kInvalidArgument, "--indices: '", s, "' is not one of u32, varint");
+}
+
+}  // namespace
+
+int codec_main(int argc, char** argv, int first) {
+  Args args(argc, argv, first);
+  Options o;
+  const std::string algos = args.str("algo", "dgc,sbc,sdagc,csc,onebit",
+                                     "codec(s), comma-separated: dgc, sbc, sdagc, csc, onebit");
+  o.count = static_cast<size_t>(args.integer("count", 25557032, "float32 elements (K/M/G suffixes)"));
+  o.density = args.num("density", NAN,
+                       "fraction sent: elements for dgc/sbc/sdagc [0.001], chunks for csc [0.01]");
+  o.momentum = static_cast<float>(args.num("momentum", 0.0, "momentum correction factor (dgc, sdagc, csc)"));
+  o.nesterov = args.flag("nesterov", "Nesterov momentum correction");
+  o.values = parse_values(args.str("values", "fp32", "sparse value type: fp32, fp16, bf16"));
+  o.indices = parse_indices(args.str("indices", "u32", "sparse index coding: u32, varint"));
+  o.chunk = static_cast<size_t>(args.integer("chunk", 16384, "csc chunk size in elements"));
+  o.block = static_cast<size_t>(args.integer("block", 2048, "onebit scale block size"));
+  o.scale = args.str("scale", "mean", "onebit reconstruction: mean or pair") == "pair"
+                ? ScaleMode::kSignedMeans
+                : ScaleMode::kMeanMagnitude;
+  o.iters = static_cast<int>(args.integer("iters", 5, "timed iterations (median reported)"));
+  o.dist = parse_gradient_kind(args.str("gradient", "gaussian", "input: gaussian, t3, mixed"));
+  o.seed = static_cast<uint64_t>(args.integer("seed", 1, "random seed"));
+  const bool json = args.flag("json", "print JSON (an object for one codec, a list for several)");
+  std::string usage;
+  if (!args.finish(&usage)) {
+    std::cout << "usage: compcoll-bench codec [flags]\n" << usage;
+    return 0;
+  }
+  CC_CHECK(o.iters >= 1, kInvalidArgument, "--iters must be >= 1");
+  const std::vector<std::string> list = split_list(algos);
+  CC_CHECK(!list.empty(), kInvalidArgument, "--algo: no codec given");
+  const std::vector<float> grad = make_gradient(o.dist, o.count, o.seed);
+
+  std::vector<JsonObject> results;
+  if (!json) {
+    std::printf("# compcoll-bench codec: %zu float32 (%.1f MiB), %s gradient, one thread, median of %d\n",
+                o.count, o.count * 4.0 / (1 << 20), gradient_kind_name(o.dist), o.iters);
+    std::printf("# %-7s %9s %10s %10s %8s %10s %8s %12s %9s\n", "algo", "density", "sent",
+                "encode_ms", "x_memcpy", "decode_ms", "x_memcpy", "payload_B", "ratio");
+  }
+  for (const std::string& a : list) {
+    o.algo = a;
+    const CodecResult r = run_one(o, grad);
+    results.push_back(r.json());
+    if (!json) r.print_row();
+  }
+  if (json) {
+    std::cout << (results.size() == 1 ? results[0].str() : json_list(results)) << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace compcoll::bench

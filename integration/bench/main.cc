@@ -1,0 +1,39 @@
+// compcoll-bench: the standalone benchmark (DESIGN.md, "Benchmark CLI
+// contract"). Subcommands:
+//   codec      one codec on one thread, against memcpy of the same buffer
+//   allreduce  R local ranks, dense vs compressed algorithms
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "compcoll/error.h"
+#include "integration/bench/codec_bench.h"
+
+namespace {
+
+void usage() {
+  std::puts(
+      "usage: compcoll-bench <subcommand> [flags]   (--help after a subcommand lists its flags)\n"
+      "  codec      --algo A --count N [--density D] [--json]\n"
+      "  allreduce  --ranks R --algo A[,B...] --count N [--iters K] [--json]");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string sub = argv[1];
+  try {
+    if (sub == "codec") return compcoll::bench::codec_main(argc, argv, 2);
+    std::fprintf(stderr, "compcoll-bench: unknown subcommand '%s'\n", sub.c_str());
+    usage();
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "compcoll-bench %s: %s\n", sub.c_str(), e.what());
+    return 1;
+  }
+}
