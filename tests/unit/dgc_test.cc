@@ -1,0 +1,204 @@
+// DGC specifics: exact top-k selection, momentum correction and factor
+// masking against a scalar reference, local clipping, warm-up, sdagc's lambda.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "compcoll/error.h"
+#include "compression/dgc.h"
+#include "compression/sdagc.h"
+#include "compression/sparse_payload.h"
+#include "integration/bench/gradients.h"
+
+namespace compcoll {
+namespace {
+
+using bench::GradientKind;
+
+TEST(Dgc, SelectsTheExactTopKByMagnitudeNeverByPosition) {
+  const size_t n = 300000;
+  DgcConfig c;
+  c.density = 0.001;
+  DgcCodec codec(c);
+  auto st = codec.make_state(n);
+  Bytes payload;
+  for (int step = 0; step < 5; ++step) {
+    const auto g = bench::make_gradient(GradientKind::kStudentT3, n, 40 + step);
+    std::vector<float> v(st->v.begin(), st->v.end());
+    for (size_t i = 0; i < n; ++i) v[i] += g[i];
+    codec.encode(g.data(), n, *st, payload);
+    const SparseEntries e = decode_sparse(payload, n);
+    ASSERT_EQ(e.idx.size(), 300u);
+    std::vector<float> mags(n);
+    for (size_t i = 0; i < n; ++i) mags[i] = std::fabs(v[i]);
+    std::nth_element(mags.begin(), mags.begin() + 299, mags.end(), std::greater<float>());
+    const float kth = mags[299];
+    for (uint32_t i : e.idx) EXPECT_GE(std::fabs(v[i]), kth);
+  }
+}
+
+// Scalar reference of DGC's momentum correction with factor masking.
+struct ReferenceDgc {
+  std::vector<double> u, v;
+  float m;
+  bool nesterov;
+  void step(const std::vector<float>& g) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (nesterov) {
+        u[i] = (u[i] + g[i]) * m;
+        v[i] += u[i] + g[i];
+      } else {
+        u[i] = m * u[i] + g[i];
+        v[i] += u[i];
+      }
+    }
+  }
+  void mask(const std::vector<uint32_t>& sent) {
+    for (uint32_t i : sent) u[i] = v[i] = 0.0;
+  }
+};
+
+class DgcMomentumTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DgcMomentumTest, MatchesTheReferenceStepByStep) {
+  const size_t n = 20000;
+  DgcConfig c;
+  c.density = 0.01;
+  c.momentum = 0.9f;
+  c.nesterov = GetParam();
+  DgcCodec codec(c);
+  auto st = codec.make_state(n);
+  ReferenceDgc ref{std::vector<double>(n), std::vector<double>(n), c.momentum, c.nesterov};
+  Bytes payload;
+  for (int step = 0; step < 20; ++step) {
+    const auto g = bench::make_gradient(GradientKind::kGaussian, n, 70 + step);
+    ref.step(g);
+    codec.encode(g.data(), n, *st, payload);
+    const SparseEntries e = decode_sparse(payload, n);
+    for (size_t j = 0; j < e.idx.size(); ++j) {
+      EXPECT_NEAR(e.values[j], ref.v[e.idx[j]], 1e-3 * (1 + std::fabs(ref.v[e.idx[j]])));
+    }
+    ref.mask(e.idx);
+    for (uint32_t i : e.idx) EXPECT_EQ(st->u[i], 0.0f);  // momentum factor masking
+    double worst = 0;
+    for (size_t i = 0; i < n; ++i) {
+      worst = std::max(worst, std::fabs(st->v[i] - ref.v[i]) / (1 + std::fabs(ref.v[i])));
+      worst = std::max(worst, std::fabs(st->u[i] - ref.u[i]) / (1 + std::fabs(ref.u[i])));
+    }
+    ASSERT_LT(worst, 1e-4) << "step " << step;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PlainAndNesterov, DgcMomentumTest, ::testing::Bool());
+
+TEST(Dgc, LocalClippingBoundsTheGradientNormByClipOverRootN) {
+  const size_t n = 10000;
+  DgcConfig c;
+  c.density = 1.0;  // send everything: the payload is the clipped gradient
+  c.clip = 8.0f;
+  c.world_size = 4;
+  DgcCodec codec(c);
+  auto st = codec.make_state(n);
+  const auto g = bench::make_gradient(GradientKind::kGaussian, n, 5);  // norm ~100
+  Bytes payload;
+  codec.encode(g.data(), n, *st, payload);
+  const SparseEntries e = decode_sparse(payload, n);
+  double norm = 0;
+  for (float x : e.values) norm += double(x) * x;
+  EXPECT_NEAR(std::sqrt(norm), 8.0 / 2.0, 1e-3);
+  // A gradient already inside the bound is untouched.
+  std::vector<float> small(n, 0.0f);
+  small[3] = 1.0f;
+  codec.encode(small.data(), n, *st, payload);
+  EXPECT_EQ(decode_sparse(payload, n).values[0], 1.0f);
+}
+
+TEST(Dgc, WarmUpRaisesSparsityExponentially) {
+  // d = 0.001 over W = 8 steps: stages 0.25, 0.0625, 0.015625, 0.00390625
+  // (two steps each), then 0.001.
+  const double expected[] = {0.25, 0.25, 0.0625, 0.0625, 0.015625, 0.015625,
+                             0.00390625, 0.00390625, 0.001, 0.001};
+  for (int s = 0; s < 10; ++s) EXPECT_DOUBLE_EQ(warmup_density(0.001, 8, s), expected[s]) << s;
+  EXPECT_DOUBLE_EQ(warmup_density(0.001, 0, 0), 0.001);
+  EXPECT_DOUBLE_EQ(warmup_density(0.5, 8, 0), 0.5);
+
+  const size_t n = 100000;
+  DgcConfig c;
+  c.density = 0.001;
+  c.warmup_steps = 8;
+  DgcCodec codec(c);
+  auto st = codec.make_state(n);
+  Bytes payload;
+  for (int s = 0; s < 10; ++s) {
+    const auto g = bench::make_gradient(GradientKind::kGaussian, n, 90 + s);
+    const EncodeInfo info = codec.encode(g.data(), n, *st, payload);
+    EXPECT_DOUBLE_EQ(info.density, expected[s]);
+    const size_t k = target_count(expected[s], n);
+    EXPECT_GE(info.sent, k * 8 / 10) << "step " << s;
+    EXPECT_LE(info.sent, k) << "step " << s;  // dgc trims any excess to exactly k
+  }
+}
+
+TEST(Dgc, RejectsInvalidConfiguration) {
+  DgcConfig c;
+  c.density = 0.0;
+  EXPECT_THROW(DgcCodec{c}, Error);
+  c.density = 1.5;
+  EXPECT_THROW(DgcCodec{c}, Error);
+  c.density = 0.01;
+  c.momentum = 1.0f;
+  EXPECT_THROW(DgcCodec{c}, Error);
+  c.momentum = 0.0f;
+  c.clip = -1.0f;
+  EXPECT_THROW(DgcCodec{c}, Error);
+  c.clip = 0.0f;
+  c.warmup_steps = -2;
+  EXPECT_THROW(DgcCodec{c}, Error);
+  try {
+    c.warmup_steps = 0;
+    c.density = 2.0;
+    DgcCodec bad(c);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("density 2 is outside (0, 1]"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Dgc, FpSixteenValuesKeepTheirRoundingErrorInTheResidual) {
+  const size_t n = 50000;
+  DgcConfig c;
+  c.density = 0.01;
+  c.encoding = {ValueType::kFp16, IndexType::kVarintGap};
+  DgcCodec codec(c);
+  auto st = codec.make_state(n);
+  const auto g = bench::make_gradient(GradientKind::kGaussian, n, 12);
+  Bytes payload;
+  codec.encode(g.data(), n, *st, payload);
+  const SparseEntries e = decode_sparse(payload, n);
+  for (size_t j = 0; j < e.idx.size(); ++j) {
+    EXPECT_EQ(e.values[j] + st->v[e.idx[j]], g[e.idx[j]]);
+  }
+}
+
+TEST(Sdagc, LambdaStartsAtTheGaussianQuantileAndAdapts) {
+  EXPECT_NEAR(gaussian_two_sided_quantile(0.001), 3.2905, 1e-3);
+  EXPECT_NEAR(gaussian_two_sided_quantile(0.05), 1.95996, 1e-4);
+  SdagcConfig c;
+  SdagcCodec codec(c);
+  const size_t n = 1 << 20;
+  auto st = codec.make_state(n);
+  EXPECT_NEAR(st->lambda, 3.2905, 1e-3);
+  Bytes payload;
+  const auto g = bench::make_gradient(GradientKind::kStudentT3, n, 1);
+  codec.encode(g.data(), n, *st, payload);
+  // Student t(3): sigma = sqrt(3), and |t| > 11.2 has probability 0.001, so
+  // lambda moves to about 11.2 / 1.73 = 6.5 (times the headroom below 1).
+  EXPECT_GT(st->lambda, 5.0f);
+  EXPECT_LT(st->lambda, 8.0f);
+}
+
+}  // namespace
+}  // namespace compcoll

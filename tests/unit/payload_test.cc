@@ -1,0 +1,165 @@
+// The shared wire format: fp16/bf16 conversions, headers, sparse payloads in
+// every encoding, and the decoders' refusal of malformed input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "compcoll/error.h"
+#include "compression/half.h"
+#include "compression/sparse_payload.h"
+
+namespace compcoll {
+namespace {
+
+TEST(Half, RoundTripsExactlyRepresentableValues) {
+  for (float f : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f}) {
+    EXPECT_EQ(half_to_float(float_to_half(f)), f) << f;
+  }
+  EXPECT_TRUE(std::isinf(half_to_float(float_to_half(1e6f))));
+  EXPECT_TRUE(std::isnan(half_to_float(float_to_half(NAN))));
+  EXPECT_TRUE(std::isinf(half_to_float(float_to_half(-INFINITY))));
+}
+
+TEST(Half, RoundsToNearestEvenWithinHalfAnUlp) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(-60000.0f, 60000.0f);
+  for (int i = 0; i < 100000; ++i) {
+    const float f = d(rng);
+    const float h = half_to_float(float_to_half(f));
+    const float ulp = std::ldexp(1.0f, std::ilogb(f) - 10);
+    EXPECT_LE(std::fabs(h - f), 0.5f * ulp) << f;
+  }
+}
+
+TEST(BFloat16, KeepsEightBitsOfMantissa) {
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f)), 1.0f);
+  EXPECT_NEAR(bf16_to_float(float_to_bf16(3.14159f)), 3.14159f, 3.14159f / 128);
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(NAN))));
+}
+
+struct SparseCase {
+  ValueType vt;
+  IndexType it;
+};
+
+class SparsePayloadTest : public ::testing::TestWithParam<SparseCase> {};
+
+TEST_P(SparsePayloadTest, RoundTripsIndicesAndTheValuesItReportsSent) {
+  const SparseEncoding enc{GetParam().vt, GetParam().it};
+  const uint64_t n = 1 << 20;
+  std::vector<uint32_t> idx = {0, 1, 2, 1000, 70000, 500000, uint32_t(n - 1)};
+  std::vector<float> values = {1.5f, -2.0f, 1e-3f, 123.456f, -7.0f, 0.1f, 3.0f};
+  Bytes payload;
+  encode_sparse(idx, values, n, enc, payload);
+  const SparseEntries e = decode_sparse(payload, n);
+  EXPECT_EQ(e.idx, idx);
+  EXPECT_EQ(e.values, values);  // values were rewritten to what travels
+  std::vector<float> out(n, 1.0f);
+  decode_sparse_accumulate(payload, out.data(), n);
+  for (size_t i = 0; i < idx.size(); ++i) EXPECT_EQ(out[idx[i]], 1.0f + values[i]);
+  EXPECT_EQ(out[3], 1.0f);
+}
+
+TEST_P(SparsePayloadTest, EmptySelectionIsALegalPayload) {
+  const SparseEncoding enc{GetParam().vt, GetParam().it};
+  Bytes payload;
+  encode_sparse({}, {}, 10, enc, payload);
+  EXPECT_EQ(payload.size(), kPayloadHeaderBytes);
+  std::vector<float> out(10, 2.0f);
+  decode_sparse_accumulate(payload, out.data(), 10);
+  EXPECT_EQ(out, std::vector<float>(10, 2.0f));
+}
+
+TEST_P(SparsePayloadTest, RejectsEveryTruncationWithoutTouchingTheOutput) {
+  const SparseEncoding enc{GetParam().vt, GetParam().it};
+  const uint64_t n = 5000;
+  std::vector<uint32_t> idx = {3, 300, 301, 4999};
+  std::vector<float> values = {1, 2, 3, 4};
+  Bytes payload;
+  encode_sparse(idx, values, n, enc, payload);
+  std::vector<float> out(n, 0.0f);
+  for (size_t len = 0; len < payload.size(); ++len) {
+    std::span<const uint8_t> cut(payload.data(), len);
+    EXPECT_THROW(decode_sparse_accumulate(cut, out.data(), n), Error) << "length " << len;
+  }
+  EXPECT_EQ(out, std::vector<float>(n, 0.0f));
+}
+
+TEST_P(SparsePayloadTest, RejectsOutOfRangeIndicesAndWrongSizes) {
+  const SparseEncoding enc{GetParam().vt, GetParam().it};
+  Bytes payload;
+  std::vector<uint32_t> idx = {1, 9};
+  std::vector<float> values = {1, 2};
+  encode_sparse(idx, values, 10, enc, payload);
+  std::vector<float> out(10, 0.0f);
+  // Decoding against a smaller tensor: the header's n disagrees.
+  EXPECT_THROW(decode_sparse_accumulate(payload, out.data(), 9), Error);
+  // Forge n = 9 in the header: index 9 is now out of range.
+  Bytes forged = payload;
+  forged[8] = 9;
+  try {
+    decode_sparse_accumulate(forged, out.data(), 9);
+    FAIL() << "index 9 accepted for a 9-element tensor";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kMalformedPayload);
+  }
+  // Inflate k: the body no longer holds that many entries.
+  Bytes inflated = payload;
+  inflated[16] = 200;
+  EXPECT_THROW(decode_sparse_accumulate(inflated, out.data(), 10), Error);
+  // Bad magic, version, format.
+  for (size_t byte : {0, 2, 3}) {
+    Bytes bad = payload;
+    bad[byte] ^= 0x5a;
+    EXPECT_THROW(decode_sparse_accumulate(bad, out.data(), 10), Error) << "byte " << byte;
+  }
+  EXPECT_EQ(out, std::vector<float>(10, 0.0f));
+}
+
+INSTANTIATE_TEST_SUITE_P(Encodings, SparsePayloadTest,
+                         ::testing::Values(SparseCase{ValueType::kFp32, IndexType::kU32},
+                                           SparseCase{ValueType::kFp16, IndexType::kU32},
+                                           SparseCase{ValueType::kBf16, IndexType::kU32},
+                                           SparseCase{ValueType::kFp32, IndexType::kVarintGap},
+                                           SparseCase{ValueType::kFp16, IndexType::kVarintGap},
+                                           SparseCase{ValueType::kBf16, IndexType::kVarintGap}));
+
+TEST(SparsePayload, RandomCorruptionNeverWritesOutOfBounds) {
+  // Flip random bytes of valid payloads: decoding must either succeed with
+  // indices in range or throw. (ASan runs make the "in range" part strict.)
+  std::mt19937 rng(11);
+  const uint64_t n = 777;
+  std::vector<uint32_t> idx;
+  for (uint32_t i = 0; i < n; i += 13) idx.push_back(i);
+  std::vector<float> values(idx.size(), 1.0f);
+  for (auto it : {IndexType::kU32, IndexType::kVarintGap}) {
+    Bytes payload;
+    std::vector<float> vals = values;
+    encode_sparse(idx, vals, n, {ValueType::kFp16, it}, payload);
+    for (int trial = 0; trial < 3000; ++trial) {
+      Bytes bad = payload;
+      const int flips = 1 + trial % 4;
+      for (int f = 0; f < flips; ++f) bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+      std::vector<float> out(n, 0.0f);
+      try {
+        decode_sparse_accumulate(bad, out.data(), n);
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kMalformedPayload);
+      }
+    }
+  }
+}
+
+TEST(SparsePayload, ClampsFiniteValuesBeyondHalfRangeInsteadOfSendingInf) {
+  std::vector<uint32_t> idx = {0, 1};
+  std::vector<float> values = {1e6f, -1e6f};
+  Bytes payload;
+  encode_sparse(idx, values, 2, {ValueType::kFp16, IndexType::kU32}, payload);
+  EXPECT_EQ(values[0], 65504.0f);
+  EXPECT_EQ(values[1], -65504.0f);
+}
+
+}  // namespace
+}  // namespace compcoll

@@ -1,0 +1,59 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compcoll/error.h"
+#include "compression/payload.h"
+#include "compression/sbc.h"
+#include "integration/bench/gradients.h"
+
+namespace compcoll {
+namespace {
+
+TEST(Sbc, KeepsTheSideWithTheLargerMeanMagnitude) {
+  const size_t n = 100000;
+  SbcCodec codec(SbcConfig{0.01, 0.01});
+  for (float sign : {1.0f, -1.0f}) {
+    auto st = codec.make_state(n);
+    auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, 2);
+    for (size_t i = 0; i < n; i += 50) g[i] = sign * 10.0f;  // a heavy side
+    Bytes payload;
+    codec.encode(g.data(), n, *st, payload);
+    const SbcEntries e = decode_sbc(payload, n);
+    EXPECT_EQ(e.idx.size(), 1000u);
+    EXPECT_GT(e.mean * sign, 5.0f);
+    for (uint32_t i : e.idx) EXPECT_GT(g[i] * sign, 0.0f);
+  }
+}
+
+TEST(Sbc, PayloadIsOverTwoThousandTimesSmallerAtDensityOnePerMille) {
+  const size_t n = 4'000'000;
+  SbcCodec codec(SbcConfig{0.001, 0.01});
+  auto st = codec.make_state(n);
+  const auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, 4);
+  Bytes payload;
+  codec.encode(g.data(), n, *st, payload);
+  EXPECT_GT(double(n * 4) / payload.size(), 2000.0);
+}
+
+TEST(Sbc, RejectsCorruptHeadersAndTruncatedMeans) {
+  const size_t n = 10000;
+  SbcCodec codec(SbcConfig{0.01, 0.01});
+  auto st = codec.make_state(n);
+  const auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, 4);
+  Bytes payload;
+  codec.encode(g.data(), n, *st, payload);
+  std::vector<float> out(n, 0.0f);
+  Bytes bad = payload;
+  bad[5] = 7;  // side flag
+  EXPECT_THROW(decode_sbc_accumulate(bad, out.data(), n), Error);
+  bad = payload;
+  bad[4] = 40;  // Golomb parameter > 31
+  EXPECT_THROW(decode_sbc_accumulate(bad, out.data(), n), Error);
+  EXPECT_THROW(decode_sbc_accumulate({payload.data(), kPayloadHeaderBytes + 2}, out.data(), n),
+               Error);
+  EXPECT_EQ(out, std::vector<float>(n, 0.0f));
+}
+
+}  // namespace
+}  // namespace compcoll
