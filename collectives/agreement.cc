@@ -1,0 +1,66 @@
+#include "collectives/agreement.h"
+
+#include <map>
+#include <sstream>
+#include <string_view>
+
+#include "compcoll/error.h"
+
+namespace compcoll {
+namespace {
+
+std::map<std::string, std::string> parse(std::string_view s) {
+  std::map<std::string, std::string> kv;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find(';', pos);
+    if (end == std::string_view::npos) end = s.size();
+    const std::string_view item = s.substr(pos, end - pos);
+    const size_t eq = item.find('=');
+    kv[std::string(item.substr(0, eq))] =
+        eq == std::string_view::npos ? "" : std::string(item.substr(eq + 1));
+    pos = end + 1;
+  }
+  return kv;
+}
+
+}  // namespace
+
+uint64_t config_hash(const std::string& description) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : description) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+void ensure_agreement(Comm& comm, const std::string& description) {
+  const Gathered all = comm.allgatherv(
+      {reinterpret_cast<const uint8_t*>(description.data()), description.size()});
+  const auto part = [&](int r) {
+    const auto p = all.part(r);
+    return std::string_view(reinterpret_cast<const char*>(p.data()), p.size());
+  };
+  const auto reference = parse(part(0));
+  std::ostringstream diff;
+  int differing = 0;
+  for (int r = 1; r < all.parts(); ++r) {
+    if (part(r) == part(0)) continue;
+    ++differing;
+    const auto mine = parse(part(r));
+    for (const auto& [key, value] : reference) {
+      const auto it = mine.find(key);
+      const std::string other = it == mine.end() ? "(unset)" : it->second;
+      if (other != value) diff << "\n  " << key << ": rank 0 has " << value << ", rank " << r << " has " << other;
+    }
+    for (const auto& [key, value] : mine) {
+      if (!reference.count(key)) diff << "\n  " << key << ": rank 0 has (unset), rank " << r << " has " << value;
+    }
+  }
+  CC_CHECK(differing == 0, kMismatch, "ranks disagree on the compression configuration (seen by rank ",
+           comm.rank(), "; ", differing, " of ", all.parts(),
+           " ranks differ from rank 0); set the same COMPCOLL_* values everywhere:", diff.str());
+}
+
+}  // namespace compcoll

@@ -1,0 +1,22 @@
+// Agreement before trust: ranks exchange their effective configuration once
+// per communicator. A mismatch is an error on every rank that names the
+// settings and the ranks that differ, never a hang or silently different
+// math.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "collectives/comm.h"
+
+namespace compcoll {
+
+// description: "key=value;key=value;..." (e.g. "algo=dgc;" + AlgoParams::canonical()).
+// Collective. Throws ErrorKind::kMismatch on every rank when any rank's
+// description differs from rank 0's.
+void ensure_agreement(Comm& comm, const std::string& description);
+
+// FNV-1a of the description, for logs.
+uint64_t config_hash(const std::string& description);
+
+}  // namespace compcoll

@@ -1,0 +1,62 @@
+// A compressed allreduce algorithm: the codec of compression/ plus the
+// communication pattern that moves its payloads, written once against the
+// Comm seam. Every algorithm obeys DESIGN.md's rules: the same bits on every
+// rank, nothing lost (error feedback), non-finite values not hidden, peers'
+// payloads validated before use.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "collectives/comm.h"
+#include "compression/codec.h"
+#include "compression/onebit.h"
+#include "compression/payload.h"
+
+namespace compcoll {
+
+// The effective configuration of the compressed algorithms: every knob that
+// changes the math. Ranks must agree on all of it (see agreement.h).
+struct AlgoParams {
+  double density = 0.001;        // dgc, sbc, sdagc: fraction of elements sent
+  float momentum = 0.0f;         // momentum correction (dgc, sdagc, csc)
+  bool nesterov = false;
+  float clip = 0.0f;             // local gradient clipping threshold; 0 = off
+  int warmup_steps = 0;          // dgc, sdagc warm-up
+  ValueType values = ValueType::kFp32;  // sparse value encoding
+  IndexType indices = IndexType::kU32;  // sparse index encoding
+  size_t csc_chunk = 16384;      // csc chunk size (elements)
+  double csc_fraction = 0.01;    // csc: fraction of chunks sent
+  size_t onebit_block = 2048;    // onebit: elements per scale
+  ScaleMode onebit_scale = ScaleMode::kMeanMagnitude;
+  double sample_fraction = 0.01; // dgc, sbc: threshold sample
+
+  // "key=value;..." of every field: hashed for agreement, shown on mismatch.
+  std::string canonical() const;
+};
+
+// What one call did, for stats and the benchmark.
+struct CallInfo {
+  size_t payload_bytes = 0;  // this rank's compressed contribution
+  size_t selected = 0;       // elements this rank contributed
+};
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  virtual const char* name() const = 0;
+  // Error-feedback state for an n-element tensor on a communicator of
+  // world_size ranks (onebit's server error depends on the shard size).
+  virtual std::unique_ptr<CodecState> make_state(size_t n, int world_size) const = 0;
+  // In-place allreduce of n float32: SUM, or AVG when average. Collective:
+  // every rank calls it with the same n.
+  virtual CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
+                             CodecState& state) const = 0;
+};
+
+// buf[i] *= 1 / world_size (AVG after a SUM).
+void scale_in_place(float* buf, size_t n, int world_size);
+
+}  // namespace compcoll

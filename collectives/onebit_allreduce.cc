@@ -1,0 +1,76 @@
+#include "collectives/onebit_allreduce.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "compcoll/error.h"
+
+namespace compcoll {
+
+OneBitAllreduce::OneBitAllreduce(const OneBitConfig& config) : config_(config) {
+  validate_onebit_config(config);
+}
+
+OneBitAllreduce::Shard OneBitAllreduce::shard(size_t n, int world_size, int r) const {
+  const size_t blocks = (n + config_.block - 1) / config_.block;
+  const size_t per = (blocks + world_size - 1) / world_size;
+  const size_t begin = std::min(n, size_t(r) * per * config_.block);
+  const size_t end = std::min(n, size_t(r + 1) * per * config_.block);
+  return {begin, end - begin};
+}
+
+std::unique_ptr<CodecState> OneBitAllreduce::make_state(size_t n, int world_size) const {
+  auto st = std::make_unique<CodecState>(n);
+  // The rank is not known here; every shard but the last has the same
+  // length, so size the server error for the largest and use a prefix.
+  st->u.assign(shard(n, world_size, 0).len, 0.0f);
+  return st;
+}
+
+CallInfo OneBitAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool average,
+                                    CodecState& state) const {
+  const int R = comm.size(), me = comm.rank();
+  CC_CHECK_EQ(state.size(), n, kInvalidArgument, "onebit: state was made for another tensor size");
+  // Stage 1: quantize every shard with the worker error, send shard j to j.
+  std::vector<Bytes> send(R);
+  for (int j = 0; j < R; ++j) {
+    const Shard s = shard(n, R, j);
+    onebit_encode(config_, buf + s.begin, state.v.data() + s.begin, s.len, send[j]);
+  }
+  size_t sent_bytes = 0;
+  for (int j = 0; j < R; ++j) sent_bytes += j == me ? 0 : send[j].size();
+  const std::vector<Bytes> recv = comm.alltoallv(send);
+
+  // Stage 2: sum my shard over ranks (rank order), add the server error,
+  // re-quantize.
+  const Shard mine = shard(n, R, me);
+  CC_CHECK_LE(mine.len, state.u.size(), kInvalidArgument,
+              "onebit: server-error state is too small for this rank's shard");
+  std::vector<float> sum(mine.len, 0.0f);
+  for (int i = 0; i < R; ++i) {
+    try {
+      onebit_decode(recv[i], sum.data(), mine.len, /*accumulate=*/true);
+    } catch (const Error& e) {
+      CC_THROW(kMalformedPayload, "onebit allreduce on rank ", me, ": shard payload from rank ", i,
+               " rejected: ", e.what());
+    }
+  }
+  Bytes quantized;
+  onebit_encode(config_, sum.data(), state.u.data(), mine.len, quantized);
+
+  // Stage 3: everyone gets every quantized shard.
+  const Gathered all = comm.allgatherv(quantized);
+  for (int j = 0; j < R; ++j) {
+    const Shard s = shard(n, R, j);
+    try {
+      onebit_decode(all.part(j), buf + s.begin, s.len, /*accumulate=*/false);
+    } catch (const Error& e) {
+      CC_THROW(kMalformedPayload, "onebit allreduce on rank ", me, ": quantized shard from rank ", j,
+               " rejected: ", e.what());
+    }
+  }
+  if (average) scale_in_place(buf, n, R);
+  return {sent_bytes + quantized.size() * size_t(R - 1), n};
+}
+
+}  // namespace compcoll

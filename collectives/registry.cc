@@ -1,0 +1,117 @@
+#include "collectives/registry.h"
+
+#include <sstream>
+#include <string>
+
+#include "collectives/chunked_norm.h"
+#include "collectives/dense.h"
+#include "collectives/onebit_allreduce.h"
+#include "collectives/sparse_allgather.h"
+#include "compcoll/error.h"
+#include "compression/dgc.h"
+#include "compression/sbc.h"
+#include "compression/sdagc.h"
+
+namespace compcoll {
+namespace {
+
+SparsifyConfig sparsify_config(const AlgoParams& p) {
+  SparsifyConfig c;
+  c.density = p.density;
+  c.momentum = p.momentum;
+  c.nesterov = p.nesterov;
+  c.clip = p.clip;
+  c.warmup_steps = p.warmup_steps;
+  c.encoding = {p.values, p.indices};
+  return c;
+}
+
+std::unique_ptr<Algorithm> make_dense(const AlgoParams&) { return std::make_unique<DenseAllreduce>(); }
+
+std::unique_ptr<Algorithm> make_dgc(const AlgoParams& p) {
+  DgcConfig c;
+  static_cast<SparsifyConfig&>(c) = sparsify_config(p);
+  c.sample_fraction = p.sample_fraction;
+  return std::make_unique<SparseAllgatherAllreduce>("dgc", std::make_unique<DgcCodec>(c));
+}
+
+std::unique_ptr<Algorithm> make_sdagc(const AlgoParams& p) {
+  return std::make_unique<SparseAllgatherAllreduce>(
+      "sdagc", std::make_unique<SdagcCodec>(sparsify_config(p)));
+}
+
+std::unique_ptr<Algorithm> make_sbc(const AlgoParams& p) {
+  return std::make_unique<SparseAllgatherAllreduce>(
+      "sbc", std::make_unique<SbcCodec>(SbcConfig{p.density, p.sample_fraction}));
+}
+
+std::unique_ptr<Algorithm> make_csc(const AlgoParams& p) {
+  CscConfig c;
+  c.chunk = p.csc_chunk;
+  c.fraction = p.csc_fraction;
+  c.momentum = p.momentum;
+  c.nesterov = p.nesterov;
+  return std::make_unique<ChunkedNormAllreduce>(c);
+}
+
+std::unique_ptr<Algorithm> make_onebit(const AlgoParams& p) {
+  return std::make_unique<OneBitAllreduce>(OneBitConfig{p.onebit_block, p.onebit_scale});
+}
+
+constexpr AlgorithmDescriptor kAlgorithms[] = {
+    {"dense", "exact allreduce through the transport (Gloo ring); also the fallback", make_dense},
+    {"dgc",
+     "Deep Gradient Compression: top-density elements by sampled threshold, momentum correction, "
+     "clipping, masking, warm-up; sparse allgather",
+     make_dgc},
+    {"sbc",
+     "Sparse Binary Compression: top-density of one sign, binarised to its mean, Golomb-Rice "
+     "positions; sparse allgather",
+     make_sbc},
+    {"sdagc",
+     "standard-deviation adaptive threshold lambda*sigma with residual accumulation; sparse "
+     "allgather",
+     make_sdagc},
+    {"csc",
+     "coarse-grained sparse communication: allreduce of chunk L1 norms, then dense allreduce of "
+     "the top chunks",
+     make_csc},
+    {"onebit",
+     "1-bit signs with per-block scales and worker+server error feedback; alltoall + allgather",
+     make_onebit},
+};
+
+}  // namespace
+
+std::span<const AlgorithmDescriptor> algorithm_table() { return kAlgorithms; }
+
+std::string algorithm_names() {
+  std::string s;
+  for (const auto& a : kAlgorithms) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
+}
+
+const AlgorithmDescriptor& find_algorithm(std::string_view name) {
+  for (const auto& a : kAlgorithms) {
+    if (name == a.name) return a;
+  }
+  CC_THROW(kInvalidArgument, "unknown algorithm '", name, "' (registered: ", algorithm_names(), ")");
+}
+
+std::unique_ptr<Algorithm> make_algorithm(std::string_view name, const AlgoParams& params) {
+  return find_algorithm(name).make(params);
+}
+
+std::string AlgoParams::canonical() const {
+  std::ostringstream os;
+  os.precision(17);
+  os << "density=" << density << ";momentum=" << momentum << ";nesterov=" << nesterov
+     << ";clip=" << clip << ";warmup_steps=" << warmup_steps
+     << ";values=" << value_type_name(values) << ";indices=" << index_type_name(indices)
+     << ";csc_chunk=" << csc_chunk << ";csc_fraction=" << csc_fraction
+     << ";onebit_block=" << onebit_block << ";onebit_scale=" << int(onebit_scale)
+     << ";sample_fraction=" << sample_fraction;
+  return os.str();
+}
+
+}  // namespace compcoll

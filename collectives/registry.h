@@ -1,0 +1,29 @@
+// The algorithm descriptor table: the single source of truth for which
+// algorithms exist, what they are, and how to build one. Selection
+// (COMPCOLL_ALGO), compcoll-info, the benchmark and the tests all read it.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "collectives/algorithm.h"
+
+namespace compcoll {
+
+struct AlgorithmDescriptor {
+  const char* name;
+  const char* description;
+  std::unique_ptr<Algorithm> (*make)(const AlgoParams& params);
+};
+
+std::span<const AlgorithmDescriptor> algorithm_table();
+
+// Throws kInvalidArgument naming the value and the registered names.
+const AlgorithmDescriptor& find_algorithm(std::string_view name);
+std::unique_ptr<Algorithm> make_algorithm(std::string_view name, const AlgoParams& params);
+
+// "dense, dgc, sbc, sdagc, csc, onebit"
+std::string algorithm_names();
+
+}  // namespace compcoll

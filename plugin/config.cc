@@ -1,0 +1,230 @@
+#include "plugin/config.h"
+
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+
+#include "collectives/registry.h"
+#include "compcoll/error.h"
+
+namespace compcoll {
+namespace {
+
+[[noreturn]] void reject(const ConfigVar& var, const std::string& value, const std::string& why) {
+  CC_THROW(kInvalidArgument, var.name, "=", value, ": ", why, " (allowed: ", var.allowed, ")");
+}
+
+double parse_double(const ConfigVar& var, const std::string& value) {
+  errno = 0;
+  char* end = nullptr;
+  const double d = std::strtod(value.c_str(), &end);
+  if (end == value.c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(d)) {
+    reject(var, value, "not a finite number");
+  }
+  return d;
+}
+
+long long parse_int(const ConfigVar& var, const std::string& value) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  if (end == value.c_str() || *end != '\0' || errno == ERANGE) reject(var, value, "not an integer");
+  return v;
+}
+
+bool parse_bool(const ConfigVar& var, const std::string& value) {
+  if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
+  if (value == "0" || value == "false" || value == "no" || value == "off") return false;
+  reject(var, value, "not a boolean");
+}
+
+// The value must be one of the '|'-separated words of var.allowed.
+void check_enum(const ConfigVar& var, const std::string& value) {
+  std::stringstream ss(var.allowed);
+  std::string word;
+  while (std::getline(ss, word, '|')) {
+    if (word == value) return;
+  }
+  reject(var, value, "unknown value");
+}
+
+double fraction_in_unit(const ConfigVar& var, const std::string& value) {
+  const double d = parse_double(var, value);
+  if (!(d > 0.0 && d <= 1.0)) reject(var, value, "outside (0, 1]");
+  return d;
+}
+
+long long int_at_least(const ConfigVar& var, const std::string& value, long long lo) {
+  const long long v = parse_int(var, value);
+  if (v < lo) reject(var, value, "below " + std::to_string(lo));
+  return v;
+}
+
+#define CC_APPLY [](const ConfigVar& var, const std::string& value, Config& cfg)
+
+// Kept in one place so that compcoll-info, docs/ and the tests agree.
+const ConfigVar kTable[] = {
+    {"COMPCOLL_ALGO", VarType::kEnum, "", "a registered algorithm (compcoll-info lists them)",
+     "compression algorithm for eligible allreduces; unset or dense = off",
+     CC_APPLY {
+       bool known = false;  // the registry is the one list of algorithms
+       for (const auto& a : algorithm_table()) known = known || value == a.name;
+       if (!known) reject(var, value, "unknown algorithm; registered: " + algorithm_names());
+       cfg.algo = value;
+     }},
+    {"COMPCOLL_DENSITY", VarType::kDouble, "0.001", "(0, 1]",
+     "fraction of elements sent per step by dgc, sbc and sdagc",
+     CC_APPLY { cfg.params.density = fraction_in_unit(var, value); }},
+    {"COMPCOLL_MOMENTUM", VarType::kDouble, "0", "[0, 1)",
+     "momentum correction factor (dgc, sdagc, csc); it replaces the optimizer's momentum, "
+     "so set the optimizer's momentum to 0 when you set this",
+     CC_APPLY {
+       const double m = parse_double(var, value);
+       if (!(m >= 0.0 && m < 1.0)) reject(var, value, "outside [0, 1)");
+       cfg.params.momentum = static_cast<float>(m);
+     }},
+    {"COMPCOLL_NESTEROV", VarType::kBool, "0", "0|1", "Nesterov form of the momentum correction",
+     CC_APPLY { cfg.params.nesterov = parse_bool(var, value); }},
+    {"COMPCOLL_CLIP", VarType::kDouble, "0", ">= 0",
+     "local gradient clipping: each rank clips its gradient's L2 norm to CLIP/sqrt(world size); "
+     "0 = off",
+     CC_APPLY {
+       const double c = parse_double(var, value);
+       if (c < 0.0) reject(var, value, "negative");
+       cfg.params.clip = static_cast<float>(c);
+     }},
+    {"COMPCOLL_WARMUP_STEPS", VarType::kInt, "0", ">= 0",
+     "steps over which dgc/sdagc density falls from 25% to COMPCOLL_DENSITY (x1/4 per stage)",
+     CC_APPLY { cfg.params.warmup_steps = static_cast<int>(int_at_least(var, value, 0)); }},
+    {"COMPCOLL_MIN_ELEMS", VarType::kInt, "16384", ">= 0",
+     "tensors with fewer elements take the exact dense path",
+     CC_APPLY { cfg.min_elems = static_cast<size_t>(int_at_least(var, value, 0)); }},
+    {"COMPCOLL_CSC_CHUNK", VarType::kInt, "16384", ">= 1", "csc chunk size in elements",
+     CC_APPLY { cfg.params.csc_chunk = static_cast<size_t>(int_at_least(var, value, 1)); }},
+    {"COMPCOLL_CSC_FRACTION", VarType::kDouble, "0.01", "(0, 1]",
+     "fraction of chunks csc sends per step",
+     CC_APPLY { cfg.params.csc_fraction = fraction_in_unit(var, value); }},
+    {"COMPCOLL_ONEBIT_BLOCK", VarType::kInt, "2048", "power of two in [8, 16777216]",
+     "elements per onebit scale",
+     CC_APPLY {
+       const long long b = parse_int(var, value);
+       if (b < 8 || b > (1 << 24) || !std::has_single_bit(static_cast<unsigned long long>(b))) {
+         reject(var, value, "not a power of two in range");
+       }
+       cfg.params.onebit_block = static_cast<size_t>(b);
+     }},
+    {"COMPCOLL_ONEBIT_SCALE", VarType::kEnum, "mean", "mean|pair",
+     "onebit reconstruction: mean magnitude per block, or Seide's mean-of-positives / "
+     "mean-of-negatives pair",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.params.onebit_scale = value == "pair" ? ScaleMode::kSignedMeans : ScaleMode::kMeanMagnitude;
+     }},
+    {"COMPCOLL_VALUE_DTYPE", VarType::kEnum, "fp32", "fp32|fp16|bf16",
+     "how dgc/sdagc values travel (rounding error stays in the residual)",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.params.values = value == "fp16"   ? ValueType::kFp16
+                           : value == "bf16" ? ValueType::kBf16
+                                             : ValueType::kFp32;
+     }},
+    {"COMPCOLL_INDEX_CODING", VarType::kEnum, "u32", "u32|varint",
+     "how dgc/sdagc indices travel: raw 32-bit or LEB128 gaps",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.params.indices = value == "varint" ? IndexType::kVarintGap : IndexType::kU32;
+     }},
+    {"COMPCOLL_SAMPLE_FRACTION", VarType::kDouble, "0.01", "(0, 1]",
+     "share of elements dgc and sbc sample to set their threshold",
+     CC_APPLY { cfg.params.sample_fraction = fraction_in_unit(var, value); }},
+    {"COMPCOLL_TRANSPORT", VarType::kEnum, "tcp", "tcp|ibverbs",
+     "Gloo device: tcp, or ibverbs (RDMA; not usable with Debian's Gloo, see docs)",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.transport = value;
+     }},
+    {"COMPCOLL_IFACE", VarType::kString, "", "a network interface name",
+     "network interface the tcp device binds to (e.g. eth0)",
+     CC_APPLY { cfg.iface = value; }},
+    {"COMPCOLL_HOSTNAME", VarType::kString, "", "a hostname or address",
+     "address the tcp device binds to (instead of COMPCOLL_IFACE)",
+     CC_APPLY { cfg.hostname = value; }},
+    {"COMPCOLL_RENDEZVOUS", VarType::kString, "", "file://DIR|redis://HOST:PORT",
+     "where ranks meet: a shared directory or a Redis server",
+     CC_APPLY {
+       if (value.rfind("file://", 0) != 0 && value.rfind("redis://", 0) != 0) {
+         reject(var, value, "not a file:// or redis:// address");
+       }
+       cfg.rendezvous = value;
+     }},
+    {"COMPCOLL_RANK", VarType::kInt, "", ">= 0 (falls back to RANK)", "this process's rank",
+     CC_APPLY { cfg.rank = static_cast<int>(int_at_least(var, value, 0)); }},
+    {"COMPCOLL_WORLD_SIZE", VarType::kInt, "", ">= 1 (falls back to WORLD_SIZE)",
+     "number of ranks",
+     CC_APPLY { cfg.world_size = static_cast<int>(int_at_least(var, value, 1)); }},
+    {"COMPCOLL_TIMEOUT_MS", VarType::kInt, "30000", ">= 1",
+     "limit of every collective call and of rendezvous, in milliseconds",
+     CC_APPLY { cfg.timeout = std::chrono::milliseconds(int_at_least(var, value, 1)); }},
+    {"COMPCOLL_DEBUG", VarType::kEnum, "WARN", "WARN|INFO|TRACE",
+     "log level of 'compcoll INFO ...' lines on stderr (like NCCL_DEBUG)",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.debug = value == "TRACE" ? LogLevel::kTrace : value == "INFO" ? LogLevel::kInfo : LogLevel::kWarn;
+     }},
+    {"COMPCOLL_STATS_FILE", VarType::kString, "", "a path; {rank} is replaced by the rank",
+     "where each rank writes its JSON stats at communicator destruction or exit",
+     CC_APPLY { cfg.stats_file = value; }},
+};
+
+#undef CC_APPLY
+
+}  // namespace
+
+const char* var_type_name(VarType t) {
+  switch (t) {
+    case VarType::kEnum: return "enum";
+    case VarType::kDouble: return "double";
+    case VarType::kInt: return "int";
+    case VarType::kBool: return "bool";
+    case VarType::kString: return "string";
+  }
+  return "?";
+}
+
+std::span<const ConfigVar> config_table() { return kTable; }
+
+EnvLookup process_env() {
+  return [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+Config load_config(const EnvLookup& env) {
+  Config cfg;
+  for (const ConfigVar& var : kTable) {
+    std::optional<std::string> value = env(var.name);
+    if ((!value || value->empty()) && std::string(var.name) == "COMPCOLL_RANK") value = env("RANK");
+    if ((!value || value->empty()) && std::string(var.name) == "COMPCOLL_WORLD_SIZE") {
+      value = env("WORLD_SIZE");
+    }
+    if (!value || value->empty()) {
+      if (*var.default_value) var.apply(var, var.default_value, cfg);
+      continue;
+    }
+    var.apply(var, *value, cfg);
+  }
+  CC_CHECK(cfg.rank < 0 || cfg.world_size < 0 || cfg.rank < cfg.world_size, kInvalidArgument,
+           "COMPCOLL_RANK=", cfg.rank, " is not below COMPCOLL_WORLD_SIZE=", cfg.world_size);
+  return cfg;
+}
+
+std::string Config::agreement_description() const {
+  return "algo=" + algo + ";min_elems=" + std::to_string(min_elems) + ";" + params.canonical();
+}
+
+}  // namespace compcoll

@@ -1,0 +1,64 @@
+// compcoll's configuration: one declarative table of COMPCOLL_* variables
+// (name, type, default, allowed values, doc). It is parsed once, validated
+// (a bad value is an error naming the variable, the value and what is
+// allowed, raised before any traffic), and printed by compcoll-info. No other
+// code reads the environment for settings.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "collectives/algorithm.h"
+
+namespace compcoll {
+
+enum class LogLevel { kWarn = 0, kInfo = 1, kTrace = 2 };
+
+struct Config {
+  std::string algo = "dense";  // COMPCOLL_ALGO; unset or "dense" = off
+  AlgoParams params;
+  size_t min_elems = 16384;
+  std::string transport = "tcp";
+  std::string iface;
+  std::string hostname;
+  std::string rendezvous;  // file://DIR or redis://HOST:PORT
+  int rank = -1;           // -1: not given
+  int world_size = -1;
+  std::chrono::milliseconds timeout{30000};
+  LogLevel debug = LogLevel::kWarn;
+  std::string stats_file;
+
+  bool compression_enabled() const { return algo != "dense"; }
+  // "algo=...;" + params.canonical() + the other settings that change the
+  // math (min_elems): what ranks must agree on.
+  std::string agreement_description() const;
+};
+
+enum class VarType { kEnum, kDouble, kInt, kBool, kString };
+const char* var_type_name(VarType t);
+
+struct ConfigVar {
+  const char* name;
+  VarType type;
+  const char* default_value;  // as text; "" = unset
+  const char* allowed;        // human-readable: "dense|dgc|..." or "(0, 1]"
+  const char* doc;
+  // Parses value (never empty) into cfg; throws kInvalidArgument.
+  void (*apply)(const ConfigVar& var, const std::string& value, Config& cfg);
+};
+
+std::span<const ConfigVar> config_table();
+
+// Reads a variable; nullopt when unset. Defaults to the process environment.
+using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
+EnvLookup process_env();
+
+// Parses every variable of the table. An empty value counts as unset.
+// COMPCOLL_RANK / COMPCOLL_WORLD_SIZE fall back to torchrun's RANK /
+// WORLD_SIZE.
+Config load_config(const EnvLookup& env = process_env());
+
+}  // namespace compcoll
