@@ -29,20 +29,15 @@ SparsifyConfig sparsify_config(const AlgoParams& p) {
 std::unique_ptr<Algorithm> make_dense(const AlgoParams&) { return std::make_unique<DenseAllreduce>(); }
 
 std::unique_ptr<Algorithm> make_dgc(const AlgoParams& p) {
-  DgcConfig c;
-  static_cast<SparsifyConfig&>(c) = sparsify_config(p);
-  c.sample_fraction = p.sample_fraction;
-  return std::make_unique<SparseAllgatherAllreduce>("dgc", std::make_unique<DgcCodec>(c));
+  return std::make_unique<SparseAllgatherAllreduce>("dgc", make_sparse_codec("dgc", p));
 }
 
 std::unique_ptr<Algorithm> make_sdagc(const AlgoParams& p) {
-  return std::make_unique<SparseAllgatherAllreduce>(
-      "sdagc", std::make_unique<SdagcCodec>(sparsify_config(p)));
+  return std::make_unique<SparseAllgatherAllreduce>("sdagc", make_sparse_codec("sdagc", p));
 }
 
 std::unique_ptr<Algorithm> make_sbc(const AlgoParams& p) {
-  return std::make_unique<SparseAllgatherAllreduce>(
-      "sbc", std::make_unique<SbcCodec>(SbcConfig{p.density, p.sample_fraction}));
+  return std::make_unique<SparseAllgatherAllreduce>("sbc", make_sparse_codec("sbc", p));
 }
 
 std::unique_ptr<Algorithm> make_csc(const AlgoParams& p) {
@@ -82,6 +77,18 @@ constexpr AlgorithmDescriptor kAlgorithms[] = {
 };
 
 }  // namespace
+
+std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const AlgoParams& p) {
+  if (name == "dgc") {
+    DgcConfig c;
+    static_cast<SparsifyConfig&>(c) = sparsify_config(p);
+    c.sample_fraction = p.sample_fraction;
+    return std::make_unique<DgcCodec>(c);
+  }
+  if (name == "sdagc") return std::make_unique<SdagcCodec>(sparsify_config(p));
+  if (name == "sbc") return std::make_unique<SbcCodec>(SbcConfig{p.density, p.sample_fraction});
+  return nullptr;
+}
 
 std::span<const AlgorithmDescriptor> algorithm_table() { return kAlgorithms; }
 

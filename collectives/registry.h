@@ -23,6 +23,10 @@ std::span<const AlgorithmDescriptor> algorithm_table();
 const AlgorithmDescriptor& find_algorithm(std::string_view name);
 std::unique_ptr<Algorithm> make_algorithm(std::string_view name, const AlgoParams& params);
 
+// The codec behind a sparse-allgather algorithm (dgc, sbc, sdagc), built
+// from the same parameters; null for the others.
+std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const AlgoParams& params);
+
 // "dense, dgc, sbc, sdagc, csc, onebit"
 std::string algorithm_names();
 

@@ -1,0 +1,285 @@
+// Multi-rank tests of every algorithm: ranks as threads over real loopback
+// sockets (tests/support/gloo_harness.h), parametrised over world size,
+// element count and algorithm.
+//
+// For each case every rank allreduces its own deterministic gradient, then
+//   - all ranks' results are compared byte for byte;
+//   - rank 0 recomputes, without any communication, what the algorithm must
+//     produce from every rank's gradient (fresh codecs, the same arithmetic in
+//     the same order) and compares: bit for bit where the order of additions
+//     is ours, within float rounding where a dense allreduce sums;
+//   - the relative L2 error against the exact sum is bounded per algorithm;
+//   - dense is compared bit for bit with Gloo's own allreduce.
+#include <gtest/gtest.h>
+
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "collectives/chunked_norm.h"
+#include "collectives/dense.h"
+#include "collectives/onebit_allreduce.h"
+#include "collectives/registry.h"
+#include "compression/csc.h"
+#include "compression/decode.h"
+#include "integration/bench/gradients.h"
+#include "tests/support/gloo_harness.h"
+#include "transport/gloo_comm.h"
+
+namespace compcoll {
+namespace {
+
+using bench::GradientKind;
+
+std::vector<float> gradient_of(int rank, size_t n, uint64_t step = 0) {
+  return bench::make_gradient(GradientKind::kStudentT3, n, 1000 * step + 17 * rank + 1);
+}
+
+double rel_l2(const std::vector<float>& got, const std::vector<double>& exact) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (got[i] - exact[i]) * (got[i] - exact[i]);
+    den += exact[i] * exact[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// What rank-order decoding of every rank's first-step sparse payload gives.
+std::vector<float> expected_sparse(const std::string& algo, const AlgoParams& p, int world, size_t n) {
+  std::vector<float> out(n, 0.0f);
+  for (int r = 0; r < world; ++r) {
+    auto codec = make_sparse_codec(algo, p);
+    auto st = codec->make_state(n);
+    const auto g = gradient_of(r, n);
+    Bytes payload;
+    codec->encode(g.data(), n, *st, payload);
+    decode_accumulate(payload, out.data(), n);
+  }
+  return out;
+}
+
+std::vector<float> expected_csc(const AlgoParams& p, int world, size_t n) {
+  CscConfig c;
+  c.chunk = p.csc_chunk;
+  c.fraction = p.csc_fraction;
+  const size_t chunks = csc_chunk_count(n, c.chunk);
+  std::vector<float> norms(chunks, 0.0f), one(chunks);
+  std::vector<std::unique_ptr<CodecState>> states;
+  for (int r = 0; r < world; ++r) {
+    states.push_back(make_csc_state(c, n));
+    const auto g = gradient_of(r, n);
+    csc_accumulate_norms(c, g.data(), n, *states.back(), one.data());
+    for (size_t i = 0; i < chunks; ++i) norms[i] += one[i];
+  }
+  const auto chosen = csc_select_chunks(norms.data(), chunks, csc_selected_count(chunks, c.fraction));
+  std::vector<float> sum, packed;
+  for (int r = 0; r < world; ++r) {
+    csc_pack(*states[r], chosen, c.chunk, packed);
+    if (sum.empty()) sum.assign(packed.size(), 0.0f);
+    for (size_t i = 0; i < packed.size(); ++i) sum[i] += packed[i];
+  }
+  std::vector<float> out(n);
+  csc_unpack(sum.data(), chosen, c.chunk, n, out.data());
+  return out;
+}
+
+std::vector<float> expected_onebit(const AlgoParams& p, int world, size_t n) {
+  const OneBitConfig c{p.onebit_block, p.onebit_scale};
+  const OneBitAllreduce algo(c);
+  std::vector<std::vector<float>> grads, errs;
+  for (int r = 0; r < world; ++r) {
+    grads.push_back(gradient_of(r, n));
+    errs.emplace_back(n, 0.0f);
+  }
+  std::vector<float> out(n);
+  for (int j = 0; j < world; ++j) {
+    const auto s = algo.shard(n, world, j);
+    std::vector<float> sum(s.len, 0.0f), server_err(s.len, 0.0f);
+    for (int r = 0; r < world; ++r) {
+      Bytes payload;
+      onebit_encode(c, grads[r].data() + s.begin, errs[r].data() + s.begin, s.len, payload);
+      onebit_decode(payload, sum.data(), s.len, true);
+    }
+    Bytes q;
+    onebit_encode(c, sum.data(), server_err.data(), s.len, q);
+    onebit_decode(q, out.data() + s.begin, s.len, false);
+  }
+  return out;
+}
+
+struct Case {
+  int world;
+  size_t count;
+  std::string algo;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.algo << " world " << c.world << " count " << c.count;
+}
+
+class AllreduceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AllreduceTest, IdenticalEverywhereAndEqualToWhatTheCodecsSelected) {
+  const auto [world, n, algo_name] = GetParam();
+  AlgoParams params;  // defaults, except a density that selects something at small n
+  params.density = 0.01;
+  params.csc_chunk = 256;
+  params.csc_fraction = 0.05;
+  params.onebit_block = 64;
+  const auto algo = make_algorithm(algo_name, params);
+
+  testing::run_gloo_ranks(world, [&](Comm& comm) {
+    std::vector<float> buf = gradient_of(comm.rank(), n);
+    auto state = algo->make_state(n, comm.size());
+    algo->allreduce(comm, buf.data(), n, /*average=*/false, *state);
+
+    // Same bytes on every rank.
+    const Gathered all = comm.allgatherv({reinterpret_cast<const uint8_t*>(buf.data()), n * 4});
+    for (int r = 0; r < all.parts(); ++r) {
+      ASSERT_EQ(all.part(r).size(), n * 4);
+      ASSERT_EQ(0, std::memcmp(all.part(r).data(), buf.data(), n * 4))
+          << "rank " << r << " differs from rank " << comm.rank();
+    }
+
+    std::vector<double> exact(n, 0.0);
+    for (int r = 0; r < world; ++r) {
+      const auto g = gradient_of(r, n);
+      for (size_t i = 0; i < n; ++i) exact[i] += g[i];
+    }
+    // One step from a zero state: a sparse sum misses most of the energy,
+    // 1-bit signs overshoot it; only dense is exact.
+    double bound = algo_name == "onebit" ? 1.5 : 1.0;
+    if (algo_name == "dense") {
+      // Bit-exact with Gloo's own allreduce on the same inputs.
+      auto& gloo_comm = dynamic_cast<GlooComm&>(comm);
+      std::vector<float> ref = gradient_of(comm.rank(), n);
+      if (n > 0) {
+        gloo::AllreduceOptions opts(gloo_comm.gloo_context());
+        opts.setOutput(ref.data(), n);
+        opts.setReduceFunction(
+            static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+        opts.setTag(gloo_comm.reserve_tag());
+        gloo::allreduce(opts);
+      }
+      ASSERT_EQ(0, std::memcmp(ref.data(), buf.data(), n * 4));
+      bound = 1e-5;
+    } else if (comm.rank() == 0) {
+      std::vector<float> expected;
+      if (algo_name == "csc") expected = expected_csc(params, world, n);
+      else if (algo_name == "onebit") expected = expected_onebit(params, world, n);
+      else expected = expected_sparse(algo_name, params, world, n);
+      if (algo_name == "csc") {
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_NEAR(buf[i], expected[i], 1e-5f * (1 + std::fabs(expected[i]))) << i;
+        }
+      } else {
+        ASSERT_EQ(0, std::memcmp(expected.data(), buf.data(), n * 4));
+      }
+    }
+    if (n > 0) {
+      EXPECT_LE(rel_l2(buf, exact), bound);
+    }
+  });
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (const auto& a : algorithm_table()) {
+    for (int world : {1, 2, 3, 4, 7, 8}) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{1000}, size_t{1048579}}) {
+        cases.push_back({world, count, a.name});
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllAlgorithms, AllreduceTest, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) {
+                           return info.param.algo + "_w" + std::to_string(info.param.world) + "_n" +
+                                  std::to_string(info.param.count);
+                         });
+
+// Error feedback through the collective: over 200 steps the running sum of
+// what the algorithm delivered tracks the running dense sum within 5 %.
+// The stream is concentrated like real gradients: 1 % of the coordinates (a
+// run of 4096, like the one layer in a hundred that is learning fast) carry
+// a persistent signal with 100 % multiplicative noise; the rest are a
+// thousand times smaller. (No algorithm sending 0.1 % per step can track a
+// stream whose energy is spread evenly over all coordinates within 200
+// steps: it can reach at most 20 % of them.)
+//
+// onebit is held to 8 %, not 5 %: a sign times one scale per block can only
+// keep up with a coordinate whose rate is below the block's scale, so the
+// residual must grow to about the layer's largest per-step gradient before
+// the output catches up, and the running-sum error decays only like 1/T
+// (7.4 % at 200 steps here, 5.6 % for a single worker without the server
+// stage; smaller blocks or Seide's two scales change it by < 1.5 points).
+class ErrorFeedbackTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ErrorFeedbackTest, RunningSumTracksTheDenseSumWithinFivePercentOver200Steps) {
+  constexpr size_t kRun = 4096;
+  const size_t n = 100 * kRun;
+  const int world = 4, steps = 200;
+  const auto algo = make_algorithm(GetParam(), AlgoParams{});  // default settings
+  std::vector<float> base = bench::make_gradient(GradientKind::kGaussian, n, 99);
+  for (size_t run = 0; run < n / kRun; ++run) {
+    if (run != 37) {
+      for (size_t i = run * kRun; i < (run + 1) * kRun; ++i) base[i] *= 1e-3f;
+    }
+  }
+  testing::run_gloo_ranks(world, [&](Comm& comm) {
+    auto state = algo->make_state(n, world);
+    std::vector<double> got(n, 0.0), want(n, 0.0);
+    std::vector<float> buf(n), exact(n);
+    uint64_t x = 0x9E3779B97F4A7C15ull * (comm.rank() + 1);  // xorshift64 noise
+    for (int step = 0; step < steps; ++step) {
+      for (size_t i = 0; i < n; ++i) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        const float u = static_cast<float>(x >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+        buf[i] = base[i] * (1.0f + 1.7320508f * (u - 0.5f));  // noise: half the signal
+      }
+      exact = buf;
+      dense_allreduce(comm, exact.data(), n, DType::kFloat32, ReduceOp::kSum);
+      algo->allreduce(comm, buf.data(), n, false, *state);
+      for (size_t i = 0; i < n; ++i) {
+        got[i] += buf[i];
+        want[i] += exact[i];
+      }
+    }
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; ++i) {
+      num += (got[i] - want[i]) * (got[i] - want[i]);
+      den += want[i] * want[i];
+    }
+    const double rel = std::sqrt(num / den);
+    if (comm.rank() == 0) std::printf("[ %s ] relative L2 after %d steps: %.4f\n", GetParam().c_str(), steps, rel);
+    EXPECT_LT(rel, GetParam() == "onebit" ? 0.08 : 0.05);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(DefaultSettings, ErrorFeedbackTest,
+                         ::testing::Values("dgc", "sbc", "sdagc", "csc", "onebit"));
+
+TEST(Allreduce, AverageDividesTheSumByTheWorldSize) {
+  const size_t n = 100000;
+  for (const char* name : {"dense", "dgc", "csc", "onebit"}) {
+    const auto algo = make_algorithm(name, AlgoParams{});
+    testing::run_gloo_ranks(3, [&](Comm& comm) {
+      std::vector<float> sum = gradient_of(comm.rank(), n), avg = sum;
+      auto s1 = algo->make_state(n, 3), s2 = algo->make_state(n, 3);
+      algo->allreduce(comm, sum.data(), n, false, *s1);
+      algo->allreduce(comm, avg.data(), n, true, *s2);
+      for (size_t i = 0; i < n; i += 97) ASSERT_FLOAT_EQ(avg[i] * 3.0f, sum[i]) << name << " " << i;
+    });
+  }
+}
+
+}  // namespace
+}  // namespace compcoll
