@@ -51,6 +51,11 @@ class Comm {
 
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+
+  // Bytes this rank has put on the wire through this communicator so far
+  // (payloads and size headers; a ring allreduce counts what the ring
+  // sends). Stats and the benchmark report differences of it.
+  virtual uint64_t bytes_sent() const { return 0; }
 };
 
 }  // namespace compcoll

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "compcoll/error.h"
+#include "integration/bench/allreduce_bench.h"
 #include "integration/bench/codec_bench.h"
 
 namespace {
@@ -29,6 +30,8 @@ int main(int argc, char** argv) {
   const std::string sub = argv[1];
   try {
     if (sub == "codec") return compcoll::bench::codec_main(argc, argv, 2);
+    if (sub == "allreduce") return compcoll::bench::allreduce_main(argc, argv, 2);
+    if (sub == "worker") return compcoll::bench::worker_main(argc, argv, 2);
     std::fprintf(stderr, "compcoll-bench: unknown subcommand '%s'\n", sub.c_str());
     usage();
     return 2;

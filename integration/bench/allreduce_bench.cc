@@ -1,0 +1,106 @@
+// The parent side of `compcoll-bench allreduce`: spawns R worker processes
+// (this same binary, subcommand `worker`) that meet through a FileStore in a
+// fresh temporary directory (or the --rendezvous given), waits for them, and
+// prints rank 0's results. Any rank failing makes the whole run fail (exit
+// 1) with that rank's status and the end of its log; nothing is left running.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "collectives/registry.h"
+#include "compcoll/error.h"
+#include "integration/bench/allreduce_bench.h"
+#include "integration/bench/args.h"
+#include "integration/bench/process.h"
+#include "plugin/config.h"
+
+namespace compcoll::bench {
+namespace {
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t len = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  CC_CHECK(len > 0, kInternal, "cannot find the compcoll-bench executable (/proc/self/exe)");
+  buf[len] = '\0';
+  return buf;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+int allreduce_main(int argc, char** argv, int first) {
+  Args args(argc, argv, first);
+  const int ranks = static_cast<int>(args.integer("ranks", 4, "local ranks (processes)"));
+  const std::string algos =
+      args.str("algo", "dense,dgc,sbc,sdagc,csc,onebit", "algorithms, comma-separated");
+  const long long count = args.integer("count", 25557032, "float32 elements (K/M/G suffixes)");
+  const long long iters = args.integer("iters", 5, "timed calls per algorithm (median reported)");
+  const std::string density = args.str("density", "", "overrides COMPCOLL_DENSITY");
+  const std::string rendezvous =
+      args.str("rendezvous", "", "file://DIR or redis://HOST:PORT (default: a fresh temp dir)");
+  const std::string gradient = args.str("gradient", "gaussian", "input: gaussian, t3, mixed");
+  const long long seed = args.integer("seed", 1, "random seed");
+  const long long deadline_s = args.integer("deadline", 1800, "seconds before every rank is killed");
+  const bool json = args.flag("json", "print the JSON list of the CLI contract");
+  std::string usage;
+  if (!args.finish(&usage)) {
+    std::cout << "usage: compcoll-bench allreduce [flags]   (COMPCOLL_* variables apply)\n" << usage;
+    return 0;
+  }
+  CC_CHECK(ranks >= 1, kInvalidArgument, "--ranks must be >= 1");
+  CC_CHECK(iters >= 1, kInvalidArgument, "--iters must be >= 1");
+  for (const auto& a : split_list(algos)) find_algorithm(a);  // reject unknown names up front
+  const Config cfg = load_config();                            // and bad COMPCOLL_* values
+
+  char tmpl[] = "/tmp/compcoll-bench-XXXXXX";
+  CC_CHECK(mkdtemp(tmpl) != nullptr, kInternal, "cannot create a temporary directory");
+  const std::string dir = tmpl;
+  const std::string spec = rendezvous.empty() ? "file://" + dir + "/store" : rendezvous;
+  const std::string out = dir + "/results.json";
+
+  std::vector<Child> children;
+  const std::string exe = self_exe();
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<std::string> a = {exe, "worker", "--rank", std::to_string(r), "--ranks",
+                                  std::to_string(ranks), "--rendezvous", spec, "--algo", algos,
+                                  "--count", std::to_string(count), "--iters", std::to_string(iters),
+                                  "--gradient", gradient, "--seed", std::to_string(seed), "--out", out};
+    if (!density.empty()) {
+      a.push_back("--density");
+      a.push_back(density);
+    }
+    children.push_back(spawn(a, r, dir + "/rank" + std::to_string(r) + ".log"));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadline_s);
+  const bool ok = wait_all(children, deadline, cfg.timeout + std::chrono::seconds(5));
+  if (!ok) {
+    std::cerr << "compcoll-bench allreduce: failed; per rank:\n";
+    for (const Child& c : children) {
+      std::cerr << "  rank " << c.rank << ": " << describe_status(c.status) << "\n";
+    }
+    for (const Child& c : children) {
+      if (c.status == 0) continue;
+      std::cerr << "--- rank " << c.rank << " log (" << c.log << ") ---\n" << tail_of(c.log);
+    }
+    std::cerr << "(logs kept in " << dir << ")\n";
+    return 1;
+  }
+  std::cout << read_file(json ? out : out + ".txt") << std::flush;
+  std::filesystem::remove_all(dir);
+  return 0;
+}
+
+}  // namespace compcoll::bench

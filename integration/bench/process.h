@@ -1,0 +1,38 @@
+// Child processes for the benchmark's local ranks: spawn with output to a
+// log file, wait with a deadline, kill what is left. Nothing outlives the
+// parent's wait_all: every child is reaped.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace compcoll::bench {
+
+struct Child {
+  pid_t pid = -1;
+  int rank = -1;
+  std::string log;   // stdout+stderr of the child
+  bool done = false;
+  int status = 0;    // waitpid status once done
+};
+
+// Starts argv[0] with argv (PATH not searched), output appended to log.
+Child spawn(const std::vector<std::string>& argv, int rank, const std::string& log);
+
+// Waits for every child until deadline. When one fails (non-zero exit or a
+// signal), the others get `grace` to fail on their own (they should: a dead
+// peer is an error within the timeout), then SIGKILL. Returns true when all
+// exited with status 0.
+bool wait_all(std::vector<Child>& children, std::chrono::steady_clock::time_point deadline,
+              std::chrono::milliseconds grace);
+
+// "exit 1", "killed by signal 9", ...
+std::string describe_status(int status);
+
+// The last max_bytes of a file, for error reports.
+std::string tail_of(const std::string& path, size_t max_bytes = 4000);
+
+}  // namespace compcoll::bench

@@ -1,0 +1,184 @@
+// The per-rank side of `compcoll-bench allreduce`. Each worker connects to
+// the others through the rendezvous, then for each algorithm: agreement on
+// the configuration, one untimed warm-up call, K timed calls (each preceded
+// by a barrier and a fresh copy of the gradient; the time of a call is the
+// slowest rank's), then correctness figures. Rank 0 writes the results.
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "collectives/agreement.h"
+#include "collectives/dense.h"
+#include "collectives/registry.h"
+#include "compcoll/error.h"
+#include "integration/bench/allreduce_bench.h"
+#include "integration/bench/args.h"
+#include "integration/bench/gradients.h"
+#include "integration/bench/json.h"
+#include "integration/bench/report.h"
+#include "plugin/config.h"
+#include "transport/gloo_comm.h"
+#include "transport/gloo_connect.h"
+
+namespace compcoll::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Median over iterations of the slowest rank's time.
+double slowest_median(Comm& comm, std::vector<double> times) {
+  if (times.empty()) return 0.0;
+  comm.allreduce(times.data(), times.size(), DType::kFloat64, ReduceOp::kMax);
+  std::sort(times.begin(), times.end());
+  const size_t m = times.size() / 2;
+  return times.size() % 2 ? times[m] : 0.5 * (times[m - 1] + times[m]);
+}
+
+uint64_t fnv(const void* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+bool identical_everywhere(Comm& comm, const std::vector<float>& out) {
+  const uint64_t h = fnv(out.data(), out.size() * sizeof(float));
+  const Gathered all = comm.allgatherv({reinterpret_cast<const uint8_t*>(&h), sizeof h});
+  for (int r = 0; r < all.parts(); ++r) {
+    if (all.part(r).size() != sizeof h || std::memcmp(all.part(r).data(), &h, sizeof h)) return false;
+  }
+  return true;
+}
+
+// Gloo's own allreduce, straight on the Gloo context: the baseline.
+void gloo_allreduce(GlooComm& comm, float* buf, size_t n) {
+  if (n == 0) return;
+  gloo::AllreduceOptions opts(comm.gloo_context());
+  opts.setOutput(buf, n);
+  opts.setReduceFunction(
+      static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+  opts.setTag(comm.reserve_tag());
+  opts.setTimeout(comm.timeout());
+  gloo::allreduce(opts);
+}
+
+}  // namespace
+
+int worker_main(int argc, char** argv, int first) {
+  Args args(argc, argv, first);
+  const int rank = static_cast<int>(args.integer("rank", 0, "this rank"));
+  const int ranks = static_cast<int>(args.integer("ranks", 1, "number of ranks"));
+  const std::string spec = args.str("rendezvous", "", "file://DIR or redis://HOST:PORT");
+  const std::string algos = args.str("algo", "dense", "algorithms, comma-separated");
+  const size_t n = static_cast<size_t>(args.integer("count", 1 << 20, "float32 elements"));
+  const int iters = static_cast<int>(args.integer("iters", 5, "timed calls per algorithm"));
+  const std::string density = args.str("density", "", "overrides COMPCOLL_DENSITY");
+  const std::string out_path = args.str("out", "", "rank 0 writes results here");
+  const GradientKind kind = parse_gradient_kind(args.str("gradient", "gaussian", "input"));
+  const auto seed = static_cast<uint64_t>(args.integer("seed", 1, "random seed"));
+  std::string usage;
+  if (!args.finish(&usage)) {
+    std::cout << usage;
+    return 0;
+  }
+  Config cfg = load_config();  // COMPCOLL_* settings; a bad value fails here, before traffic
+  if (!density.empty()) {
+    cfg = load_config([&](const char* name) -> std::optional<std::string> {
+      if (std::string(name) == "COMPCOLL_DENSITY") return density;
+      return process_env()(name);
+    });
+  }
+  std::vector<std::string> names = split_list(algos);
+  for (const auto& a : names) find_algorithm(a);  // unknown names fail before traffic
+
+  GlooOptions opts;
+  opts.rank = rank;
+  opts.size = ranks;
+  opts.rendezvous = spec;
+  opts.transport = cfg.transport;
+  opts.iface = cfg.iface;
+  opts.hostname = cfg.hostname;
+  opts.timeout = cfg.timeout;
+  opts.prefix = "bench";
+  auto comm = connect_gloo(opts);
+
+  const std::vector<float> grad = make_gradient(kind, n, seed + 7919 * rank);
+  std::vector<double> exact(grad.begin(), grad.end());
+  if (n) comm->allreduce(exact.data(), n, DType::kFloat64, ReduceOp::kSum);
+  double exact_norm = 0.0;
+  for (double x : exact) exact_norm += x * x;
+  exact_norm = std::sqrt(exact_norm);
+
+  std::vector<float> buf(n);
+  std::vector<double> dense_times;
+  for (int it = -1; it < iters; ++it) {
+    std::copy(grad.begin(), grad.end(), buf.begin());
+    comm->barrier();
+    const auto t0 = Clock::now();
+    gloo_allreduce(*comm, buf.data(), n);
+    if (it >= 0) dense_times.push_back(ms_since(t0));
+  }
+  const double dense_ms = slowest_median(*comm, dense_times);
+
+  std::vector<AllreduceResult> results;
+  for (const std::string& name : names) {
+    ensure_agreement(*comm, "algo=" + name + ";" + cfg.params.canonical());
+    const auto algo = make_algorithm(name, cfg.params);
+    auto state = algo->make_state(n, ranks);
+    std::vector<double> running(n, 0.0);
+    std::vector<double> times;
+    uint64_t wire = 0;
+    for (int it = -1; it < iters; ++it) {
+      std::copy(grad.begin(), grad.end(), buf.begin());
+      comm->barrier();
+      const uint64_t before = comm->bytes_sent();
+      const auto t0 = Clock::now();
+      algo->allreduce(*comm, buf.data(), n, /*average=*/false, *state);
+      const double ms = ms_since(t0);
+      if (it >= 0) {
+        times.push_back(ms);
+        wire += comm->bytes_sent() - before;
+      }
+      for (size_t i = 0; i < n; ++i) running[i] += buf[i];
+    }
+    AllreduceResult r;
+    r.algo = name;
+    r.ranks = ranks;
+    r.count = n;
+    r.iters = iters;
+    r.time_ms = slowest_median(*comm, times);
+    r.dense_time_ms = dense_ms;
+    r.wire_bytes = iters > 0 ? wire / iters : 0;
+    r.dense_wire_bytes = ring_allreduce_bytes(n * sizeof(float), ranks);
+    double err = 0.0, run_err = 0.0;
+    const double calls = iters + 1;
+    for (size_t i = 0; i < n; ++i) {
+      err += (buf[i] - exact[i]) * (buf[i] - exact[i]);
+      run_err += (running[i] - calls * exact[i]) * (running[i] - calls * exact[i]);
+    }
+    r.rel_error = exact_norm > 0 ? std::sqrt(err) / exact_norm : std::sqrt(err);
+    r.running_rel_error = exact_norm > 0 ? std::sqrt(run_err) / (calls * exact_norm) : 0.0;
+    r.identical = identical_everywhere(*comm, buf);
+    results.push_back(r);
+  }
+  if (rank == 0 && !out_path.empty()) {
+    std::ofstream(out_path) << results_json(results) << "\n";
+    std::ofstream(out_path + ".txt") << results_table(results);
+  }
+  return 0;
+}
+
+}  // namespace compcoll::bench

@@ -1,0 +1,62 @@
+#include "integration/bench/report.h"
+
+#include <cstdio>
+
+#include "integration/bench/json.h"
+
+namespace compcoll::bench {
+
+std::string results_json(const std::vector<AllreduceResult>& results) {
+  std::vector<JsonObject> items;
+  for (const auto& r : results) {
+    JsonObject j;
+    j.add("algo", r.algo)
+        .add("ranks", r.ranks)
+        .add("count", r.count)
+        .add("iters", r.iters)
+        .add("time_ms", r.time_ms)
+        .add("dense_time_ms", r.dense_time_ms)
+        .add("speedup", r.speedup())
+        .add("wire_bytes", static_cast<unsigned long long>(r.wire_bytes))
+        .add("dense_wire_bytes", static_cast<unsigned long long>(r.dense_wire_bytes))
+        .add("ratio", r.ratio())
+        .add("rel_error", r.rel_error)
+        .add("running_rel_error", r.running_rel_error)
+        .add("identical", r.identical);
+    items.push_back(j);
+  }
+  return json_list(items);
+}
+
+std::string results_table(const std::vector<AllreduceResult>& results) {
+  std::string out;
+  char line[512];
+  if (results.empty()) return out;
+  std::snprintf(line, sizeof line,
+                "# compcoll-bench allreduce: %d ranks, float sum, median of %d calls "
+                "(slowest rank); dense = Gloo's own allreduce in the same run\n",
+                results[0].ranks, results[0].iters);
+  out += line;
+  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %7s %10s %8s %8s %10s %8s %12s %8s %9s %9s %5s\n",
+                "size(B)", "count", "type", "redop", "algo", "time(ms)", "algbw", "busbw",
+                "dense(ms)", "speedup", "wire(B)", "ratio", "rel_err", "run_err", "same");
+  out += line;
+  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %7s %10s %8s %8s %10s %8s %12s %8s %9s %9s %5s\n",
+                "", "(elements)", "", "", "", "", "(GB/s)", "(GB/s)", "", "(x)", "(per rank)", "(x)",
+                "(L2 rel)", "(L2 rel)", "");
+  out += line;
+  for (const auto& r : results) {
+    const double bytes = double(r.count) * 4.0;
+    const double algbw = r.time_ms > 0 ? bytes / (r.time_ms * 1e6) : 0.0;
+    const double busbw = algbw * (r.ranks > 1 ? 2.0 * (r.ranks - 1) / r.ranks : 0.0);
+    std::snprintf(line, sizeof line,
+                  " %12.0f %10zu %6s %5s %7s %10.2f %8.3f %8.3f %10.2f %8.2f %12llu %8.1f %9.2e %9.2e %5s\n",
+                  bytes, r.count, "float", "sum", r.algo.c_str(), r.time_ms, algbw, busbw,
+                  r.dense_time_ms, r.speedup(), static_cast<unsigned long long>(r.wire_bytes),
+                  r.ratio(), r.rel_error, r.running_rel_error, r.identical ? "yes" : "NO");
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace compcoll::bench

@@ -1,0 +1,31 @@
+// Results of `compcoll-bench allreduce` and their two renderings: the JSON
+// list of DESIGN.md's contract and an nccl-tests-style table.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace compcoll::bench {
+
+struct AllreduceResult {
+  std::string algo;
+  int ranks = 0;
+  size_t count = 0;
+  int iters = 0;
+  double time_ms = 0.0;        // median over iterations of the slowest rank
+  double dense_time_ms = 0.0;  // Gloo's own allreduce, same run
+  uint64_t wire_bytes = 0;     // sent per rank per call (measured)
+  uint64_t dense_wire_bytes = 0;  // a ring allreduce's bytes per rank
+  double rel_error = 0.0;      // last call vs the exact sum
+  double running_rel_error = 0.0;  // sum over all calls vs calls * exact sum
+  bool identical = false;      // all ranks bitwise equal
+
+  double ratio() const { return wire_bytes ? double(dense_wire_bytes) / double(wire_bytes) : 0.0; }
+  double speedup() const { return time_ms > 0 ? dense_time_ms / time_ms : 0.0; }
+};
+
+std::string results_json(const std::vector<AllreduceResult>& results);
+std::string results_table(const std::vector<AllreduceResult>& results);
+
+}  // namespace compcoll::bench
