@@ -89,6 +89,7 @@ int worker_main(int argc, char** argv, int first) {
   const std::string out_path = args.str("out", "", "rank 0 writes results here");
   const GradientKind kind = parse_gradient_kind(args.str("gradient", "gaussian", "input"));
   const auto seed = static_cast<uint64_t>(args.integer("seed", 1, "random seed"));
+  const bool skip_baseline = args.flag("skip-dense-baseline", "do not time Gloo's own allreduce");
   std::string usage;
   if (!args.finish(&usage)) {
     std::cout << usage;
@@ -124,7 +125,7 @@ int worker_main(int argc, char** argv, int first) {
 
   std::vector<float> buf(n);
   std::vector<double> dense_times;
-  for (int it = -1; it < iters; ++it) {
+  for (int it = -1; it < (skip_baseline ? -1 : iters); ++it) {
     std::copy(grad.begin(), grad.end(), buf.begin());
     comm->barrier();
     const auto t0 = Clock::now();
@@ -141,6 +142,7 @@ int worker_main(int argc, char** argv, int first) {
     std::vector<double> running(n, 0.0);
     std::vector<double> times;
     uint64_t wire = 0;
+    std::fprintf(stderr, "compcoll-bench worker rank %d: running %s\n", rank, name.c_str());
     for (int it = -1; it < iters; ++it) {
       std::copy(grad.begin(), grad.end(), buf.begin());
       comm->barrier();
@@ -154,6 +156,7 @@ int worker_main(int argc, char** argv, int first) {
       }
       for (size_t i = 0; i < n; ++i) running[i] += buf[i];
     }
+    std::fprintf(stderr, "compcoll-bench worker rank %d: %s done\n", rank, name.c_str());
     AllreduceResult r;
     r.algo = name;
     r.ranks = ranks;

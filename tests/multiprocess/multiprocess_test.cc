@@ -1,0 +1,194 @@
+// Collectives with ranks as separate processes: compcoll-bench's `allreduce`
+// (FileStore, Redis) and its `worker` ranks started one by one so a test can
+// kill one, leave one out, or give one a different configuration. Every
+// surviving rank must fail within timeout + 2 s with a message naming the
+// problem, and no process may be left running.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/process_util.h"
+
+namespace compcoll::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+const std::string kBench = COMPCOLL_BENCH;
+const std::string kAll = "dense,dgc,sbc,sdagc,csc,onebit";
+
+size_t count_of(const std::string& s, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = s.find(needle); p != std::string::npos; p = s.find(needle, p + 1)) ++n;
+  return n;
+}
+
+// Runs `compcoll-bench allreduce ... --json`; returns exit code and output.
+std::pair<int, std::string> run_bench(const std::vector<std::string>& extra, const TempDir& dir) {
+  std::vector<std::string> argv = {kBench, "allreduce", "--ranks", "3", "--algo", kAll,
+                                   "--count", "200000", "--iters", "2", "--json"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  const std::string out = dir.path() + "/bench.out";
+  ChildSet children;
+  const pid_t pid = children.add(spawn(argv, out));
+  const auto status = children.wait(pid, milliseconds(120000));
+  EXPECT_TRUE(status.has_value()) << "compcoll-bench did not finish in 120 s";
+  return {status ? exit_code(*status) : -1, read_file(out)};
+}
+
+TEST(MultiProcess, EveryAlgorithmOverAFileStoreGivesIdenticalResults) {
+  TempDir dir;
+  const auto [code, out] = run_bench({}, dir);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(count_of(out, "\"identical\": true"), 6u) << out;
+  for (const char* a : {"dense", "dgc", "sbc", "sdagc", "csc", "onebit"}) {
+    EXPECT_NE(out.find(std::string("\"algo\": \"") + a + "\""), std::string::npos) << a;
+  }
+}
+
+TEST(MultiProcess, EveryAlgorithmOverARealRedisServer) {
+  const std::string redis = find_in_path("redis-server");
+  if (redis.empty()) GTEST_SKIP() << "redis-server is not installed (scripts/install-deps.sh installs it)";
+  TempDir dir;
+  const int port = free_loopback_port();
+  ChildSet server;
+  const pid_t rs = server.add(spawn({redis, "--port", std::to_string(port), "--bind", "127.0.0.1",
+                                     "--save", "", "--appendonly", "no", "--dir", dir.path()},
+                                    dir.path() + "/redis.log"));
+  const auto until = Clock::now() + milliseconds(10000);
+  while (!port_accepts(port) && Clock::now() < until) std::this_thread::sleep_for(milliseconds(20));
+  ASSERT_TRUE(port_accepts(port)) << read_file(dir.path() + "/redis.log");
+  const auto [code, out] =
+      run_bench({"--rendezvous", "redis://127.0.0.1:" + std::to_string(port)}, dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(count_of(out, "\"identical\": true"), 6u) << out;
+  kill(rs, SIGTERM);
+  EXPECT_TRUE(server.wait(rs, milliseconds(5000)).has_value());
+}
+
+// Starts ranks [0, started) of a `world`-rank job with compcoll-bench
+// worker; env_for(rank) gives extra "NAME=VALUE" settings.
+struct Job {
+  TempDir dir;
+  ChildSet children;
+  std::vector<pid_t> pids;
+  std::string log(int r) const { return dir.path() + "/rank" + std::to_string(r) + ".log"; }
+};
+
+void start_ranks(Job& job, int world, int started, const std::string& algo, int iters,
+                 const std::vector<std::string>& env_for_rank1 = {}) {
+  for (int r = 0; r < started; ++r) {
+    std::vector<std::string> argv = {"/usr/bin/env", "COMPCOLL_TIMEOUT_MS=3000"};
+    if (r == 1) argv.insert(argv.end(), env_for_rank1.begin(), env_for_rank1.end());
+    const std::vector<std::string> worker = {
+        kBench, "worker", "--rank", std::to_string(r), "--ranks", std::to_string(world),
+        "--rendezvous", "file://" + job.dir.path() + "/store", "--algo", algo, "--count", "2000000",
+        "--iters", std::to_string(iters), "--skip-dense-baseline"};
+    argv.insert(argv.end(), worker.begin(), worker.end());
+    job.pids.push_back(job.children.add(spawn(argv, job.log(r))));
+  }
+}
+
+// Waits for each listed rank; returns seconds until it exited (or -1).
+double seconds_until_exit(Job& job, int r, Clock::time_point since, int* code) {
+  const auto status = job.children.wait(job.pids[r], milliseconds(20000));
+  if (!status) return -1.0;
+  *code = exit_code(*status);
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+TEST(MultiProcessFaults, ARankKilledMidCollectiveFailsEverySurvivorInTime) {
+  for (const std::string algo : {"dgc", "csc", "onebit"}) {
+    Job job;
+    start_ranks(job, 4, 4, algo, 100000);
+    // Wait until every rank is inside the compressed collectives.
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_TRUE(wait_for_text(job.log(r), "running " + algo, milliseconds(20000)))
+          << algo << " rank " << r << ": " << read_file(job.log(r));
+    }
+    std::this_thread::sleep_for(milliseconds(300));
+    ASSERT_EQ(kill(job.pids[2], SIGKILL), 0);
+    const auto killed_at = Clock::now();
+    int code = 0;
+    job.children.wait(job.pids[2], milliseconds(5000));
+    // Every survivor names a peer; in a ring a survivor may only see its
+    // neighbour close (that neighbour failed first), so at least one names
+    // the dead rank itself.
+    int naming_dead_rank = 0;
+    for (int r : {0, 1, 3}) {
+      const double s = seconds_until_exit(job, r, killed_at, &code);
+      ASSERT_GE(s, 0.0) << algo << " rank " << r << " still running 20 s after the kill";
+      EXPECT_LE(s, 3.0 + 2.0) << algo << " rank " << r;
+      EXPECT_NE(code, 0) << algo << " rank " << r;
+      const std::string log = read_file(job.log(r));
+      EXPECT_NE(log.find("compcoll"), std::string::npos) << log;
+      EXPECT_NE(log.find(" is rank "), std::string::npos) << "rank " << r << " names no peer:\n" << log;
+      naming_dead_rank += log.find(" is rank 2") != std::string::npos;
+    }
+    EXPECT_GE(naming_dead_rank, 1) << algo;
+    EXPECT_TRUE(job.children.alive().empty());
+    for (pid_t p : job.pids) EXPECT_NE(kill(p, 0), 0) << "pid " << p << " still exists";
+  }
+}
+
+TEST(MultiProcessFaults, ARankThatNeverJoinsFailsTheOthersInTime) {
+  Job job;
+  const auto start = Clock::now();
+  start_ranks(job, 4, 3, "dgc", 1);  // rank 3 never starts
+  for (int r = 0; r < 3; ++r) {
+    int code = 0;
+    const double s = seconds_until_exit(job, r, start, &code);
+    ASSERT_GE(s, 0.0);
+    EXPECT_LE(s, 3.0 + 2.0) << "rank " << r;
+    EXPECT_NE(code, 0);
+    const std::string log = read_file(job.log(r));
+    EXPECT_NE(log.find("3"), std::string::npos) << log;
+    EXPECT_NE(log.find("rendezvous"), std::string::npos) << log;
+  }
+  EXPECT_TRUE(job.children.alive().empty());
+}
+
+TEST(MultiProcessFaults, RanksThatDisagreeOnTheDensityAllRefuseWithTheReason) {
+  Job job;
+  const auto start = Clock::now();
+  start_ranks(job, 3, 3, "dgc", 1, {"COMPCOLL_DENSITY=0.01"});
+  for (int r = 0; r < 3; ++r) {
+    int code = 0;
+    const double s = seconds_until_exit(job, r, start, &code);
+    ASSERT_GE(s, 0.0);
+    EXPECT_LE(s, 3.0 + 2.0) << "rank " << r;
+    EXPECT_NE(code, 0);
+    const std::string log = read_file(job.log(r));
+    EXPECT_NE(log.find("disagree"), std::string::npos) << log;
+    EXPECT_NE(log.find("density: rank 0 has 0.001, rank 1 has 0.01"), std::string::npos) << log;
+  }
+  EXPECT_TRUE(job.children.alive().empty());
+}
+
+TEST(MultiProcessFaults, BadConfigurationIsRejectedBeforeAnyTraffic) {
+  TempDir dir;
+  for (const std::string bad : {"COMPCOLL_ALGO=zip", "COMPCOLL_DENSITY=1.5", "COMPCOLL_DENSITY=abc",
+                                "COMPCOLL_TIMEOUT_MS=-5"}) {
+    ChildSet children;
+    const std::string out = dir.path() + "/out.log";
+    const pid_t pid = children.add(spawn({"/usr/bin/env", bad, kBench, "allreduce", "--ranks", "2",
+                                          "--count", "1000"},
+                                         out));
+    const auto status = children.wait(pid, milliseconds(10000));
+    ASSERT_TRUE(status.has_value());
+    EXPECT_NE(exit_code(*status), 0) << bad;
+    const std::string text = read_file(out);
+    EXPECT_NE(text.find(bad.substr(0, bad.find('='))), std::string::npos) << text;
+    EXPECT_EQ(text.find("rank 0"), std::string::npos) << "ranks were started for " << bad;
+  }
+}
+
+}  // namespace
+}  // namespace compcoll::testing
