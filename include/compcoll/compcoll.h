@@ -1,0 +1,104 @@
+/* compcoll public C API.
+ *
+ * A communicator compresses the allreduces it is given according to the
+ * COMPCOLL_* configuration (see compcoll-info): float32/float16/bfloat16
+ * SUM/AVG tensors of at least COMPCOLL_MIN_ELEMS elements go through the
+ * configured algorithm (dgc, sbc, sdagc, csc, onebit), everything else
+ * through the exact dense allreduce.
+ *
+ * Every function returns a status; nothing throws across this boundary.
+ * After a failure, compcoll_last_error() (per thread) says what happened.
+ * A communicator that failed in a collective refuses further calls and
+ * must be destroyed and created again.
+ */
+#ifndef COMPCOLL_COMPCOLL_H_
+#define COMPCOLL_COMPCOLL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(COMPCOLL_BUILDING_LIBRARY)
+#define COMPCOLL_API __attribute__((visibility("default")))
+#else
+#define COMPCOLL_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define COMPCOLL_VERSION_MAJOR 0
+#define COMPCOLL_VERSION_MINOR 1
+
+typedef enum {
+  COMPCOLL_SUCCESS = 0,
+  COMPCOLL_INVALID_ARGUMENT = 1, /* bad configuration or arguments */
+  COMPCOLL_MALFORMED_PAYLOAD = 2, /* a peer sent bytes that do not decode */
+  COMPCOLL_TRANSPORT_ERROR = 3,  /* dead peer, broken socket, timeout */
+  COMPCOLL_MISMATCH = 4,         /* ranks disagree on configuration */
+  COMPCOLL_UNSUPPORTED = 5,      /* not available on this build/machine */
+  COMPCOLL_INTERNAL_ERROR = 6
+} compcoll_status_t;
+
+typedef enum {
+  COMPCOLL_FLOAT32 = 0,
+  COMPCOLL_FLOAT16 = 1,
+  COMPCOLL_BFLOAT16 = 2,
+  COMPCOLL_FLOAT64 = 3,
+  COMPCOLL_INT32 = 4,
+  COMPCOLL_INT64 = 5,
+  COMPCOLL_UINT8 = 6,
+  COMPCOLL_INT8 = 7
+} compcoll_dtype_t;
+
+typedef enum {
+  COMPCOLL_SUM = 0,
+  COMPCOLL_AVG = 1,
+  COMPCOLL_MIN = 2,
+  COMPCOLL_MAX = 3,
+  COMPCOLL_PROD = 4
+} compcoll_op_t;
+
+typedef struct compcoll_comm compcoll_comm_t;
+
+typedef struct {
+  uint64_t calls;
+  uint64_t compressed_calls;
+  uint64_t dense_bytes; /* what a dense ring allreduce would have sent */
+  uint64_t wire_bytes;  /* what this rank sent */
+  double ratio;         /* dense_bytes / wire_bytes */
+  double time_ms;       /* total time inside allreduce */
+  uint64_t state_bytes; /* error-feedback memory held */
+} compcoll_stats_t;
+
+/* Connects using COMPCOLL_RENDEZVOUS, COMPCOLL_RANK, COMPCOLL_WORLD_SIZE
+ * (or RANK, WORLD_SIZE) and the other COMPCOLL_* settings. Collective. */
+COMPCOLL_API compcoll_status_t compcoll_comm_create_from_env(compcoll_comm_t** comm);
+
+/* Same, with the rendezvous ("file://DIR" or "redis://HOST:PORT"), rank and
+ * world size given explicitly; other settings still come from COMPCOLL_*. */
+COMPCOLL_API compcoll_status_t compcoll_comm_create(const char* rendezvous, int rank, int world_size,
+                                       compcoll_comm_t** comm);
+
+/* In-place allreduce of count elements. key names the tensor's
+ * error-feedback state; NULL uses (buf, count, dtype). Collective. */
+COMPCOLL_API compcoll_status_t compcoll_allreduce(compcoll_comm_t* comm, void* buf, size_t count,
+                                     compcoll_dtype_t dtype, compcoll_op_t op, const char* key);
+
+COMPCOLL_API compcoll_status_t compcoll_comm_rank(const compcoll_comm_t* comm, int* rank);
+COMPCOLL_API compcoll_status_t compcoll_comm_size(const compcoll_comm_t* comm, int* size);
+COMPCOLL_API compcoll_status_t compcoll_get_stats(const compcoll_comm_t* comm, compcoll_stats_t* stats);
+
+/* Writes COMPCOLL_STATS_FILE (if set), logs a summary, frees everything.
+ * NULL is accepted. */
+COMPCOLL_API compcoll_status_t compcoll_comm_destroy(compcoll_comm_t* comm);
+
+COMPCOLL_API const char* compcoll_status_string(compcoll_status_t status);
+/* Message of the last failure on this thread ("" if none). */
+COMPCOLL_API const char* compcoll_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COMPCOLL_COMPCOLL_H_ */

@@ -1,0 +1,161 @@
+// The C ABI: every entry point converts compcoll::Error (and anything else)
+// into a status code and a per-thread message. No exception crosses it.
+#include <new>
+#include <string>
+
+#include "compcoll/compcoll.h"
+#include "compcoll/error.h"
+#include "plugin/communicator.h"
+#include "plugin/config.h"
+
+struct compcoll_comm {
+  std::unique_ptr<compcoll::Communicator> impl;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+compcoll_status_t status_of(compcoll::ErrorKind k) {
+  using compcoll::ErrorKind;
+  switch (k) {
+    case ErrorKind::kInvalidArgument: return COMPCOLL_INVALID_ARGUMENT;
+    case ErrorKind::kMalformedPayload: return COMPCOLL_MALFORMED_PAYLOAD;
+    case ErrorKind::kTransport: return COMPCOLL_TRANSPORT_ERROR;
+    case ErrorKind::kMismatch: return COMPCOLL_MISMATCH;
+    case ErrorKind::kUnsupported: return COMPCOLL_UNSUPPORTED;
+    case ErrorKind::kInternal: return COMPCOLL_INTERNAL_ERROR;
+  }
+  return COMPCOLL_INTERNAL_ERROR;
+}
+
+template <typename Fn>
+compcoll_status_t guarded(Fn&& fn) {
+  try {
+    fn();
+    g_last_error.clear();
+    return COMPCOLL_SUCCESS;
+  } catch (const compcoll::Error& e) {
+    g_last_error = e.what();
+    return status_of(e.kind());
+  } catch (const std::bad_alloc&) {
+    g_last_error = "compcoll: out of memory";
+    return COMPCOLL_INTERNAL_ERROR;
+  } catch (const std::exception& e) {
+    g_last_error = std::string("compcoll: ") + e.what();
+    return COMPCOLL_INTERNAL_ERROR;
+  } catch (...) {
+    g_last_error = "compcoll: unknown exception";
+    return COMPCOLL_INTERNAL_ERROR;
+  }
+}
+
+compcoll_status_t null_arg(const char* what) {
+  g_last_error = std::string("compcoll: ") + what + " is NULL";
+  return COMPCOLL_INVALID_ARGUMENT;
+}
+
+bool valid_dtype(int d) { return d >= COMPCOLL_FLOAT32 && d <= COMPCOLL_INT8; }
+bool valid_op(int o) { return o >= COMPCOLL_SUM && o <= COMPCOLL_PROD; }
+
+compcoll_status_t create(const compcoll::Config& cfg, compcoll_comm_t** out) {
+  return guarded([&] {
+    auto c = new compcoll_comm{compcoll::Communicator::connect(cfg)};
+    *out = c;
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+compcoll_status_t compcoll_comm_create_from_env(compcoll_comm_t** comm) {
+  if (!comm) return null_arg("comm");
+  *comm = nullptr;
+  compcoll::Config cfg;
+  const compcoll_status_t s = guarded([&] { cfg = compcoll::load_config(); });
+  return s != COMPCOLL_SUCCESS ? s : create(cfg, comm);
+}
+
+compcoll_status_t compcoll_comm_create(const char* rendezvous, int rank, int world_size,
+                                       compcoll_comm_t** comm) {
+  if (!comm) return null_arg("comm");
+  if (!rendezvous) return null_arg("rendezvous");
+  *comm = nullptr;
+  compcoll::Config cfg;
+  const compcoll_status_t s = guarded([&] {
+    cfg = compcoll::load_config();
+    CC_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, kInvalidArgument, "rank ", rank,
+             " of world size ", world_size, " is out of range");
+    cfg.rendezvous = rendezvous;
+    cfg.rank = rank;
+    cfg.world_size = world_size;
+  });
+  return s != COMPCOLL_SUCCESS ? s : create(cfg, comm);
+}
+
+compcoll_status_t compcoll_allreduce(compcoll_comm_t* comm, void* buf, size_t count,
+                                     compcoll_dtype_t dtype, compcoll_op_t op, const char* key) {
+  if (!comm) return null_arg("comm");
+  if (!valid_dtype(dtype)) {
+    g_last_error = "compcoll: unknown dtype " + std::to_string(dtype);
+    return COMPCOLL_INVALID_ARGUMENT;
+  }
+  if (!valid_op(op)) {
+    g_last_error = "compcoll: unknown reduction op " + std::to_string(op);
+    return COMPCOLL_INVALID_ARGUMENT;
+  }
+  return guarded([&] {
+    comm->impl->allreduce(buf, count, static_cast<compcoll::DType>(dtype),
+                          static_cast<compcoll::ReduceOp>(op), key);
+  });
+}
+
+compcoll_status_t compcoll_comm_rank(const compcoll_comm_t* comm, int* rank) {
+  if (!comm || !rank) return null_arg("comm or rank");
+  *rank = comm->impl->rank();
+  return COMPCOLL_SUCCESS;
+}
+
+compcoll_status_t compcoll_comm_size(const compcoll_comm_t* comm, int* size) {
+  if (!comm || !size) return null_arg("comm or size");
+  *size = comm->impl->size();
+  return COMPCOLL_SUCCESS;
+}
+
+compcoll_status_t compcoll_get_stats(const compcoll_comm_t* comm, compcoll_stats_t* stats) {
+  if (!comm || !stats) return null_arg("comm or stats");
+  const compcoll::Stats& s = comm->impl->stats();
+  stats->calls = s.calls();
+  stats->compressed_calls = s.compressed_calls();
+  stats->dense_bytes = s.dense_bytes();
+  stats->wire_bytes = s.wire_bytes();
+  stats->ratio = s.ratio();
+  stats->time_ms = s.total_ms();
+  stats->state_bytes = comm->impl->state_bytes();
+  return COMPCOLL_SUCCESS;
+}
+
+compcoll_status_t compcoll_comm_destroy(compcoll_comm_t* comm) {
+  if (!comm) return COMPCOLL_SUCCESS;
+  const compcoll_status_t s = guarded([&] { comm->impl->finish(); });
+  delete comm;
+  return s;
+}
+
+const char* compcoll_status_string(compcoll_status_t status) {
+  switch (status) {
+    case COMPCOLL_SUCCESS: return "success";
+    case COMPCOLL_INVALID_ARGUMENT: return "invalid argument";
+    case COMPCOLL_MALFORMED_PAYLOAD: return "malformed payload";
+    case COMPCOLL_TRANSPORT_ERROR: return "transport error";
+    case COMPCOLL_MISMATCH: return "configuration mismatch";
+    case COMPCOLL_UNSUPPORTED: return "unsupported";
+    case COMPCOLL_INTERNAL_ERROR: return "internal error";
+  }
+  return "unknown status";
+}
+
+const char* compcoll_last_error(void) { return g_last_error.c_str(); }
+
+}  // extern "C"

@@ -1,0 +1,113 @@
+#include "plugin/communicator.h"
+
+#include <chrono>
+
+#include "collectives/agreement.h"
+#include "collectives/dense.h"
+#include "collectives/dispatch.h"
+#include "collectives/registry.h"
+#include "compcoll/error.h"
+#include "transport/gloo_comm.h"
+#include "transport/gloo_connect.h"
+
+namespace compcoll {
+namespace {
+
+// Entries unused for this many calls are evicted: far more than the number
+// of gradient buckets of any model, so only abandoned buffers go.
+constexpr uint64_t kEvictAfterCalls = 10000;
+
+}  // namespace
+
+std::unique_ptr<Communicator> Communicator::connect(const Config& cfg) {
+  CC_CHECK(!cfg.rendezvous.empty(), kInvalidArgument,
+           "COMPCOLL_RENDEZVOUS is not set (file://DIR or redis://HOST:PORT)");
+  CC_CHECK(cfg.rank >= 0 && cfg.world_size >= 1, kInvalidArgument,
+           "COMPCOLL_RANK and COMPCOLL_WORLD_SIZE (or RANK and WORLD_SIZE) must be set, got rank ",
+           cfg.rank, " of ", cfg.world_size);
+  GlooOptions o;
+  o.rank = cfg.rank;
+  o.size = cfg.world_size;
+  o.rendezvous = cfg.rendezvous;
+  o.transport = cfg.transport;
+  o.iface = cfg.iface;
+  o.hostname = cfg.hostname;
+  o.timeout = cfg.timeout;
+  return std::make_unique<Communicator>(connect_gloo(o), cfg);
+}
+
+Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
+    : cfg_(cfg),
+      comm_(std::move(comm)),
+      algo_(make_algorithm(cfg.algo, cfg.params)),
+      states_(kEvictAfterCalls),
+      log_(cfg.debug, comm_ ? comm_->rank() : -1) {
+  CC_CHECK(comm_ != nullptr, kInvalidArgument, "a communicator needs a transport");
+  const std::string description = cfg_.agreement_description();
+  ensure_agreement(*comm_, description);
+  log_.info("communicator of ", comm_->size(), " ranks, algo ", cfg_.algo, ", config hash ",
+            std::hex, config_hash(description), std::dec, " (", description, ")");
+}
+
+Communicator::~Communicator() { finish(); }
+
+void Communicator::finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (!cfg_.stats_file.empty()) {
+    const std::string path = stats_path(cfg_.stats_file, comm_->rank());
+    if (!write_file_atomically(path, stats_.json(comm_->rank(), comm_->size(), cfg_.algo,
+                                                 states_.memory_bytes()))) {
+      log_.warn("cannot write COMPCOLL_STATS_FILE ", path);
+    }
+  }
+  log_.info(stats_.summary(cfg_.algo), ", state ", states_.memory_bytes() / 1e6, " MB in ",
+            states_.entries(), " tensors");
+}
+
+void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, const char* key) {
+  CC_CHECK(broken_.empty(), kTransport, "rank ", comm_->rank(),
+           ": this communicator failed earlier and must be rebuilt; first error: ", broken_);
+  CC_CHECK(buf != nullptr || count == 0, kInvalidArgument, "allreduce of ", count,
+           " elements from a null buffer");
+  const auto t0 = std::chrono::steady_clock::now();
+  const Route route = choose_route(*algo_, count, dtype, op, cfg_.min_elems);
+  StateKey skey{key ? key : "", reinterpret_cast<uintptr_t>(buf), count, dtype};
+  const std::string skey_text = skey.str();
+  CodecState* state = nullptr;
+  if (route.compressed) {
+    bool created = false;
+    state = &states_.get(skey, count, [&] { return algo_->make_state(count, comm_->size()); },
+                         &created);
+    if (created) log_.trace("new error-feedback state for ", skey_text, " (", count, " elements)");
+  }
+  auto& logged = routes_[skey_text];
+  if (logged != route.reason) {
+    logged = route.reason;
+    log_.info(skey_text, " ", count, " x ", dtype_name(dtype), " ", reduce_op_name(op), ": ",
+              route.compressed ? cfg_.algo : "dense", " (", route.reason, ")");
+  }
+  const uint64_t before = comm_->bytes_sent();
+  try {
+    run_allreduce(*comm_, *algo_, route, buf, count, dtype, op, state);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kInvalidArgument) broken_ = e.what();
+    throw;
+  } catch (const std::exception& e) {
+    broken_ = e.what();
+    throw;
+  }
+  CallRecord rec;
+  rec.compressed = route.compressed;
+  rec.dense_bytes = ring_allreduce_bytes(count * dtype_size(dtype), comm_->size());
+  rec.wire_bytes = comm_->bytes_sent() - before;
+  rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats_.record(rec);
+  if (const size_t dropped = states_.tick()) {
+    log_.info("evicted ", dropped, " error-feedback states unused for ", kEvictAfterCalls, " calls");
+  }
+  log_.trace("allreduce ", skey_text, ": ", rec.wire_bytes, " B sent (dense ", rec.dense_bytes,
+             " B), ", rec.ms, " ms");
+}
+
+}  // namespace compcoll

@@ -1,0 +1,71 @@
+// A compcoll communicator: what a C/C++ program (through compcoll.h), the
+// benchmark and the integrations hold. It owns the transport (a Comm), the
+// configured algorithm, the per-tensor error-feedback state, the stats and
+// the logger, and routes each allreduce call:
+//
+//   policy    compressed when the algorithm is not dense, the dtype is
+//             float32/fp16/bf16, the op SUM/AVG and count >= min_elems;
+//             otherwise the exact dense path. Each new decision per tensor
+//             key is logged at INFO.
+//   state     looked up by the caller's key, else (address, count, dtype).
+//   errors    any failure marks the communicator broken: later calls throw,
+//             saying it must be rebuilt.
+//
+// Creating one is collective: every rank connects and then exchanges its
+// effective configuration; a mismatch fails every rank before any data moves.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "collectives/algorithm.h"
+#include "collectives/comm.h"
+#include "plugin/config.h"
+#include "plugin/logging.h"
+#include "plugin/state_store.h"
+#include "plugin/stats.h"
+
+namespace compcoll {
+
+class Communicator {
+ public:
+  // Connects through cfg.rendezvous (Gloo tcp/ibverbs) as cfg.rank of
+  // cfg.world_size, then agrees on the configuration.
+  static std::unique_ptr<Communicator> connect(const Config& cfg);
+
+  // Adopts an existing transport (tests, the PyTorch backend), then agrees.
+  Communicator(std::unique_ptr<Comm> comm, const Config& cfg);
+  ~Communicator();
+
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // In-place allreduce. key may be null or empty (then address/count/dtype).
+  void allreduce(void* buf, size_t count, DType dtype, ReduceOp op, const char* key = nullptr);
+
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+  const Config& config() const { return cfg_; }
+  const Stats& stats() const { return stats_; }
+  size_t state_entries() const { return states_.entries(); }
+  size_t state_bytes() const { return states_.memory_bytes(); }
+  Comm& comm() { return *comm_; }
+
+  // Writes the stats file (if configured) and the summary line; called by
+  // the destructor, idempotent.
+  void finish();
+
+ private:
+  Config cfg_;
+  std::unique_ptr<Comm> comm_;
+  std::unique_ptr<Algorithm> algo_;
+  StateStore states_;
+  Stats stats_;
+  Logger log_;
+  std::unordered_map<std::string, std::string> routes_;  // key -> last logged decision
+  std::string broken_;
+  bool finished_ = false;
+};
+
+}  // namespace compcoll

@@ -1,0 +1,56 @@
+// Per-communicator error-feedback memory (residuals, momenta), one entry per
+// tensor. The key is the caller's explicit key when given, else (buffer
+// address, element count, dtype), which is what DDP buckets and NCCL callers
+// provide. Entries unused for `evict_after` calls of this communicator are
+// dropped (their residual is lost, and that is logged), so a model whose
+// buffers move cannot grow memory without bound.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "compcoll/types.h"
+#include "compression/codec.h"
+
+namespace compcoll {
+
+struct StateKey {
+  std::string explicit_key;  // wins when non-empty
+  uintptr_t address = 0;
+  size_t count = 0;
+  DType dtype = DType::kFloat32;
+
+  std::string str() const;
+};
+
+class StateStore {
+ public:
+  explicit StateStore(uint64_t evict_after) : evict_after_(evict_after) {}
+
+  // The entry for key, created by make() when absent or when the existing
+  // entry has another element count. `created` reports which.
+  CodecState& get(const StateKey& key, size_t count,
+                  const std::function<std::unique_ptr<CodecState>()>& make, bool* created);
+
+  // Advances the call clock and drops entries unused for evict_after calls.
+  // Returns how many were dropped.
+  size_t tick();
+
+  size_t entries() const { return entries_.size(); }
+  size_t memory_bytes() const;
+  void clear() { entries_.clear(); }
+
+ private:
+  struct Entry {
+    std::unique_ptr<CodecState> state;
+    uint64_t last_used;
+  };
+  uint64_t evict_after_;
+  uint64_t now_ = 0;
+  std::unordered_map<std::string, Entry> entries_;
+};
+
+}  // namespace compcoll

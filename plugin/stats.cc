@@ -1,0 +1,60 @@
+#include "plugin/stats.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace compcoll {
+
+void Stats::record(const CallRecord& c) {
+  ++calls_;
+  compressed_calls_ += c.compressed;
+  dense_bytes_ += c.dense_bytes;
+  wire_bytes_ += c.wire_bytes;
+  total_ms_ += c.ms;
+  last_ = c;
+}
+
+std::string Stats::json(int rank, int world_size, const std::string& algo,
+                        uint64_t state_bytes) const {
+  std::ostringstream os;
+  os << "{\"rank\": " << rank << ", \"world_size\": " << world_size << ", \"algo\": \"" << algo
+     << "\", \"calls\": " << calls_ << ", \"compressed_calls\": " << compressed_calls_
+     << ", \"dense_bytes\": " << dense_bytes_ << ", \"wire_bytes\": " << wire_bytes_
+     << ", \"ratio\": " << ratio() << ", \"time_ms\": " << total_ms_
+     << ", \"state_bytes\": " << state_bytes << "}";
+  return os.str();
+}
+
+std::string Stats::summary(const std::string& algo) const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%s: %llu calls (%llu compressed), %.3f MB on the wire vs %.3f MB dense, ratio "
+                "%.1fx, %.1f ms in allreduce",
+                algo.c_str(), static_cast<unsigned long long>(calls_),
+                static_cast<unsigned long long>(compressed_calls_), wire_bytes_ / 1e6,
+                dense_bytes_ / 1e6, ratio(), total_ms_);
+  return buf;
+}
+
+std::string stats_path(const std::string& pattern, int rank) {
+  std::string out = pattern;
+  const std::string tag = "{rank}";
+  for (size_t p = out.find(tag); p != std::string::npos; p = out.find(tag, p)) {
+    out.replace(p, tag.size(), std::to_string(rank));
+  }
+  return out;
+}
+
+bool write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) return false;
+    f << text << "\n";
+    if (!f.flush()) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace compcoll

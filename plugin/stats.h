@@ -1,0 +1,52 @@
+// Traffic accounting of one communicator: per call and cumulative bytes a
+// dense allreduce would have sent ("dense") against what was sent ("wire"),
+// the ratio, and time. Written as JSON to COMPCOLL_STATS_FILE (with {rank}
+// replaced) and summarised in one log line when the communicator ends.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace compcoll {
+
+struct CallRecord {
+  bool compressed = false;
+  uint64_t dense_bytes = 0;  // a ring allreduce's bytes per rank for this call
+  uint64_t wire_bytes = 0;   // what this rank actually sent
+  double ms = 0.0;
+};
+
+class Stats {
+ public:
+  void record(const CallRecord& c);
+
+  uint64_t calls() const { return calls_; }
+  uint64_t compressed_calls() const { return compressed_calls_; }
+  uint64_t dense_bytes() const { return dense_bytes_; }
+  uint64_t wire_bytes() const { return wire_bytes_; }
+  double total_ms() const { return total_ms_; }
+  double ratio() const { return wire_bytes_ ? double(dense_bytes_) / double(wire_bytes_) : 0.0; }
+  const CallRecord& last() const { return last_; }
+
+  // {"rank":..,"algo":..,"calls":..,"compressed_calls":..,"dense_bytes":..,
+  //  "wire_bytes":..,"ratio":..,"time_ms":..,"state_bytes":..,"world_size":..}
+  std::string json(int rank, int world_size, const std::string& algo, uint64_t state_bytes) const;
+  std::string summary(const std::string& algo) const;
+
+ private:
+  uint64_t calls_ = 0;
+  uint64_t compressed_calls_ = 0;
+  uint64_t dense_bytes_ = 0;
+  uint64_t wire_bytes_ = 0;
+  double total_ms_ = 0.0;
+  CallRecord last_;
+};
+
+// pattern with every "{rank}" replaced by rank.
+std::string stats_path(const std::string& pattern, int rank);
+
+// Writes text to path atomically (temporary file, then rename). Returns
+// false (and leaves errno) on failure; callers log, never throw at exit.
+bool write_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace compcoll

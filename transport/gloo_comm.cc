@@ -1,0 +1,188 @@
+// GlooComm's point-to-point collectives. allreduce is in gloo_allreduce.cc.
+//
+// allgatherv and alltoallv run two rounds: phase 0 exchanges the byte counts
+// (8 bytes per peer), phase 1 the payloads. Every rank talks to every other
+// rank directly, so a call has two round trips of latency and each rank sends
+// exactly its own bytes once per receiver; zero-byte payloads send nothing.
+// broadcast is root-to-all; barrier is the dissemination barrier
+// (ceil(log2 P) rounds of one byte).
+#include "transport/gloo_comm.h"
+
+#include <gloo/context.h>
+
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "compcoll/error.h"
+#include "transport/call_scope.h"
+
+namespace compcoll {
+
+namespace {
+
+constexpr uint8_t kPhaseSizes = 0;
+constexpr uint8_t kPhasePayload = 1;
+
+}  // namespace
+
+GlooComm::GlooComm(std::shared_ptr<gloo::Context> context,
+                   std::chrono::milliseconds timeout,
+                   std::vector<std::vector<std::string>> peer_addresses)
+    : context_(std::move(context)),
+      rank_(context_ ? context_->rank : 0),
+      size_(context_ ? context_->size : 0),
+      timeout_(timeout),
+      peer_addresses_(std::move(peer_addresses)) {
+  CC_CHECK(context_ != nullptr, kInvalidArgument,
+           "GlooComm needs a connected gloo::Context, got null");
+  CC_CHECK(timeout_.count() > 0, kInvalidArgument,
+           "GlooComm timeout must be positive, got ", timeout_.count(), " ms");
+  peer_addresses_.resize(static_cast<size_t>(size_));
+}
+
+GlooComm::~GlooComm() = default;
+
+std::string GlooComm::who() const {
+  return detail::concat("rank ", rank_, "/", size_);
+}
+
+void GlooComm::check_usable(const char* op) const {
+  CC_CHECK(!broken_, kTransport, who(), ": ", op,
+           ": this communicator is broken by an earlier transport error and "
+           "must be rebuilt (create a new one, e.g. with connect_gloo, on "
+           "every rank); original error: ",
+           broken_reason_);
+}
+
+std::string GlooComm::name_peers(const std::string& msg) const {
+  std::string out;
+  for (int i = 0; i < size_; ++i) {
+    for (const std::string& addr : peer_addresses_[static_cast<size_t>(i)]) {
+      if (!addr.empty() && msg.find(addr) != std::string::npos) {
+        out += detail::concat(" (peer ", addr, " is rank ", i, ")");
+      }
+    }
+  }
+  return out;
+}
+
+void GlooComm::fail(const std::string& what) {
+  std::string msg = detail::concat(who(), ": ", what, name_peers(what));
+  broken_ = true;
+  broken_reason_ = msg;
+  // Close every connection so that peers blocked on us fail now instead of
+  // at their timeout; a communicator is unusable after this anyway.
+  try {
+    context_->closeConnections();
+  } catch (...) {
+    // Pairs already in an error state may refuse; nothing more to do.
+  }
+  CC_THROW(kTransport, msg);
+}
+
+Gathered GlooComm::allgatherv(std::span<const uint8_t> send) {
+  CallScope call(*this, "allgatherv");
+  const size_t p = static_cast<size_t>(size_);
+  std::vector<uint64_t> sizes(p, 0);
+  sizes[static_cast<size_t>(rank_)] = send.size();
+
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    call.send(peer, &sizes[static_cast<size_t>(rank_)], sizeof(uint64_t),
+              kPhaseSizes);
+    call.recv(peer, &sizes[static_cast<size_t>(peer)], sizeof(uint64_t),
+              kPhaseSizes);
+  }
+  call.wait_all();
+
+  Gathered out;
+  out.offsets.resize(p + 1, 0);
+  for (size_t r = 0; r < p; ++r) {
+    if (sizes[r] > std::numeric_limits<size_t>::max() - out.offsets[r]) {
+      call.fail(detail::concat("rank ", r, " announced ", sizes[r],
+                               " bytes; the total overflows size_t"));
+    }
+    out.offsets[r + 1] = out.offsets[r] + static_cast<size_t>(sizes[r]);
+  }
+  out.data.resize(out.offsets[p]);
+  if (!send.empty()) {
+    std::memcpy(out.data.data() + out.offsets[static_cast<size_t>(rank_)],
+                send.data(), send.size());
+  }
+
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    const size_t pr = static_cast<size_t>(peer);
+    call.send(peer, send.data(), send.size(), kPhasePayload);
+    call.recv(peer, out.data.data() + out.offsets[pr], sizes[pr], kPhasePayload);
+  }
+  call.wait_all();
+  return out;
+}
+
+std::vector<Bytes> GlooComm::alltoallv(const std::vector<Bytes>& send) {
+  CC_CHECK_EQ(send.size(), static_cast<size_t>(size_), kInvalidArgument, who(),
+              ": alltoallv needs one payload per rank");
+  CallScope call(*this, "alltoallv");
+  const size_t p = static_cast<size_t>(size_);
+  std::vector<uint64_t> out_sizes(p), in_sizes(p, 0);
+  for (size_t j = 0; j < p; ++j) out_sizes[j] = send[j].size();
+
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    const size_t pr = static_cast<size_t>(peer);
+    call.send(peer, &out_sizes[pr], sizeof(uint64_t), kPhaseSizes);
+    call.recv(peer, &in_sizes[pr], sizeof(uint64_t), kPhaseSizes);
+  }
+  call.wait_all();
+
+  std::vector<Bytes> out(p);
+  out[static_cast<size_t>(rank_)] = send[static_cast<size_t>(rank_)];
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    const size_t pr = static_cast<size_t>(peer);
+    if (in_sizes[pr] > std::numeric_limits<size_t>::max() / 2) {
+      call.fail(detail::concat("rank ", peer, " announced an impossible ",
+                               in_sizes[pr], "-byte payload"));
+    }
+    out[pr].resize(static_cast<size_t>(in_sizes[pr]));
+    call.send(peer, send[pr].data(), send[pr].size(), kPhasePayload);
+    call.recv(peer, out[pr].data(), out[pr].size(), kPhasePayload);
+  }
+  call.wait_all();
+  return out;
+}
+
+void GlooComm::broadcast(void* buf, size_t bytes, int root) {
+  CC_CHECK(root >= 0 && root < size_, kInvalidArgument, who(),
+           ": broadcast root ", root, " is outside [0, ", size_, ")");
+  CC_CHECK(buf != nullptr || bytes == 0, kInvalidArgument, who(),
+           ": broadcast of ", bytes, " bytes from a null buffer");
+  CallScope call(*this, "broadcast");
+  if (rank_ == root) {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_) call.send(peer, buf, bytes, kPhasePayload);
+    }
+  } else {
+    call.recv(root, buf, bytes, kPhasePayload);
+  }
+  call.wait_all();
+}
+
+void GlooComm::barrier() {
+  CallScope call(*this, "barrier");
+  // Dissemination barrier: in round k every rank signals rank + 2^k and
+  // waits for rank - 2^k. After ceil(log2 P) rounds every rank has
+  // (transitively) heard from every other one.
+  uint8_t token_out = 1;
+  uint8_t phase = 0;
+  for (int dist = 1; dist < size_; dist *= 2, ++phase) {
+    uint8_t token_in = 0;
+    call.send((rank_ + dist) % size_, &token_out, 1, phase);
+    call.recv((rank_ - dist + size_) % size_, &token_in, 1, phase);
+    call.wait_all();
+  }
+}
+
+}  // namespace compcoll

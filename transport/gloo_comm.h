@@ -1,0 +1,105 @@
+// GlooComm: the Comm seam over Gloo's tcp device and its UnboundBuffer API.
+//
+// Terms used below:
+//   call      one collective (allgatherv, alltoallv, allreduce, broadcast,
+//             barrier). Every call takes the next tag from a per-communicator
+//             counter, so messages of successive calls never share a Gloo slot
+//             even when a fast rank runs ahead into the next call.
+//   deadline  each call must finish within timeout() of its start; every wait
+//             inside it is given the time left to that deadline.
+//   broken    after the first transport failure (dead peer, reset socket,
+//             timeout) the communicator refuses all further calls with
+//             ErrorKind::kTransport: Gloo's pairs are poisoned at that point,
+//             and ranks may disagree about which calls completed, so the only
+//             safe recovery is a new communicator.
+//
+// Argument errors (bad root, kAvg, wrong alltoallv arity) are detected before
+// any traffic, throw kInvalidArgument and leave the communicator usable.
+//
+// A GlooComm is used by one thread at a time, like a Gloo context.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/comm.h"
+
+namespace gloo {
+class Context;
+}  // namespace gloo
+
+namespace compcoll {
+
+class GlooComm : public Comm {
+ public:
+  // context: a fully connected Gloo context (connectFullMesh done).
+  // timeout: end-to-end limit of every call.
+  // peer_addresses: for rank i, the address strings Gloo may print for the
+  //   connection to rank i (see peer_addresses.h; empty when unknown); used
+  //   to name the peer rank when a Gloo error message only has an address.
+  GlooComm(std::shared_ptr<gloo::Context> context,
+           std::chrono::milliseconds timeout,
+           std::vector<std::vector<std::string>> peer_addresses = {});
+  ~GlooComm() override;
+
+  GlooComm(const GlooComm&) = delete;
+  GlooComm& operator=(const GlooComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  Gathered allgatherv(std::span<const uint8_t> send) override;
+  std::vector<Bytes> alltoallv(const std::vector<Bytes>& send) override;
+  void allreduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
+  void broadcast(void* buf, size_t bytes, int root) override;
+  void barrier() override;
+
+  // Payload bytes this rank has handed to its sockets: size headers and
+  // payloads of the point-to-point calls, and for allreduce exactly what
+  // Gloo's ring sends (2*N - the two chunks this rank never forwards, so
+  // the sum over ranks is 2*(P-1)*N). Gloo's own 48-byte message preambles
+  // are not counted.
+  uint64_t bytes_sent() const override { return bytes_sent_; }
+
+  // True after a transport error; every further call throws kTransport.
+  bool broken() const { return broken_; }
+  const std::string& broken_reason() const { return broken_reason_; }
+
+  // The underlying Gloo context, for callers that run Gloo's own algorithms
+  // next to compcoll's (the benchmark's dense baseline). Such callers take
+  // their tag from reserve_tag() so their slots never meet ours.
+  const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }
+  uint32_t reserve_tag() { return next_tag_++; }
+
+  // "rank R/N" prefix used in every message.
+  std::string who() const;
+
+ private:
+  friend class CallScope;
+
+  // Throws kTransport when broken.
+  void check_usable(const char* op) const;
+  // Builds the kTransport error for a failed call, marks the communicator
+  // broken, tears the connections down so that peers notice at once, and
+  // throws.
+  [[noreturn]] void fail(const std::string& what);
+  // Appends " (rank i is ADDR)" for every peer address found in msg.
+  std::string name_peers(const std::string& msg) const;
+
+  std::shared_ptr<gloo::Context> context_;
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  std::vector<std::vector<std::string>> peer_addresses_;
+  uint32_t next_tag_ = 1;
+  uint64_t calls_ = 0;
+  uint64_t bytes_sent_ = 0;
+  bool broken_ = false;
+  std::string broken_reason_;
+};
+
+}  // namespace compcoll
