@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # README's main command: installs what is missing, builds, and prints the
-# benchmark tables: every codec on one thread against memcpy, then dense vs
-# every algorithm across 4 local ranks on a ResNet-50-sized gradient.
+# benchmark tables on a ResNet-50-sized gradient (25,557,032 float32):
+#   1. every codec on one thread against memcpy of the same buffer;
+#   2. dense vs every algorithm across 4 local ranks (processes) on loopback.
+# Extra arguments go to the allreduce benchmark (e.g. --link 1gbit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 BENCH=${BUILD_DIR:-build}/integration/bench/compcoll-bench
-"$BENCH" codec --count 25557032
-"$BENCH" codec --count 25557032 --algo dgc --momentum 0.9
+COUNT=25557032
+"$BENCH" codec --count "$COUNT"
+echo
+"$BENCH" codec --count "$COUNT" --algo dgc --momentum 0.9
+echo
+"$BENCH" allreduce --ranks 4 --count "$COUNT" --algo dense,dgc,sbc,sdagc,csc,onebit --iters 5 "$@"
