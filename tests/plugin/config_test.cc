@@ -1,0 +1,130 @@
+// The configuration table: defaults, every kind of bad value rejected with
+// the variable, the value and what is allowed; the torchrun fallbacks.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "compcoll/error.h"
+#include "plugin/config.h"
+
+namespace compcoll {
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const char* name) -> std::optional<std::string> {
+    const auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+std::string error_of(std::map<std::string, std::string> vars) {
+  try {
+    load_config(env_of(std::move(vars)));
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, DefaultsMatchTheDesign) {
+  const Config c = load_config(env_of({}));
+  EXPECT_EQ(c.algo, "dense");
+  EXPECT_FALSE(c.compression_enabled());
+  EXPECT_DOUBLE_EQ(c.params.density, 0.001);
+  EXPECT_EQ(c.params.momentum, 0.0f);
+  EXPECT_EQ(c.min_elems, 16384u);
+  EXPECT_EQ(c.params.csc_chunk, 16384u);
+  EXPECT_DOUBLE_EQ(c.params.csc_fraction, 0.01);
+  EXPECT_EQ(c.transport, "tcp");
+  EXPECT_EQ(c.timeout.count(), 30000);
+  EXPECT_EQ(c.rank, -1);
+}
+
+TEST(Config, ReadsEveryKindOfValue) {
+  const Config c = load_config(env_of({{"COMPCOLL_ALGO", "sdagc"},
+                                       {"COMPCOLL_DENSITY", "0.01"},
+                                       {"COMPCOLL_MOMENTUM", "0.9"},
+                                       {"COMPCOLL_NESTEROV", "true"},
+                                       {"COMPCOLL_VALUE_DTYPE", "fp16"},
+                                       {"COMPCOLL_INDEX_CODING", "varint"},
+                                       {"COMPCOLL_ONEBIT_SCALE", "pair"},
+                                       {"COMPCOLL_TIMEOUT_MS", "1500"},
+                                       {"COMPCOLL_DEBUG", "TRACE"},
+                                       {"RANK", "3"},
+                                       {"WORLD_SIZE", "8"}}));
+  EXPECT_EQ(c.algo, "sdagc");
+  EXPECT_DOUBLE_EQ(c.params.density, 0.01);
+  EXPECT_FLOAT_EQ(c.params.momentum, 0.9f);
+  EXPECT_TRUE(c.params.nesterov);
+  EXPECT_EQ(c.params.values, ValueType::kFp16);
+  EXPECT_EQ(c.params.indices, IndexType::kVarintGap);
+  EXPECT_EQ(c.params.onebit_scale, ScaleMode::kSignedMeans);
+  EXPECT_EQ(c.timeout.count(), 1500);
+  EXPECT_EQ(c.debug, LogLevel::kTrace);
+  EXPECT_EQ(c.rank, 3);  // torchrun's RANK / WORLD_SIZE
+  EXPECT_EQ(c.world_size, 8);
+  EXPECT_EQ(load_config(env_of({{"COMPCOLL_RANK", "1"}, {"RANK", "3"}})).rank, 1);
+}
+
+TEST(Config, UnknownAlgorithmIsRejectedWithTheRegisteredNames) {
+  const std::string e = error_of({{"COMPCOLL_ALGO", "topk"}});
+  EXPECT_NE(e.find("COMPCOLL_ALGO=topk"), std::string::npos) << e;
+  EXPECT_NE(e.find("dgc"), std::string::npos) << e;
+  EXPECT_NE(e.find("onebit"), std::string::npos) << e;
+}
+
+TEST(Config, DensityOutsideZeroOneIsRejected) {
+  for (const char* bad : {"0", "-0.1", "1.5", "1e9"}) {
+    const std::string e = error_of({{"COMPCOLL_DENSITY", bad}});
+    EXPECT_NE(e.find(std::string("COMPCOLL_DENSITY=") + bad), std::string::npos) << e;
+    EXPECT_NE(e.find("(0, 1]"), std::string::npos) << e;
+  }
+  EXPECT_EQ(error_of({{"COMPCOLL_DENSITY", "1"}}), "");
+}
+
+TEST(Config, NegativeOrZeroTimeoutIsRejected) {
+  for (const char* bad : {"-1", "0", "-30000"}) {
+    const std::string e = error_of({{"COMPCOLL_TIMEOUT_MS", bad}});
+    EXPECT_NE(e.find("COMPCOLL_TIMEOUT_MS"), std::string::npos) << e;
+    EXPECT_NE(e.find(">= 1"), std::string::npos) << e;
+  }
+}
+
+TEST(Config, UnparseableNumbersAreRejected) {
+  for (const auto& [var, bad] : std::map<std::string, std::string>{
+           {"COMPCOLL_DENSITY", "abc"},
+           {"COMPCOLL_MOMENTUM", "0.9x"},
+           {"COMPCOLL_TIMEOUT_MS", "30s"},
+           {"COMPCOLL_MIN_ELEMS", "1e4"},
+           {"COMPCOLL_CLIP", "nan"},
+           {"COMPCOLL_WARMUP_STEPS", "99999999999999999999"},
+           {"COMPCOLL_NESTEROV", "maybe"}}) {
+    const std::string e = error_of({{var, bad}});
+    EXPECT_NE(e.find(var + "=" + bad), std::string::npos) << e;
+    EXPECT_NE(e.find("allowed"), std::string::npos) << e;
+  }
+}
+
+TEST(Config, OtherBadValuesAreRejected) {
+  EXPECT_NE(error_of({{"COMPCOLL_MOMENTUM", "1"}}), "");
+  EXPECT_NE(error_of({{"COMPCOLL_ONEBIT_BLOCK", "1000"}}), "");
+  EXPECT_NE(error_of({{"COMPCOLL_VALUE_DTYPE", "fp8"}}), "");
+  EXPECT_NE(error_of({{"COMPCOLL_TRANSPORT", "udp"}}), "");
+  EXPECT_NE(error_of({{"COMPCOLL_RENDEZVOUS", "/tmp/x"}}), "");
+  EXPECT_NE(error_of({{"COMPCOLL_DEBUG", "LOUD"}}), "");
+  EXPECT_NE(error_of({{"COMPCOLL_RANK", "4"}, {"COMPCOLL_WORLD_SIZE", "4"}}), "");
+}
+
+TEST(Config, EveryTableEntryIsDocumented) {
+  for (const ConfigVar& v : config_table()) {
+    EXPECT_EQ(std::string(v.name).rfind("COMPCOLL_", 0), 0u) << v.name;
+    EXPECT_GT(std::string(v.doc).size(), 10u) << v.name;
+    EXPECT_GT(std::string(v.allowed).size(), 0u) << v.name;
+  }
+}
+
+}  // namespace
+}  // namespace compcoll

@@ -1,0 +1,69 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "plugin/state_store.h"
+#include "plugin/stats.h"
+
+namespace compcoll {
+namespace {
+
+TEST(StateStore, KeysByExplicitKeyOrByAddressCountAndDtype) {
+  StateStore store(100);
+  bool created = false;
+  auto make = [] { return std::make_unique<CodecState>(10); };
+  StateKey a{"", 0x1000, 10, DType::kFloat32};
+  CodecState& s1 = store.get(a, 10, make, &created);
+  EXPECT_TRUE(created);
+  s1.v[3] = 7.0f;
+  CodecState& s2 = store.get(a, 10, make, &created);
+  EXPECT_FALSE(created);
+  EXPECT_EQ(s2.v[3], 7.0f);
+  store.get({"", 0x1000, 10, DType::kFloat16}, 10, make, &created);
+  EXPECT_TRUE(created);  // another dtype is another tensor
+  store.get({"bucket0", 0x2000, 10, DType::kFloat32}, 10, make, &created);
+  EXPECT_TRUE(created);
+  store.get({"bucket0", 0x3000, 10, DType::kFloat32}, 10, make, &created);
+  EXPECT_FALSE(created);  // an explicit key survives a buffer move
+  EXPECT_EQ(store.entries(), 3u);
+  EXPECT_EQ(store.memory_bytes(), 3 * 10 * sizeof(float));
+}
+
+TEST(StateStore, EvictsEntriesUnusedForManyCalls) {
+  StateStore store(3);
+  bool created = false;
+  auto make = [] { return std::make_unique<CodecState>(4); };
+  store.get({"old", 0, 4, DType::kFloat32}, 4, make, &created);
+  for (int i = 0; i < 3; ++i) {
+    store.get({"hot", 0, 4, DType::kFloat32}, 4, make, &created);
+    EXPECT_EQ(store.tick(), 0u);
+  }
+  store.get({"hot", 0, 4, DType::kFloat32}, 4, make, &created);
+  EXPECT_EQ(store.tick(), 1u);  // "old" unused for 4 calls
+  EXPECT_EQ(store.entries(), 1u);
+}
+
+TEST(Stats, AccumulatesAndWritesJsonWithTheRankInThePath) {
+  Stats s;
+  s.record({true, 4000, 40, 1.5});
+  s.record({false, 100, 100, 0.5});
+  EXPECT_EQ(s.calls(), 2u);
+  EXPECT_EQ(s.compressed_calls(), 1u);
+  EXPECT_DOUBLE_EQ(s.ratio(), 4100.0 / 140.0);
+  EXPECT_EQ(stats_path("/tmp/s-{rank}-{rank}.json", 3), "/tmp/s-3-3.json");
+  const std::string path = testing::TempDir() + "stats-test.json";
+  ASSERT_TRUE(write_file_atomically(path, s.json(3, 4, "dgc", 123)));
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  for (const char* field : {"\"calls\": 2", "\"compressed_calls\": 1", "\"dense_bytes\": 4100",
+                            "\"wire_bytes\": 140", "\"ratio\": ", "\"algo\": \"dgc\"", "\"rank\": 3"}) {
+    EXPECT_NE(text.str().find(field), std::string::npos) << field << " in " << text.str();
+  }
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace compcoll
