@@ -32,9 +32,18 @@ struct AlgoParams {
   size_t onebit_block = 2048;    // onebit: elements per scale
   ScaleMode onebit_scale = ScaleMode::kMeanMagnitude;
   double sample_fraction = 0.01; // dgc, sbc: threshold sample
+  std::string auto_algo = "dgc";  // auto: the compressed algorithm it weighs against dense
 
   // "key=value;..." of every field: hashed for agreement, shown on mismatch.
   std::string canonical() const;
+};
+
+// The shape of one call's communication, for auto's cost model: bytes this
+// rank sends and the number of latency-bound rounds it waits through.
+struct CostShape {
+  double wire_bytes = 0.0;
+  int rounds = 0;
+  bool ring_allreduce = false;  // dense ring: pays the ring's latency instead
 };
 
 // What one call did, for stats and the benchmark.
@@ -54,6 +63,17 @@ class Algorithm {
   // every rank calls it with the same n.
   virtual CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
                              CodecState& state) const = 0;
+
+  // Communication of an n-element call on world_size ranks.
+  virtual CostShape cost_shape(size_t n, int world_size) const = 0;
+
+  // Called once per communicator, collectively, after the ranks agreed on
+  // the configuration (auto measures the link here). Default: nothing.
+  virtual void attach(Comm& comm) { (void)comm; }
+
+  // What the last call decided, when the algorithm decides per call (auto);
+  // empty otherwise.
+  virtual std::string last_decision() const { return {}; }
 };
 
 // buf[i] *= 1 / world_size (AVG after a SUM).

@@ -1,5 +1,6 @@
 #include "collectives/chunked_norm.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace compcoll {
@@ -29,6 +30,14 @@ CallInfo ChunkedNormAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool 
   if (average) scale_in_place(packed.data(), packed.size(), comm.size());
   csc_unpack(packed.data(), selected, config_.chunk, n, buf);
   return {(packed.size() + chunks) * sizeof(float), packed.size()};
+}
+
+CostShape ChunkedNormAllreduce::cost_shape(size_t n, int world_size) const {
+  const size_t chunks = csc_chunk_count(n, config_.chunk);
+  const double floats = double(chunks) + double(csc_selected_count(chunks, config_.fraction)) *
+                                             double(std::min(n, config_.chunk));
+  const double ring = world_size > 1 ? 2.0 * (world_size - 1) / world_size : 0.0;
+  return {ring * 4.0 * floats, 2, true};  // two ring allreduces
 }
 
 }  // namespace compcoll

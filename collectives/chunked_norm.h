@@ -21,6 +21,7 @@ class ChunkedNormAllreduce final : public Algorithm {
   std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
   CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
                      CodecState& state) const override;
+  CostShape cost_shape(size_t n, int world_size) const override;
 
  private:
   CscConfig config_;

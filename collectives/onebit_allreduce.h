@@ -25,6 +25,7 @@ class OneBitAllreduce final : public Algorithm {
   std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
   CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
                      CodecState& state) const override;
+  CostShape cost_shape(size_t n, int world_size) const override;
 
   struct Shard {
     size_t begin, len;

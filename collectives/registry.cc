@@ -3,12 +3,14 @@
 #include <sstream>
 #include <string>
 
+#include "collectives/auto.h"
 #include "collectives/chunked_norm.h"
 #include "collectives/dense.h"
 #include "collectives/onebit_allreduce.h"
 #include "collectives/sparse_allgather.h"
 #include "compcoll/error.h"
 #include "compression/dgc.h"
+#include "compression/golomb.h"
 #include "compression/sbc.h"
 #include "compression/sdagc.h"
 
@@ -28,16 +30,27 @@ SparsifyConfig sparsify_config(const AlgoParams& p) {
 
 std::unique_ptr<Algorithm> make_dense(const AlgoParams&) { return std::make_unique<DenseAllreduce>(); }
 
+// Bytes per sent entry of dgc/sdagc payloads (varint gaps: ~2 bytes at
+// densities around 0.001).
+double sparse_entry_bytes(const AlgoParams& p) {
+  return double(value_type_size(p.values)) + (p.indices == IndexType::kU32 ? 4.0 : 2.0);
+}
+
 std::unique_ptr<Algorithm> make_dgc(const AlgoParams& p) {
-  return std::make_unique<SparseAllgatherAllreduce>("dgc", make_sparse_codec("dgc", p));
+  return std::make_unique<SparseAllgatherAllreduce>("dgc", make_sparse_codec("dgc", p), p.density,
+                                                    sparse_entry_bytes(p));
 }
 
 std::unique_ptr<Algorithm> make_sdagc(const AlgoParams& p) {
-  return std::make_unique<SparseAllgatherAllreduce>("sdagc", make_sparse_codec("sdagc", p));
+  return std::make_unique<SparseAllgatherAllreduce>("sdagc", make_sparse_codec("sdagc", p),
+                                                    p.density, sparse_entry_bytes(p));
 }
 
 std::unique_ptr<Algorithm> make_sbc(const AlgoParams& p) {
-  return std::make_unique<SparseAllgatherAllreduce>("sbc", make_sparse_codec("sbc", p));
+  // Golomb-Rice: about b* + 2 bits per position.
+  const double bits = golomb_rice_parameter(p.density) + 2.0;
+  return std::make_unique<SparseAllgatherAllreduce>("sbc", make_sparse_codec("sbc", p), p.density,
+                                                    bits / 8.0);
 }
 
 std::unique_ptr<Algorithm> make_csc(const AlgoParams& p) {
@@ -51,6 +64,17 @@ std::unique_ptr<Algorithm> make_csc(const AlgoParams& p) {
 
 std::unique_ptr<Algorithm> make_onebit(const AlgoParams& p) {
   return std::make_unique<OneBitAllreduce>(OneBitConfig{p.onebit_block, p.onebit_scale});
+}
+
+std::unique_ptr<Algorithm> make_auto(const AlgoParams& p) {
+  CC_CHECK(p.auto_algo != "auto" && p.auto_algo != "dense", kInvalidArgument,
+           "COMPCOLL_AUTO_ALGO=", p.auto_algo, ": auto chooses between dense and a compressed algorithm");
+  // With momentum correction the optimizer runs without momentum, so a dense
+  // call would have to apply it; until that exists, refuse the combination.
+  CC_CHECK(p.momentum == 0.0f, kInvalidArgument,
+           "COMPCOLL_ALGO=auto with COMPCOLL_MOMENTUM=", p.momentum,
+           ": auto does not support momentum correction (keep the optimizer's momentum instead)");
+  return std::make_unique<AutoAllreduce>(find_algorithm(p.auto_algo).make(p));
 }
 
 constexpr AlgorithmDescriptor kAlgorithms[] = {
@@ -74,6 +98,10 @@ constexpr AlgorithmDescriptor kAlgorithms[] = {
     {"onebit",
      "1-bit signs with per-block scales and worker+server error feedback; alltoall + allgather",
      make_onebit},
+    {"auto",
+     "per call, dense or COMPCOLL_AUTO_ALGO, whichever a cost model (link latency and bandwidth "
+     "measured at start, codec throughput at first use) predicts faster",
+     make_auto},
 };
 
 }  // namespace
@@ -117,7 +145,7 @@ std::string AlgoParams::canonical() const {
      << ";values=" << value_type_name(values) << ";indices=" << index_type_name(indices)
      << ";csc_chunk=" << csc_chunk << ";csc_fraction=" << csc_fraction
      << ";onebit_block=" << onebit_block << ";onebit_scale=" << int(onebit_scale)
-     << ";sample_fraction=" << sample_fraction;
+     << ";sample_fraction=" << sample_fraction << ";auto_algo=" << auto_algo;
   return os.str();
 }
 

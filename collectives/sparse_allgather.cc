@@ -4,6 +4,7 @@
 
 #include "compcoll/error.h"
 #include "compression/decode.h"
+#include "compression/payload.h"
 
 namespace compcoll {
 
@@ -28,6 +29,11 @@ CallInfo SparseAllgatherAllreduce::allreduce(Comm& comm, float* buf, size_t n, b
   }
   if (average) scale_in_place(buf, n, comm.size());
   return {payload.size(), info.sent};
+}
+
+CostShape SparseAllgatherAllreduce::cost_shape(size_t n, int world_size) const {
+  const double payload = kPayloadHeaderBytes + 4 + double(target_count(density_, n)) * bytes_per_entry_;
+  return {payload * (world_size - 1), 2, false};  // sizes round, payload round
 }
 
 }  // namespace compcoll

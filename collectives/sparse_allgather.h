@@ -13,16 +13,21 @@ namespace compcoll {
 
 class SparseAllgatherAllreduce final : public Algorithm {
  public:
-  SparseAllgatherAllreduce(const char* name, std::unique_ptr<SparseCodec> codec)
-      : name_(name), codec_(std::move(codec)) {}
+  // bytes_per_entry and density describe the payloads for the cost model.
+  SparseAllgatherAllreduce(const char* name, std::unique_ptr<SparseCodec> codec, double density,
+                           double bytes_per_entry)
+      : name_(name), codec_(std::move(codec)), density_(density), bytes_per_entry_(bytes_per_entry) {}
   const char* name() const override { return name_; }
   std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
   CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
                      CodecState& state) const override;
+  CostShape cost_shape(size_t n, int world_size) const override;
 
  private:
   const char* name_;
   std::unique_ptr<SparseCodec> codec_;
+  double density_;
+  double bytes_per_entry_;
 };
 
 }  // namespace compcoll

@@ -45,6 +45,7 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
   CC_CHECK(comm_ != nullptr, kInvalidArgument, "a communicator needs a transport");
   const std::string description = cfg_.agreement_description();
   ensure_agreement(*comm_, description);
+  algo_->attach(*comm_);
   log_.info("communicator of ", comm_->size(), " ranks, algo ", cfg_.algo, ", config hash ",
             std::hex, config_hash(description), std::dec, " (", description, ")");
 }
@@ -97,8 +98,18 @@ void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, 
     broken_ = e.what();
     throw;
   }
+  const std::string decision = algo_->last_decision();
+  if (!decision.empty()) {
+    auto& last = decisions_[skey_text];
+    // Log when the choice changes, not when only the predicted times move.
+    const std::string choice = decision.substr(0, decision.find(' '));
+    if (last != choice) {
+      last = choice;
+      log_.info("auto: ", skey_text, " ", count, " x ", dtype_name(dtype), ": ", decision);
+    }
+  }
   CallRecord rec;
-  rec.compressed = route.compressed;
+  rec.compressed = route.compressed && decision.rfind("dense", 0) != 0;
   rec.dense_bytes = ring_allreduce_bytes(count * dtype_size(dtype), comm_->size());
   rec.wire_bytes = comm_->bytes_sent() - before;
   rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -63,7 +63,8 @@ class Communicator {
   StateStore states_;
   Stats stats_;
   Logger log_;
-  std::unordered_map<std::string, std::string> routes_;  // key -> last logged decision
+  std::unordered_map<std::string, std::string> routes_;     // key -> last logged route
+  std::unordered_map<std::string, std::string> decisions_;  // key -> auto's last logged choice
   std::string broken_;
   bool finished_ = false;
 };

@@ -75,6 +75,16 @@ const ConfigVar kTable[] = {
        if (!known) reject(var, value, "unknown algorithm; registered: " + algorithm_names());
        cfg.algo = value;
      }},
+    {"COMPCOLL_AUTO_ALGO", VarType::kEnum, "dgc", "a registered compressed algorithm",
+     "the algorithm COMPCOLL_ALGO=auto weighs against dense on every call",
+     CC_APPLY {
+       bool known = false;
+       for (const auto& a : algorithm_table()) {
+         known = known || (value == a.name && value != "auto" && value != "dense");
+       }
+       if (!known) reject(var, value, "not a compressed algorithm; registered: " + algorithm_names());
+       cfg.params.auto_algo = value;
+     }},
     {"COMPCOLL_DENSITY", VarType::kDouble, "0.001", "(0, 1]",
      "fraction of elements sent per step by dgc, sbc and sdagc",
      CC_APPLY { cfg.params.density = fraction_in_unit(var, value); }},

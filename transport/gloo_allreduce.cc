@@ -59,7 +59,12 @@ void GlooComm::allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   CallScope call(*this, "allreduce");
   if (count == 0 || size_ == 1) return;
 
-  call.gloo_call("gloo::allreduce", [&] {
+  // Gloo's ring sends to the next rank and receives from the previous one;
+  // naming them lets a timeout point at the peers this rank was waiting on.
+  const std::string what = detail::concat("gloo::allreduce (ring: sends to rank ",
+                                          (rank_ + 1) % size_, ", receives from rank ",
+                                          (rank_ + size_ - 1) % size_, ")");
+  call.gloo_call(what, [&] {
     gloo::AllreduceOptions opts(context_);
     switch (elem) {
       case 1: set_output<uint8_t>(opts, buf, count); break;

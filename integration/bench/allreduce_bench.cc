@@ -49,6 +49,8 @@ int allreduce_main(int argc, char** argv, int first) {
   const long long count = args.integer("count", 25557032, "float32 elements (K/M/G suffixes)");
   const long long iters = args.integer("iters", 5, "timed calls per algorithm (median reported)");
   const std::string density = args.str("density", "", "overrides COMPCOLL_DENSITY");
+  const std::string sizes =
+      args.str("sizes", "", "message sizes in bytes to sweep instead of --count, e.g. 4K,1M,128M");
   const std::string rendezvous =
       args.str("rendezvous", "", "file://DIR or redis://HOST:PORT (default: a fresh temp dir)");
   const std::string gradient = args.str("gradient", "gaussian", "input: gaussian, t3, mixed");
@@ -81,6 +83,10 @@ int allreduce_main(int argc, char** argv, int first) {
     if (!density.empty()) {
       a.push_back("--density");
       a.push_back(density);
+    }
+    if (!sizes.empty()) {
+      a.push_back("--sizes");
+      a.push_back(sizes);
     }
     children.push_back(spawn(a, r, dir + "/rank" + std::to_string(r) + ".log"));
   }

@@ -160,8 +160,8 @@ std::string find_tool(const char* name) {
 }
 
 const char* kNeedsRoot =
-    "--link needs root (network namespaces, veth, a bridge and tc tbf) and iproute2 "
-    "(ip, tc); run as root or without --link";
+    "--link needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN: network namespaces, veth, a bridge, "
+    "tc tbf) and iproute2 (ip, tc); run as root or without --link";
 
 // ---------------------------------------------------------------------------
 // Async-signal-safe teardown: each live network owns a slot whose batch

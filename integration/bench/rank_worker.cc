@@ -84,6 +84,7 @@ int worker_main(int argc, char** argv, int first) {
   const std::string spec = args.str("rendezvous", "", "file://DIR or redis://HOST:PORT");
   const std::string algos = args.str("algo", "dense", "algorithms, comma-separated");
   const size_t n = static_cast<size_t>(args.integer("count", 1 << 20, "float32 elements"));
+  const std::string sizes = args.str("sizes", "", "message sizes in bytes to sweep, e.g. 4K,64K,1M");
   const int iters = static_cast<int>(args.integer("iters", 5, "timed calls per algorithm"));
   const std::string density = args.str("density", "", "overrides COMPCOLL_DENSITY");
   const std::string out_path = args.str("out", "", "rank 0 writes results here");
@@ -102,7 +103,7 @@ int worker_main(int argc, char** argv, int first) {
       return process_env()(name);
     });
   }
-  std::vector<std::string> names = split_list(algos);
+  const std::vector<std::string> names = split_list(algos);
   for (const auto& a : names) find_algorithm(a);  // unknown names fail before traffic
 
   GlooOptions opts;
@@ -116,66 +117,85 @@ int worker_main(int argc, char** argv, int first) {
   opts.prefix = "bench";
   auto comm = connect_gloo(opts);
 
-  const std::vector<float> grad = make_gradient(kind, n, seed + 7919 * rank);
-  std::vector<double> exact(grad.begin(), grad.end());
-  if (n) comm->allreduce(exact.data(), n, DType::kFloat64, ReduceOp::kSum);
-  double exact_norm = 0.0;
-  for (double x : exact) exact_norm += x * x;
-  exact_norm = std::sqrt(exact_norm);
+  // Sizes to sweep (elements); --sizes wins over --count.
+  std::vector<size_t> counts;
+  for (const auto& s : split_list(sizes)) counts.push_back(size_t(parse_count("--sizes", s)) / 4);
+  if (counts.empty()) counts.push_back(n);
+  const size_t max_n = *std::max_element(counts.begin(), counts.end());
+  const std::vector<float> grad = make_gradient(kind, max_n, seed + 7919 * rank);
 
-  std::vector<float> buf(n);
-  std::vector<double> dense_times;
-  for (int it = -1; it < (skip_baseline ? -1 : iters); ++it) {
-    std::copy(grad.begin(), grad.end(), buf.begin());
-    comm->barrier();
-    const auto t0 = Clock::now();
-    gloo_allreduce(*comm, buf.data(), n);
-    if (it >= 0) dense_times.push_back(ms_since(t0));
-  }
-  const double dense_ms = slowest_median(*comm, dense_times);
-
-  std::vector<AllreduceResult> results;
+  // One algorithm object per name for the whole sweep: auto measures the
+  // link once, as a communicator would.
+  std::vector<std::unique_ptr<Algorithm>> algos_built;
   for (const std::string& name : names) {
     ensure_agreement(*comm, "algo=" + name + ";" + cfg.params.canonical());
-    const auto algo = make_algorithm(name, cfg.params);
-    auto state = algo->make_state(n, ranks);
-    std::vector<double> running(n, 0.0);
-    std::vector<double> times;
-    uint64_t wire = 0;
-    std::fprintf(stderr, "compcoll-bench worker rank %d: running %s\n", rank, name.c_str());
-    for (int it = -1; it < iters; ++it) {
-      std::copy(grad.begin(), grad.end(), buf.begin());
+    algos_built.push_back(make_algorithm(name, cfg.params));
+    algos_built.back()->attach(*comm);
+  }
+
+  std::vector<AllreduceResult> results;
+  std::vector<float> buf(max_n);
+  for (const size_t count : counts) {
+    std::vector<double> exact(grad.begin(), grad.begin() + count);
+    if (count) comm->allreduce(exact.data(), count, DType::kFloat64, ReduceOp::kSum);
+    double exact_norm = 0.0;
+    for (double x : exact) exact_norm += x * x;
+    exact_norm = std::sqrt(exact_norm);
+
+    std::vector<double> dense_times;
+    for (int it = -1; it < (skip_baseline ? -1 : iters); ++it) {
+      std::copy(grad.begin(), grad.begin() + count, buf.begin());
       comm->barrier();
-      const uint64_t before = comm->bytes_sent();
       const auto t0 = Clock::now();
-      algo->allreduce(*comm, buf.data(), n, /*average=*/false, *state);
-      const double ms = ms_since(t0);
-      if (it >= 0) {
-        times.push_back(ms);
-        wire += comm->bytes_sent() - before;
+      gloo_allreduce(*comm, buf.data(), count);
+      if (it >= 0) dense_times.push_back(ms_since(t0));
+    }
+    const double dense_ms = slowest_median(*comm, dense_times);
+
+    for (size_t a = 0; a < names.size(); ++a) {
+      const std::string& name = names[a];
+      Algorithm& algo = *algos_built[a];
+      auto state = algo.make_state(count, ranks);
+      std::vector<double> running(count, 0.0);
+      std::vector<double> times;
+      uint64_t wire = 0;
+      std::fprintf(stderr, "compcoll-bench worker rank %d: running %s\n", rank, name.c_str());
+      for (int it = -1; it < iters; ++it) {
+        std::copy(grad.begin(), grad.begin() + count, buf.begin());
+        comm->barrier();
+        const uint64_t before = comm->bytes_sent();
+        const auto t0 = Clock::now();
+        algo.allreduce(*comm, buf.data(), count, /*average=*/false, *state);
+        const double ms = ms_since(t0);
+        if (it >= 0) {
+          times.push_back(ms);
+          wire += comm->bytes_sent() - before;
+        }
+        for (size_t i = 0; i < count; ++i) running[i] += buf[i];
       }
-      for (size_t i = 0; i < n; ++i) running[i] += buf[i];
+      std::fprintf(stderr, "compcoll-bench worker rank %d: %s done\n", rank, name.c_str());
+      AllreduceResult r;
+      r.algo = name;
+      r.ranks = ranks;
+      r.count = count;
+      r.iters = iters;
+      r.time_ms = slowest_median(*comm, times);
+      r.dense_time_ms = dense_ms;
+      r.wire_bytes = iters > 0 ? wire / iters : 0;
+      r.dense_wire_bytes = ring_allreduce_bytes(count * sizeof(float), ranks);
+      r.decision = algo.last_decision();
+      double err = 0.0, run_err = 0.0;
+      const double calls = iters + 1;
+      for (size_t i = 0; i < count; ++i) {
+        err += (buf[i] - exact[i]) * (buf[i] - exact[i]);
+        run_err += (running[i] - calls * exact[i]) * (running[i] - calls * exact[i]);
+      }
+      r.rel_error = exact_norm > 0 ? std::sqrt(err) / exact_norm : std::sqrt(err);
+      r.running_rel_error = exact_norm > 0 ? std::sqrt(run_err) / (calls * exact_norm) : 0.0;
+      std::vector<float> out(buf.begin(), buf.begin() + count);
+      r.identical = identical_everywhere(*comm, out);
+      results.push_back(r);
     }
-    std::fprintf(stderr, "compcoll-bench worker rank %d: %s done\n", rank, name.c_str());
-    AllreduceResult r;
-    r.algo = name;
-    r.ranks = ranks;
-    r.count = n;
-    r.iters = iters;
-    r.time_ms = slowest_median(*comm, times);
-    r.dense_time_ms = dense_ms;
-    r.wire_bytes = iters > 0 ? wire / iters : 0;
-    r.dense_wire_bytes = ring_allreduce_bytes(n * sizeof(float), ranks);
-    double err = 0.0, run_err = 0.0;
-    const double calls = iters + 1;
-    for (size_t i = 0; i < n; ++i) {
-      err += (buf[i] - exact[i]) * (buf[i] - exact[i]);
-      run_err += (running[i] - calls * exact[i]) * (running[i] - calls * exact[i]);
-    }
-    r.rel_error = exact_norm > 0 ? std::sqrt(err) / exact_norm : std::sqrt(err);
-    r.running_rel_error = exact_norm > 0 ? std::sqrt(run_err) / (calls * exact_norm) : 0.0;
-    r.identical = identical_everywhere(*comm, buf);
-    results.push_back(r);
   }
   if (rank == 0 && !out_path.empty()) {
     std::ofstream(out_path) << results_json(results) << "\n";

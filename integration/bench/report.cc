@@ -23,6 +23,7 @@ std::string results_json(const std::vector<AllreduceResult>& results) {
         .add("rel_error", r.rel_error)
         .add("running_rel_error", r.running_rel_error)
         .add("identical", r.identical);
+    if (!r.decision.empty()) j.add("decision", r.decision);
     items.push_back(j);
   }
   return json_list(items);
@@ -55,6 +56,7 @@ std::string results_table(const std::vector<AllreduceResult>& results) {
                   r.dense_time_ms, r.speedup(), static_cast<unsigned long long>(r.wire_bytes),
                   r.ratio(), r.rel_error, r.running_rel_error, r.identical ? "yes" : "NO");
     out += line;
+    if (!r.decision.empty()) out += "#   auto chose " + r.decision + "\n";
   }
   return out;
 }

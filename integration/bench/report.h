@@ -20,6 +20,7 @@ struct AllreduceResult {
   double rel_error = 0.0;      // last call vs the exact sum
   double running_rel_error = 0.0;  // sum over all calls vs calls * exact sum
   bool identical = false;      // all ranks bitwise equal
+  std::string decision;        // auto: what the last call chose and why
 
   double ratio() const { return wire_bytes ? double(dense_wire_bytes) / double(wire_bytes) : 0.0; }
   double speedup() const { return time_ms > 0 ? dense_time_ms / time_ms : 0.0; }

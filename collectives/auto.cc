@@ -1,0 +1,134 @@
+#include "collectives/auto.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "collectives/dense.h"
+#include "collectives/onebit_allreduce.h"
+#include "collectives/self_comm.h"
+#include "compcoll/error.h"
+
+namespace compcoll {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Median of `reps` timings of fn, agreed across ranks (MAX per sample).
+template <typename Fn>
+double agreed_median(Comm& comm, int reps, Fn&& fn) {
+  std::vector<double> t(reps);
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    t[i] = seconds_since(t0);
+  }
+  comm.allreduce(t.data(), t.size(), DType::kFloat64, ReduceOp::kMax);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// The size used to time the compressed algorithm's compute: large enough
+// to be in the memory-bound regime, small enough to cost little.
+constexpr size_t kCalibrationElements = size_t{1} << 20;
+
+}  // namespace
+
+AutoAllreduce::AutoAllreduce(std::unique_ptr<Algorithm> compressed)
+    : compressed_(std::move(compressed)) {
+  CC_CHECK(compressed_ != nullptr && std::string(compressed_->name()) != "auto" &&
+               std::string(compressed_->name()) != "dense",
+           kInvalidArgument, "auto needs a compressed algorithm to choose against dense");
+}
+
+std::unique_ptr<CodecState> AutoAllreduce::make_state(size_t n, int world_size) const {
+  return compressed_->make_state(n, world_size);
+}
+
+CostShape AutoAllreduce::cost_shape(size_t n, int world_size) const {
+  return last_compressed_ ? compressed_->cost_shape(n, world_size)
+                          : CostShape{double(ring_allreduce_bytes(n * 4, world_size)), 0, true};
+}
+
+void AutoAllreduce::attach(Comm& comm) {
+  attached_ = true;
+  if (comm.size() == 1) return;  // no network: dense is free
+  float one = 0.0f;
+  link_.alpha_ring = agreed_median(comm, 9, [&] { comm.allreduce(&one, 1, DType::kFloat32, ReduceOp::kSum); });
+  const uint64_t token = 0;
+  link_.alpha = agreed_median(comm, 9, [&] {
+                  comm.allgatherv({reinterpret_cast<const uint8_t*>(&token), sizeof token});
+                }) / 2.0;  // allgatherv is two rounds
+  std::vector<float> probe(kCalibrationElements, 1.0f);
+  const double t_big = agreed_median(comm, 3, [&] {
+    comm.allreduce(probe.data(), probe.size(), DType::kFloat32, ReduceOp::kSum);
+  });
+  const double bytes = double(ring_allreduce_bytes(probe.size() * 4, comm.size()));
+  link_.beta = std::max(1e-12, (t_big - link_.alpha_ring) / bytes);
+}
+
+void AutoAllreduce::calibrate(Comm& comm, size_t n) const {
+  // Time the compressed algorithm alone on one rank: its compute, no wire.
+  const size_t m = std::min(n, kCalibrationElements);
+  std::vector<float> g(m), work(m);
+  for (size_t i = 0; i < m; ++i) g[i] = std::sin(0.37 * double(i)) * (1.0 + (i % 17));
+  auto scratch = compressed_->make_state(m, 1);
+  SelfComm self;
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::copy(g.begin(), g.end(), work.begin());
+    const auto t0 = Clock::now();
+    compressed_->allreduce(self, work.data(), m, false, *scratch);
+    best = std::min(best, seconds_since(t0));
+  }
+  per_element_ = m ? best / double(m) : 0.0;
+  comm.allreduce(&per_element_, 1, DType::kFloat64, ReduceOp::kMax);
+}
+
+double AutoAllreduce::predict_dense(size_t n, int world_size) const {
+  if (world_size == 1) return 0.0;
+  return link_.alpha_ring + double(ring_allreduce_bytes(n * 4, world_size)) * link_.beta;
+}
+
+double AutoAllreduce::predict_compressed(size_t n, int world_size) const {
+  const CostShape c = compressed_->cost_shape(n, world_size);
+  const double latency = c.ring_allreduce ? c.rounds * link_.alpha_ring : c.rounds * link_.alpha;
+  return std::max(0.0, per_element_) * double(n) + latency + c.wire_bytes * link_.beta;
+}
+
+CallInfo AutoAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool average,
+                                  CodecState& state) const {
+  CC_CHECK(attached_, kInternal, "auto used before attach() measured the link");
+  if (per_element_ < 0.0) calibrate(comm, n);
+  const double td = predict_dense(n, comm.size());
+  const double tc = predict_compressed(n, comm.size());
+  last_compressed_ = tc < td;
+  char text[160];
+  std::snprintf(text, sizeof text, "%s (predicted %.3f ms dense, %.3f ms %s)",
+                last_compressed_ ? compressed_->name() : "dense", td * 1e3, tc * 1e3,
+                compressed_->name());
+  last_decision_ = text;
+  if (last_compressed_) return compressed_->allreduce(comm, buf, n, average, state);
+
+  // Dense this time: whatever the residual holds goes out with this call,
+  // so switching loses nothing. onebit's server error is the error of this
+  // rank's shard of the sum: it joins the same elements of this rank's
+  // contribution.
+  for (size_t i = 0; i < std::min(n, state.v.size()); ++i) buf[i] += state.v[i];
+  std::fill(state.v.begin(), state.v.end(), 0.0f);
+  if (const auto* onebit = dynamic_cast<const OneBitAllreduce*>(compressed_.get())) {
+    const auto shard = onebit->shard(n, comm.size(), comm.rank());
+    for (size_t i = 0; i < shard.len && i < state.u.size(); ++i) buf[shard.begin + i] += state.u[i];
+    std::fill(state.u.begin(), state.u.end(), 0.0f);
+  }
+  dense_allreduce(comm, buf, n, DType::kFloat32, average ? ReduceOp::kAvg : ReduceOp::kSum);
+  return {ring_allreduce_bytes(n * sizeof(float), comm.size()), n};
+}
+
+}  // namespace compcoll

@@ -1,0 +1,61 @@
+// `auto`: compress only when it is predicted to be faster, and say why.
+//
+// Terms:
+//   alpha_ring  latency of a small dense (ring) allreduce
+//   alpha       latency of one point-to-point round (half a tiny allgatherv)
+//   beta        seconds per byte a rank sends, from a 4 MiB dense allreduce
+//   c           the compressed algorithm's compute per element, timed on a
+//               one-rank communicator (its encode, selection, decode) at the
+//               first call it could take
+// Predictions for an n-element call on R ranks:
+//   dense       alpha_ring + 2 (R-1)/R * 4n * beta
+//   compressed  c * n + rounds * alpha + wire_bytes * beta   (cost_shape())
+// The link is measured in attach() (collective); every measurement is
+// agreed with an allreduce MAX, so every rank makes the same choice. When a
+// tensor goes dense, its residual is added to the call first: nothing is
+// lost by switching.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collectives/algorithm.h"
+
+namespace compcoll {
+
+struct LinkModel {
+  double alpha_ring = 0.0;  // seconds
+  double alpha = 0.0;       // seconds per point-to-point round
+  double beta = 0.0;        // seconds per byte
+};
+
+class AutoAllreduce final : public Algorithm {
+ public:
+  explicit AutoAllreduce(std::unique_ptr<Algorithm> compressed);
+  const char* name() const override { return "auto"; }
+  std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
+  CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
+                     CodecState& state) const override;
+  CostShape cost_shape(size_t n, int world_size) const override;
+  void attach(Comm& comm) override;
+  std::string last_decision() const override { return last_decision_; }
+
+  // Predicted seconds, for tests and the decision text.
+  double predict_dense(size_t n, int world_size) const;
+  double predict_compressed(size_t n, int world_size) const;
+  const LinkModel& link() const { return link_; }
+  const Algorithm& compressed() const { return *compressed_; }
+
+ private:
+  void calibrate(Comm& comm, size_t n) const;
+
+  std::unique_ptr<Algorithm> compressed_;
+  LinkModel link_;
+  bool attached_ = false;
+  // Measured lazily inside allreduce (which is const for callers).
+  mutable double per_element_ = -1.0;
+  mutable bool last_compressed_ = false;
+  mutable std::string last_decision_;
+};
+
+}  // namespace compcoll
