@@ -130,9 +130,9 @@ TEST_P(AllreduceTest, IdenticalEverywhereAndEqualToWhatTheCodecsSelected) {
   params.csc_chunk = 256;
   params.csc_fraction = 0.05;
   params.onebit_block = 64;
-  const auto algo = make_algorithm(algo_name, params);
-
   testing::run_gloo_ranks(world, [&](Comm& comm) {
+    const auto algo = make_algorithm(algo_name, params);  // per rank: auto measures
+    algo->attach(comm);
     std::vector<float> buf = gradient_of(comm.rank(), n);
     auto state = algo->make_state(n, comm.size());
     algo->allreduce(comm, buf.data(), n, /*average=*/false, *state);
@@ -167,6 +167,9 @@ TEST_P(AllreduceTest, IdenticalEverywhereAndEqualToWhatTheCodecsSelected) {
       }
       ASSERT_EQ(0, std::memcmp(ref.data(), buf.data(), n * 4));
       bound = 1e-5;
+    } else if (algo_name == "auto") {
+      // Either of its two choices; the same on every rank (checked above).
+      EXPECT_FALSE(algo->last_decision().empty());
     } else if (comm.rank() == 0) {
       std::vector<float> expected;
       if (algo_name == "csc") expected = expected_csc(params, world, n);
@@ -189,12 +192,16 @@ TEST_P(AllreduceTest, IdenticalEverywhereAndEqualToWhatTheCodecsSelected) {
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (const auto& a : algorithm_table()) {
+    if (std::string(a.name) == "auto") continue;  // tested below, on fewer cases
     for (int world : {1, 2, 3, 4, 7, 8}) {
       for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{1000}, size_t{1048579}}) {
         cases.push_back({world, count, a.name});
       }
     }
   }
+  for (int world : {1, 2, 4, 8}) cases.push_back({world, 1048579, "auto"});
+  cases.push_back({3, 0, "auto"});
+  cases.push_back({3, 5, "auto"});
   return cases;
 }
 
