@@ -38,6 +38,19 @@ double agreed_median(Comm& comm, int reps, Fn&& fn) {
 // to be in the memory-bound regime, small enough to cost little.
 constexpr size_t kCalibrationElements = size_t{1} << 20;
 
+// Predictions closer than this factor are not trusted: measure instead.
+constexpr double kTrialBand = 2.0;
+// A size's chosen path is re-timed this often (its link may change).
+constexpr uint64_t kRetimeEvery = 64;
+// Timed calls per path before auto trusts the comparison.
+constexpr size_t kTrialSamples = 3;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return -1.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 }  // namespace
 
 AutoAllreduce::AutoAllreduce(std::unique_ptr<Algorithm> compressed)
@@ -108,18 +121,49 @@ CallInfo AutoAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool average
   if (per_element_ < 0.0) calibrate(comm, n);
   const double td = predict_dense(n, comm.size());
   const double tc = predict_compressed(n, comm.size());
-  last_compressed_ = tc < td;
-  char text[160];
-  std::snprintf(text, sizeof text, "%s (predicted %.3f ms dense, %.3f ms %s)",
-                last_compressed_ ? compressed_->name() : "dense", td * 1e3, tc * 1e3,
-                compressed_->name());
+  Trial& trial = trials_[n];
+  ++trial.calls;
+  const bool sure = comm.size() == 1 || tc * kTrialBand < td || td * kTrialBand < tc;
+  const char* why = "predicted";
+  bool timed = false;
+  if (sure) {
+    last_compressed_ = tc < td;
+  } else if (trial.compressed_s.size() < kTrialSamples) {
+    // Alternate, dense first, until both paths have their samples.
+    last_compressed_ = trial.dense_s.size() > trial.compressed_s.size();
+    timed = true;
+    why = "timing both paths";
+  } else {
+    last_compressed_ = median(trial.compressed_s) < median(trial.dense_s);
+    timed = trial.calls % kRetimeEvery == 0;
+    why = "measured";
+  }
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "%s (%s; predicted %.3f ms dense, %.3f ms %s; measured %.3f / %.3f ms)",
+                last_compressed_ ? compressed_->name() : "dense", why, td * 1e3, tc * 1e3,
+                compressed_->name(), median(trial.dense_s) * 1e3,
+                median(trial.compressed_s) * 1e3);
   last_decision_ = text;
-  if (last_compressed_) return compressed_->allreduce(comm, buf, n, average, state);
 
-  // Dense this time: whatever the residual holds goes out with this call,
-  // so switching loses nothing. onebit's server error is the error of this
-  // rank's shard of the sum: it joins the same elements of this rank's
-  // contribution.
+  const auto t0 = Clock::now();
+  const CallInfo info = last_compressed_ ? compressed_->allreduce(comm, buf, n, average, state)
+                                         : run_dense(comm, buf, n, average, state);
+  if (timed) {
+    double t = seconds_since(t0);
+    comm.allreduce(&t, 1, DType::kFloat64, ReduceOp::kMax);  // the same number everywhere
+    auto& samples = last_compressed_ ? trial.compressed_s : trial.dense_s;
+    if (samples.size() >= kTrialSamples) samples.erase(samples.begin());  // keep the newest
+    samples.push_back(t);
+  }
+  return info;
+}
+
+CallInfo AutoAllreduce::run_dense(Comm& comm, float* buf, size_t n, bool average,
+                                  CodecState& state) const {
+  // Whatever the residual holds goes out with this call, so switching loses
+  // nothing. onebit's server error is the error of this rank's shard of the
+  // sum: it joins the same elements of this rank's contribution.
   for (size_t i = 0; i < std::min(n, state.v.size()); ++i) buf[i] += state.v[i];
   std::fill(state.v.begin(), state.v.end(), 0.0f);
   if (const auto* onebit = dynamic_cast<const OneBitAllreduce*>(compressed_.get())) {

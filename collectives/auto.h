@@ -11,13 +11,20 @@
 //   dense       alpha_ring + 2 (R-1)/R * 4n * beta
 //   compressed  c * n + rounds * alpha + wire_bytes * beta   (cost_shape())
 // The link is measured in attach() (collective); every measurement is
-// agreed with an allreduce MAX, so every rank makes the same choice. When a
+// agreed with an allreduce MAX, so every rank makes the same choice.
+// Where the model is not sure (the two predictions within kTrialBand of each
+// other) auto measures instead: the first 2 * kTrialSamples calls of that
+// size alternate dense and compressed, each timed and agreed across ranks,
+// and later calls of that size take the path with the lower median,
+// re-timing it every kRetimeEvery calls. When a
 // tensor goes dense, its residual is added to the call first: nothing is
 // lost by switching.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collectives/algorithm.h"
 
@@ -48,6 +55,7 @@ class AutoAllreduce final : public Algorithm {
 
  private:
   void calibrate(Comm& comm, size_t n) const;
+  CallInfo run_dense(Comm& comm, float* buf, size_t n, bool average, CodecState& state) const;
 
   std::unique_ptr<Algorithm> compressed_;
   LinkModel link_;
@@ -56,6 +64,12 @@ class AutoAllreduce final : public Algorithm {
   mutable double per_element_ = -1.0;
   mutable bool last_compressed_ = false;
   mutable std::string last_decision_;
+  struct Trial {
+    std::vector<double> dense_s;  // agreed measured seconds
+    std::vector<double> compressed_s;
+    uint64_t calls = 0;
+  };
+  mutable std::map<size_t, Trial> trials_;  // by element count
 };
 
 }  // namespace compcoll

@@ -18,6 +18,7 @@
 #include "compcoll/error.h"
 #include "integration/bench/allreduce_bench.h"
 #include "integration/bench/args.h"
+#include "integration/bench/netns.h"
 #include "integration/bench/process.h"
 #include "plugin/config.h"
 
@@ -56,6 +57,9 @@ int allreduce_main(int argc, char** argv, int first) {
   const std::string gradient = args.str("gradient", "gaussian", "input: gaussian, t3, mixed");
   const long long seed = args.integer("seed", 1, "random seed");
   const long long deadline_s = args.integer("deadline", 1800, "seconds before every rank is killed");
+  const std::string link = args.str(
+      "link", "", "run each rank in its own network namespace on a bridge, links shaped to RATE "
+                  "(e.g. 1gbit, 10gbit; needs root); see docs/networks.md");
   const bool json = args.flag("json", "print the JSON list of the CLI contract");
   std::string usage;
   if (!args.finish(&usage)) {
@@ -66,6 +70,14 @@ int allreduce_main(int argc, char** argv, int first) {
   CC_CHECK(iters >= 1, kInvalidArgument, "--iters must be >= 1");
   for (const auto& a : split_list(algos)) find_algorithm(a);  // reject unknown names up front
   const Config cfg = load_config();                            // and bad COMPCOLL_* values
+  std::unique_ptr<ShapedNetwork> net;
+  if (!link.empty()) {
+    CC_CHECK(rendezvous.empty() || rendezvous.rfind("file://", 0) == 0, kInvalidArgument,
+             "--link: ranks in their namespaces cannot reach the host's loopback; use the default "
+             "FileStore or a file:// --rendezvous");
+    net = std::make_unique<ShapedNetwork>(ranks, parse_link_rate(link));
+    ShapedNetwork::install_teardown_on_signals();  // Ctrl-C removes the namespaces too
+  }
 
   char tmpl[] = "/tmp/compcoll-bench-XXXXXX";
   CC_CHECK(mkdtemp(tmpl) != nullptr, kInternal, "cannot create a temporary directory");
@@ -76,10 +88,16 @@ int allreduce_main(int argc, char** argv, int first) {
   std::vector<Child> children;
   const std::string exe = self_exe();
   for (int r = 0; r < ranks; ++r) {
-    std::vector<std::string> a = {exe, "worker", "--rank", std::to_string(r), "--ranks",
+    std::vector<std::string> a;
+    if (net) {
+      // Rank r runs inside its namespace and binds its tcp device there.
+      a = net->exec_prefix(r);
+      a.insert(a.end(), {"/usr/bin/env", "COMPCOLL_HOSTNAME=" + net->address(r)});
+    }
+    a.insert(a.end(), {exe, "worker", "--rank", std::to_string(r), "--ranks",
                                   std::to_string(ranks), "--rendezvous", spec, "--algo", algos,
                                   "--count", std::to_string(count), "--iters", std::to_string(iters),
-                                  "--gradient", gradient, "--seed", std::to_string(seed), "--out", out};
+                                  "--gradient", gradient, "--seed", std::to_string(seed), "--out", out});
     if (!density.empty()) {
       a.push_back("--density");
       a.push_back(density);
@@ -103,6 +121,10 @@ int allreduce_main(int argc, char** argv, int first) {
     }
     std::cerr << "(logs kept in " << dir << ")\n";
     return 1;
+  }
+  if (net && !json) {
+    std::cout << "# link: " << ranks << " network namespaces on a bridge, every link shaped with tbf to "
+              << net->rate().text << " (198.18.0.0/24)\n";
   }
   std::cout << read_file(json ? out : out + ".txt") << std::flush;
   std::filesystem::remove_all(dir);

@@ -152,50 +152,63 @@ int worker_main(int argc, char** argv, int first) {
     }
     const double dense_ms = slowest_median(*comm, dense_times);
 
-    for (size_t a = 0; a < names.size(); ++a) {
-      const std::string& name = names[a];
-      Algorithm& algo = *algos_built[a];
-      auto state = algo.make_state(count, ranks);
-      std::vector<double> running(count, 0.0);
+    // The algorithms take turns within each iteration, so a slow moment of
+    // the machine costs all of them alike.
+    struct Run {
+      std::unique_ptr<CodecState> state;
+      std::vector<double> running;
       std::vector<double> times;
       uint64_t wire = 0;
-      std::fprintf(stderr, "compcoll-bench worker rank %d: running %s\n", rank, name.c_str());
-      for (int it = -1; it < iters; ++it) {
+      std::vector<float> out;
+    };
+    std::vector<Run> runs(names.size());
+    for (size_t a = 0; a < names.size(); ++a) {
+      runs[a].state = algos_built[a]->make_state(count, ranks);
+      runs[a].running.assign(count, 0.0);
+    }
+    std::fprintf(stderr, "compcoll-bench worker rank %d: running %s at %zu elements\n", rank,
+                 algos.c_str(), count);
+    for (int it = -1; it < iters; ++it) {
+      for (size_t a = 0; a < names.size(); ++a) {
+        Run& run = runs[a];
         std::copy(grad.begin(), grad.begin() + count, buf.begin());
         comm->barrier();
         const uint64_t before = comm->bytes_sent();
         const auto t0 = Clock::now();
-        algo.allreduce(*comm, buf.data(), count, /*average=*/false, *state);
+        algos_built[a]->allreduce(*comm, buf.data(), count, /*average=*/false, *run.state);
         const double ms = ms_since(t0);
         if (it >= 0) {
-          times.push_back(ms);
-          wire += comm->bytes_sent() - before;
+          run.times.push_back(ms);
+          run.wire += comm->bytes_sent() - before;
         }
-        for (size_t i = 0; i < count; ++i) running[i] += buf[i];
+        for (size_t i = 0; i < count; ++i) run.running[i] += buf[i];
+        if (it == iters - 1) run.out.assign(buf.begin(), buf.begin() + count);
       }
-      std::fprintf(stderr, "compcoll-bench worker rank %d: %s done\n", rank, name.c_str());
+    }
+    for (size_t a = 0; a < names.size(); ++a) {
+      Run& run = runs[a];
       AllreduceResult r;
-      r.algo = name;
+      r.algo = names[a];
       r.ranks = ranks;
       r.count = count;
       r.iters = iters;
-      r.time_ms = slowest_median(*comm, times);
+      r.time_ms = slowest_median(*comm, run.times);
       r.dense_time_ms = dense_ms;
-      r.wire_bytes = iters > 0 ? wire / iters : 0;
+      r.wire_bytes = iters > 0 ? run.wire / iters : 0;
       r.dense_wire_bytes = ring_allreduce_bytes(count * sizeof(float), ranks);
-      r.decision = algo.last_decision();
+      r.decision = algos_built[a]->last_decision();
       double err = 0.0, run_err = 0.0;
       const double calls = iters + 1;
       for (size_t i = 0; i < count; ++i) {
-        err += (buf[i] - exact[i]) * (buf[i] - exact[i]);
-        run_err += (running[i] - calls * exact[i]) * (running[i] - calls * exact[i]);
+        err += (run.out[i] - exact[i]) * (run.out[i] - exact[i]);
+        run_err += (run.running[i] - calls * exact[i]) * (run.running[i] - calls * exact[i]);
       }
       r.rel_error = exact_norm > 0 ? std::sqrt(err) / exact_norm : std::sqrt(err);
       r.running_rel_error = exact_norm > 0 ? std::sqrt(run_err) / (calls * exact_norm) : 0.0;
-      std::vector<float> out(buf.begin(), buf.begin() + count);
-      r.identical = identical_everywhere(*comm, out);
+      r.identical = identical_everywhere(*comm, run.out);
       results.push_back(r);
     }
+    std::fprintf(stderr, "compcoll-bench worker rank %d: %s done\n", rank, algos.c_str());
   }
   if (rank == 0 && !out_path.empty()) {
     std::ofstream(out_path) << results_json(results) << "\n";

@@ -551,7 +551,7 @@ struct Owner {
   std::vector<std::string> names;
 };
 
-Owner start_owner(bool watchdog, bool handlers) {
+Owner start_owner(bool watchdog, bool handlers, bool ignore_sighup = false) {
   Owner owner;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return owner;
@@ -559,6 +559,10 @@ Owner start_owner(bool watchdog, bool handlers) {
   if (owner.pid == 0) {
     alarm(30);
     close(fds[0]);
+    // Default dispositions, as in a program started from a terminal (the
+    // test may itself run as a background job, with SIGINT ignored).
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL);
+    if (ignore_sighup) signal(SIGHUP, SIG_IGN);
     try {
       if (handlers) ShapedNetwork::install_teardown_on_signals();
       NetworkOptions opts;
@@ -609,6 +613,24 @@ TEST(Teardown, SignalHandlersTearDownBeforeTheProcessDies) {
                                                 << join(leftovers(owner.names));
     ShapedNetwork::teardown_stale();  // in case the assertion above failed
   }
+}
+
+TEST(Teardown, SignalsIgnoredBeforeInstallingStayIgnored) {
+  SKIP_WITHOUT_NETNS();
+  // nohup: SIGHUP ignored. The run must go on with its network intact.
+  Owner owner = start_owner(/*watchdog=*/false, /*handlers=*/true, /*ignore_sighup=*/true);
+  ASSERT_GT(owner.pid, 0);
+  ASSERT_EQ(owner.names.size(), 3u) << "owner did not build its network";
+  kill(owner.pid, SIGHUP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int st = 0;
+  EXPECT_EQ(waitpid(owner.pid, &st, WNOHANG), 0) << "owner died of an ignored SIGHUP";
+  EXPECT_EQ(leftovers(owner.names).size(), 3u);
+  kill(owner.pid, SIGTERM);
+  st = wait_for(owner.pid, 10000);
+  EXPECT_TRUE(st >= 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM) << st;
+  EXPECT_TRUE(leftovers(owner.names).empty()) << join(leftovers(owner.names));
+  ShapedNetwork::teardown_stale();
 }
 
 TEST(Teardown, WatchdogCleansUpWhenTheOwnerIsSigkilled) {
