@@ -23,3 +23,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Python packages (PyPI), for the benchmark's --plot.
+python_packages=(matplotlib)
+missing_py=()
+for p in "${python_packages[@]}"; do
+  python3 -c "import $p" 2>/dev/null || missing_py+=("$p")
+done
+if [ ${#missing_py[@]} -gt 0 ]; then
+  echo "install-deps: pip installing ${missing_py[*]}"
+  python3 -m pip install -q --root-user-action=ignore "${missing_py[@]}"
+fi

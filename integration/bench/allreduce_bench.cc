@@ -61,6 +61,8 @@ int allreduce_main(int argc, char** argv, int first) {
       "link", "", "run each rank in its own network namespace on a bridge, links shaped to RATE "
                   "(e.g. 1gbit, 10gbit; needs root); see docs/networks.md");
   const bool json = args.flag("json", "print the JSON list of the CLI contract");
+  const std::string plot = args.str("plot", "", "also draw time vs size per algorithm into this PNG "
+                                                "(python3 with matplotlib)");
   std::string usage;
   if (!args.finish(&usage)) {
     std::cout << "usage: compcoll-bench allreduce [flags]   (COMPCOLL_* variables apply)\n" << usage;
@@ -127,6 +129,20 @@ int allreduce_main(int argc, char** argv, int first) {
               << net->rate().text << " (198.18.0.0/24)\n";
   }
   std::cout << read_file(json ? out : out + ".txt") << std::flush;
+  if (!plot.empty()) {
+    const std::string title = "compcoll-bench allreduce, " + std::to_string(ranks) + " ranks, " +
+                              (link.empty() ? std::string("loopback") : link + " links");
+    Child p = spawn({"/usr/bin/env", "python3", COMPCOLL_SOURCE_DIR "/scripts/plot_bench.py", out,
+                     plot, title},
+                    0, dir + "/plot.log");
+    std::vector<Child> plotter{p};
+    if (!wait_all(plotter, std::chrono::steady_clock::now() + std::chrono::seconds(120),
+                  std::chrono::seconds(1))) {
+      std::cerr << "compcoll-bench allreduce: --plot failed: " << tail_of(dir + "/plot.log") << "\n";
+      return 1;
+    }
+    std::cerr << "plot written to " << plot << "\n";
+  }
   std::filesystem::remove_all(dir);
   return 0;
 }

@@ -1,8 +1,9 @@
 // The per-rank side of `compcoll-bench allreduce`. Each worker connects to
 // the others through the rendezvous, then for each algorithm: agreement on
-// the configuration, one untimed warm-up call, K timed calls (each preceded
-// by a barrier and a fresh copy of the gradient; the time of a call is the
-// slowest rank's), then correctness figures. Rank 0 writes the results.
+// the configuration, one untimed warm-up call, K timed calls (each from a
+// common start instant on a fresh copy of the gradient; the time of a call
+// is the slowest rank's), then correctness figures. Rank 0 writes the
+// results.
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
 
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/agreement.h"
@@ -36,6 +38,24 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// All local ranks share one monotonic clock, so instead of timing from the
+// (skewed) exit of a barrier, rank 0 names a start instant a few
+// milliseconds ahead and every rank sleeps until it: a call's time is then
+// from that common start to this rank's finish, and the slowest rank's time
+// is the collective's.
+Clock::time_point common_start(Comm& comm) {
+  int64_t start_ns = 0;
+  if (comm.rank() == 0) {
+    start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   (Clock::now() + std::chrono::milliseconds(3)).time_since_epoch())
+                   .count();
+  }
+  comm.broadcast(&start_ns, sizeof start_ns, 0);
+  const Clock::time_point start{std::chrono::nanoseconds(start_ns)};
+  std::this_thread::sleep_until(start);
+  return start;
 }
 
 // Median over iterations of the slowest rank's time.
@@ -145,15 +165,17 @@ int worker_main(int argc, char** argv, int first) {
     std::vector<double> dense_times;
     for (int it = -1; it < (skip_baseline ? -1 : iters); ++it) {
       std::copy(grad.begin(), grad.begin() + count, buf.begin());
-      comm->barrier();
-      const auto t0 = Clock::now();
+      const auto t0 = common_start(*comm);
       gloo_allreduce(*comm, buf.data(), count);
       if (it >= 0) dense_times.push_back(ms_since(t0));
     }
     const double dense_ms = slowest_median(*comm, dense_times);
 
-    // The algorithms take turns within each iteration, so a slow moment of
-    // the machine costs all of them alike.
+    // The algorithms take turns within each iteration, and the turn order
+    // rotates from one iteration to the next: a slow moment of the machine,
+    // or the after-effects of the previous call on the link (a dense call
+    // leaves the link and caches in another state than a sparse one),
+    // costs all of them alike.
     struct Run {
       std::unique_ptr<CodecState> state;
       std::vector<double> running;
@@ -169,12 +191,12 @@ int worker_main(int argc, char** argv, int first) {
     std::fprintf(stderr, "compcoll-bench worker rank %d: running %s at %zu elements\n", rank,
                  algos.c_str(), count);
     for (int it = -1; it < iters; ++it) {
-      for (size_t a = 0; a < names.size(); ++a) {
+      for (size_t turn = 0; turn < names.size(); ++turn) {
+        const size_t a = (turn + static_cast<size_t>(it + 1)) % names.size();
         Run& run = runs[a];
         std::copy(grad.begin(), grad.begin() + count, buf.begin());
-        comm->barrier();
+        const auto t0 = common_start(*comm);
         const uint64_t before = comm->bytes_sent();
-        const auto t0 = Clock::now();
         algos_built[a]->allreduce(*comm, buf.data(), count, /*average=*/false, *run.state);
         const double ms = ms_since(t0);
         if (it >= 0) {
