@@ -1,0 +1,28 @@
+// Communicator::connect: the Gloo transport behind compcoll.h. Kept apart
+// from communicator.cc so that integrations that bring their own transport
+// (the PyTorch backend) build the communicator without Gloo.
+#include "compcoll/error.h"
+#include "plugin/communicator.h"
+#include "transport/gloo_comm.h"
+#include "transport/gloo_connect.h"
+
+namespace compcoll {
+
+std::unique_ptr<Communicator> Communicator::connect(const Config& cfg) {
+  CC_CHECK(!cfg.rendezvous.empty(), kInvalidArgument,
+           "COMPCOLL_RENDEZVOUS is not set (file://DIR or redis://HOST:PORT)");
+  CC_CHECK(cfg.rank >= 0 && cfg.world_size >= 1, kInvalidArgument,
+           "COMPCOLL_RANK and COMPCOLL_WORLD_SIZE (or RANK and WORLD_SIZE) must be set, got rank ",
+           cfg.rank, " of ", cfg.world_size);
+  GlooOptions o;
+  o.rank = cfg.rank;
+  o.size = cfg.world_size;
+  o.rendezvous = cfg.rendezvous;
+  o.transport = cfg.transport;
+  o.iface = cfg.iface;
+  o.hostname = cfg.hostname;
+  o.timeout = cfg.timeout;
+  return std::make_unique<Communicator>(connect_gloo(o), cfg);
+}
+
+}  // namespace compcoll
