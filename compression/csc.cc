@@ -76,12 +76,16 @@ void csc_accumulate_norms(const CscConfig& c, const float* grad, size_t n, Codec
 }
 
 std::vector<uint32_t> csc_select_chunks(const float* norms, size_t chunks, size_t count) {
-  count = std::min(count, chunks);
+  // A chunk holding NaN or Inf (its norm is not finite) is always sent, even
+  // beyond count: non-finite values must reach the output, not the residual.
+  size_t non_finite = 0;
+  for (size_t c = 0; c < chunks; ++c) non_finite += !std::isfinite(norms[c]);
+  count = std::min(std::max(count, non_finite), chunks);
   std::vector<uint32_t> order(chunks);
   for (size_t i = 0; i < chunks; ++i) order[i] = static_cast<uint32_t>(i);
   auto key = [&](uint32_t c) {
     const float x = norms[c];
-    return x == x ? x : INFINITY;  // NaN ranks highest
+    return std::isfinite(x) ? x : INFINITY;  // NaN and Inf rank highest
   };
   std::nth_element(order.begin(), order.begin() + count, order.end(),
                    [&](uint32_t a, uint32_t b) {

@@ -4,9 +4,12 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 
 #include "compcoll/error.h"
+#include "compression/non_finite.h"
 #include "compression/payload.h"
 #include "compression/simd.h"
 
@@ -24,18 +27,23 @@ struct BlockScales {
 
 // Pass A over one block (which then sits in L1): e = x + err, left in err,
 // and the sums the scales need. A "negative" element is one whose sign bit
-// is set, exactly what the sign bit on the wire will say.
-BlockScales accumulate_block(const float* x, float* err, size_t len, ScaleMode mode) {
+// is set, exactly what the sign bit on the wire will say. Non-finite
+// elements are moved to `odd` (sent exactly, see non_finite.h), replaced by
+// +0 in the block and left out of the scales.
+BlockScales accumulate_block(const float* x, float* err, size_t len, size_t base, ScaleMode mode,
+                             std::vector<NonFinite>& odd) {
   using simd::f32x4;
   using simd::i32x4;
+  const f32x4 max = simd::splat(std::numeric_limits<float>::max());
   f32x4 abs_sum = {}, neg_sum = {};
-  i32x4 neg_cnt = {};
+  i32x4 neg_cnt = {}, bad = {};
   size_t i = 0;
   for (; i + simd::kLanes <= len; i += simd::kLanes) {
     const f32x4 e = simd::load(x + i) + simd::load(err + i);
     simd::store(err + i, e);
     const f32x4 a = simd::abs(e);
     const i32x4 neg = simd::sign_mask(e);
+    bad |= ~(a <= max);
     abs_sum += a;
     neg_sum += (f32x4)((i32x4)a & neg);
     neg_cnt -= neg;  // mask lanes are -1
@@ -46,17 +54,36 @@ BlockScales accumulate_block(const float* x, float* err, size_t len, ScaleMode m
   for (; i < len; ++i) {
     const float e = x[i] + err[i];
     err[i] = e;
+    bad[0] |= !std::isfinite(e);
     abs_total += std::fabs(e);
     if (std::signbit(e)) {
       neg_total -= e;
       negatives += 1.0;
     }
   }
+  size_t finite = len;
+  if (simd::any(bad)) {
+    // Rare: redo the sums over the finite elements only.
+    abs_total = neg_total = negatives = 0.0;
+    for (size_t j = 0; j < len; ++j) {
+      if (!std::isfinite(err[j])) {
+        odd.push_back({static_cast<uint32_t>(base + j), err[j]});
+        err[j] = 0.0f;
+        --finite;
+        continue;
+      }
+      abs_total += std::fabs(err[j]);
+      if (std::signbit(err[j])) {
+        neg_total -= err[j];
+        negatives += 1.0;
+      }
+    }
+  }
   if (mode == ScaleMode::kMeanMagnitude) {
-    const float s = len ? static_cast<float>(abs_total / double(len)) : 0.0f;
+    const float s = finite ? static_cast<float>(abs_total / double(finite)) : 0.0f;
     return {s, s};
   }
-  const double positives = double(len) - negatives;
+  const double positives = double(finite) - negatives;
   const double pos_total = abs_total - neg_total;
   return {positives > 0 ? static_cast<float>(pos_total / positives) : 0.0f,
           negatives > 0 ? static_cast<float>(neg_total / negatives) : 0.0f};
@@ -98,27 +125,33 @@ void validate_onebit_config(const OneBitConfig& c) {
 
 size_t onebit_payload_bytes(size_t n, const OneBitConfig& c) {
   const size_t blocks = (n + c.block - 1) / c.block;
-  return kPayloadHeaderBytes + blocks * scales_per_block(c.scale) * sizeof(float) + (n + 7) / 8;
+  return kPayloadHeaderBytes + blocks * scales_per_block(c.scale) * sizeof(float) + (n + 7) / 8 +
+         non_finite_bytes(0);
 }
 
 void onebit_encode(const OneBitConfig& c, const float* x, float* err, size_t n, Bytes& out) {
   validate_onebit_config(c);
   const size_t blocks = (n + c.block - 1) / c.block;
   const size_t per = scales_per_block(c.scale);
-  out.resize(onebit_payload_bytes(n, c));
+  out.resize(onebit_payload_bytes(n, c) - non_finite_bytes(0));  // the list comes last
   write_header({PayloadFormat::kOneBit, static_cast<uint8_t>(c.scale),
                 static_cast<uint8_t>(std::countr_zero(c.block)), n, blocks},
                out.data());
   uint8_t* scales = out.data() + kPayloadHeaderBytes;
   uint8_t* bits = scales + blocks * per * sizeof(float);
+  std::vector<NonFinite> odd;
   for (size_t b = 0; b < blocks; ++b) {
     const size_t begin = b * c.block;
     const size_t len = std::min(c.block, n - begin);
-    const BlockScales s = accumulate_block(x + begin, err + begin, len, c.scale);
+    const size_t odd_before = odd.size();
+    const BlockScales s = accumulate_block(x + begin, err + begin, len, begin, c.scale, odd);
     store_le<float>(scales + b * per * 4, s.pos);
     if (per == 2) store_le<float>(scales + b * per * 4 + 4, s.neg);
     quantize_block(err + begin, len, s, bits + begin / 8);
+    // Sent exactly: the error memory restarts from zero there.
+    for (size_t j = odd_before; j < odd.size(); ++j) err[odd[j].idx] = 0.0f;
   }
+  append_non_finite(out, odd);
 }
 
 void onebit_decode(std::span<const uint8_t> payload, float* out, size_t n, bool accumulate) {
@@ -131,8 +164,13 @@ void onebit_decode(std::span<const uint8_t> payload, float* out, size_t n, bool 
   const size_t blocks = (n + c.block - 1) / c.block;
   CC_PAYLOAD_CHECK(h.k == blocks, "onebit: payload has ", h.k, " blocks, ", n, " elements in blocks of ",
                    c.block, " need ", blocks);
-  CC_PAYLOAD_CHECK(payload.size() == onebit_payload_bytes(n, c), "onebit: payload is ",
-                   payload.size(), " bytes, expected ", onebit_payload_bytes(n, c));
+  const size_t fixed = onebit_payload_bytes(n, c) - non_finite_bytes(0);
+  CC_PAYLOAD_CHECK(payload.size() >= fixed, "onebit: payload is ", payload.size(),
+                   " bytes, at least ", fixed + non_finite_bytes(0), " expected");
+  std::vector<NonFinite> odd;
+  const size_t end = parse_non_finite(payload, fixed, n, odd);
+  CC_PAYLOAD_CHECK(end == payload.size(), "onebit: ", payload.size() - end,
+                   " trailing bytes after the payload");
   const size_t per = scales_per_block(c.scale);
   const uint8_t* scales = payload.data() + kPayloadHeaderBytes;
   const uint8_t* bits = scales + blocks * per * sizeof(float);
@@ -153,6 +191,9 @@ void onebit_decode(std::span<const uint8_t> payload, float* out, size_t n, bool 
       out[i] = accumulate ? out[i] + val : val;
     }
   }
+  // Non-finite values land exactly where a dense sum puts them (what the
+  // block's scale added there cannot change a NaN or an Inf).
+  for (const NonFinite& e : odd) out[e.idx] = accumulate ? out[e.idx] + e.value : e.value;
 }
 
 }  // namespace compcoll

@@ -12,8 +12,9 @@
 // errors persist across steps, so nothing is lost.
 //
 // Payload: header (aux0 = ScaleMode, aux1 = log2 B, n elements, k blocks),
-// k or 2k fp32 scales, then ceil(n/8) bytes of sign bits, LSB first, 1 for a
-// negative element.
+// k or 2k fp32 scales, ceil(n/8) bytes of sign bits (LSB first, 1 for a
+// negative element), then the non-finite list (non_finite.h): NaN and Inf
+// are sent exactly and kept out of the scales.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +33,7 @@ struct OneBitConfig {
 };
 
 void validate_onebit_config(const OneBitConfig& c);
+// Size of a payload without non-finite values (each adds 8 bytes).
 size_t onebit_payload_bytes(size_t n, const OneBitConfig& c);
 
 // e = x + err; out = Q(e) (overwritten); err = e - D(Q(e)). x and err hold n

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "compcoll/error.h"
 #include "compression/golomb.h"
+#include "compression/non_finite.h"
 #include "compression/payload.h"
 #include "compression/select.h"
 #include "compression/simd.h"
@@ -19,13 +21,17 @@ struct SideCandidates {
   size_t count = 0;
 };
 
-// One pass: v += g, collecting entries >= t_pos and entries <= -t_neg.
+// One pass: v += g, collecting entries >= t_pos, entries <= -t_neg, and
+// non-finite entries (which travel apart, see non_finite.h).
 void fused_accumulate(const float* g, float* v, size_t n, float t_pos, float t_neg,
-                      SideCandidates& pos, SideCandidates& neg, size_t cap) {
+                      SideCandidates& pos, SideCandidates& neg, std::vector<NonFinite>& odd,
+                      size_t cap) {
   constexpr size_t kBlock = 16;
   auto collect = [&](size_t i0, size_t i1) {
     for (size_t i = i0; i < i1; ++i) {
-      if (v[i] >= t_pos) {
+      if (!std::isfinite(v[i])) {
+        odd.push_back({static_cast<uint32_t>(i), v[i]});
+      } else if (v[i] >= t_pos) {
         if (pos.idx.size() < cap) pos.idx.push_back(static_cast<uint32_t>(i));
         ++pos.count;
       } else if (-v[i] >= t_neg) {
@@ -37,13 +43,14 @@ void fused_accumulate(const float* g, float* v, size_t n, float t_pos, float t_n
   using simd::f32x4;
   using simd::i32x4;
   const f32x4 tp = simd::splat(t_pos), tn = simd::splat(-t_neg);
+  const f32x4 max = simd::splat(std::numeric_limits<float>::max());
   size_t i0 = 0;
   for (; i0 + kBlock <= n; i0 += kBlock) {
     i32x4 hit = {};
     for (size_t i = i0; i < i0 + kBlock; i += simd::kLanes) {
       const f32x4 x = simd::load(v + i) + simd::load(g + i);
       simd::store(v + i, x);
-      hit |= (x >= tp) | (x <= tn);
+      hit |= (x >= tp) | (x <= tn) | ~(simd::abs(x) <= max);  // the last: NaN, Inf
     }
     if (simd::any(hit)) collect(i0, i0 + kBlock);
   }
@@ -54,6 +61,7 @@ void fused_accumulate(const float* g, float* v, size_t n, float t_pos, float t_n
 struct ParsedSbc {
   PayloadHeader h;
   float mean;
+  std::vector<NonFinite> odd;
   std::span<const uint8_t> bits;
 };
 
@@ -64,7 +72,9 @@ ParsedSbc parse_sbc(std::span<const uint8_t> payload, uint64_t n) {
   CC_PAYLOAD_CHECK(payload.size() >= kPayloadHeaderBytes + 4, "sbc payload of ", payload.size(),
                    " bytes is missing its mean");
   p.mean = load_le<float>(payload.data() + kPayloadHeaderBytes);
-  p.bits = payload.subspan(kPayloadHeaderBytes + 4);
+  CC_PAYLOAD_CHECK(std::isfinite(p.mean), "sbc mean is not finite");
+  const size_t bits_at = parse_non_finite(payload, kPayloadHeaderBytes + 4, n, p.odd);
+  p.bits = payload.subspan(bits_at);
   return p;
 }
 
@@ -94,7 +104,8 @@ EncodeInfo SbcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
   sample_pos.reserve(n / plan.stride + 1);
   sample_neg.reserve(n / plan.stride + 1);
   for (size_t i = plan.offset; i < n; i += plan.stride) {
-    const float x = v[i] + grad[i];
+    float x = v[i] + grad[i];
+    if (!std::isfinite(x)) x = 0.0f;  // sent apart; must not set a threshold
     sample_pos.push_back(x);
     sample_neg.push_back(-x);
   }
@@ -105,7 +116,9 @@ EncodeInfo SbcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
 
   const size_t cap = candidate_cap(info.wanted);
   SideCandidates pos, neg;
-  fused_accumulate(grad, v, n, t_pos, t_neg, pos, neg, cap);
+  std::vector<NonFinite> odd;
+  fused_accumulate(grad, v, n, t_pos, t_neg, pos, neg, odd, cap);
+  for (const NonFinite& e : odd) v[e.idx] = 0.0f;  // sent exactly; the residual restarts
   const SelectionTarget target{info.wanted, (info.wanted * 4 + 4) / 5, info.wanted};
   t_pos = finalize_selection(v, n, target, SelectKey::kPositive, sample_pos, pass_fraction, t_pos,
                              pos.count, pos.idx);
@@ -129,6 +142,7 @@ EncodeInfo SbcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
                 sent.size()},
                payload.data());
   store_le<float>(payload.data() + kPayloadHeaderBytes, mean);
+  append_non_finite(payload, odd);
   rice_encode_positions(sent, b, payload);
 
   for (uint32_t i : sent) v[i] -= mean;
@@ -143,12 +157,14 @@ SbcEntries decode_sbc(std::span<const uint8_t> payload, uint64_t n) {
   SbcEntries e;
   e.idx = rice_decode_positions(p.bits, p.h.k, p.h.aux0, n);
   e.mean = p.mean;
+  e.non_finite = std::move(p.odd);
   return e;
 }
 
 void decode_sbc_accumulate(std::span<const uint8_t> payload, float* out, uint64_t n) {
   const SbcEntries e = decode_sbc(payload, n);
   for (uint32_t i : e.idx) out[i] += e.mean;
+  for (const NonFinite& x : e.non_finite) out[x.idx] += x.value;
 }
 
 }  // namespace compcoll

@@ -10,10 +10,12 @@
 // binarisation error and the other side stay in the residual.
 //
 // Payload: header (aux0 = b, aux1 = 1 for the negative side, k entries),
-// the signed mean as fp32, then the Rice bit stream.
+// the signed mean as fp32, the non-finite list (non_finite.h: NaN and Inf
+// are sent exactly, never binarised), then the Rice bit stream.
 #pragma once
 
 #include "compression/codec.h"
+#include "compression/non_finite.h"
 
 namespace compcoll {
 
@@ -41,6 +43,7 @@ void decode_sbc_accumulate(std::span<const uint8_t> payload, float* out, uint64_
 struct SbcEntries {
   std::vector<uint32_t> idx;
   float mean = 0.0f;
+  std::vector<NonFinite> non_finite;
 };
 SbcEntries decode_sbc(std::span<const uint8_t> payload, uint64_t n);
 

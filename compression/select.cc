@@ -1,6 +1,7 @@
 #include "compression/select.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 namespace compcoll {
@@ -34,6 +35,11 @@ size_t scan_impl(const float* v, size_t n, float t, std::vector<uint32_t>& out, 
 
 template <SelectKey K>
 void keep_top_k_impl(std::vector<uint32_t>& cand, const float* v, size_t k) {
+  // Non-finite values (key +inf) are always kept, even beyond k: a NaN or
+  // Inf must reach the output and must never stay in a residual.
+  size_t non_finite = 0;
+  for (const uint32_t i : cand) non_finite += std::isinf(select_key<K>(v[i]));
+  k = std::max(k, non_finite);
   if (cand.size() > k) {
     // Rank by key descending, then index ascending: deterministic, and the
     // position never decides between different magnitudes.
@@ -70,6 +76,12 @@ float exact_top_k_impl(const float* v, size_t n, size_t k, std::vector<uint32_t>
   for (size_t i = 0; i < n; ++i) keys[i] = select_key<K>(v[i]);
   std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<float>());
   const float t = std::max(keys[k - 1], kMinThreshold);
+  if (std::isinf(t)) {  // k or more non-finite values: send every one of them
+    for (size_t i = 0; i < n; ++i) {
+      if (std::isinf(select_key<K>(v[i]))) out.push_back(static_cast<uint32_t>(i));
+    }
+    return t;
+  }
   size_t above = 0;  // keys strictly above t: fewer than k of them
   for (size_t i = 0; i < n; ++i) above += select_key<K>(v[i]) > t;
   size_t ties_left = k - std::min(k, above);

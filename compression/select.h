@@ -38,20 +38,23 @@ inline float select_key(float x) {
   }
 }
 
-// key(x) >= t, written so that NaN passes for magnitude keys.
+// key(x) >= t, written so that NaN passes for magnitude keys. The signed
+// keys (sbc's sides) never pass a non-finite value: sbc sends those apart.
 template <SelectKey K>
 inline bool passes(float x, float t) {
+  constexpr float kMax = std::numeric_limits<float>::max();
   if constexpr (K == SelectKey::kMagnitude) return !(std::fabs(x) < t);
-  else if constexpr (K == SelectKey::kPositive) return x >= t;
-  else return -x >= t;
+  else if constexpr (K == SelectKey::kPositive) return x >= t && x <= kMax;
+  else return -x >= t && -x <= kMax;
 }
 
 // passes() on a vector: all-ones lanes where the key passes.
 template <SelectKey K>
 inline simd::i32x4 passes4(simd::f32x4 x, simd::f32x4 t) {
+  const simd::f32x4 max = simd::splat(std::numeric_limits<float>::max());
   if constexpr (K == SelectKey::kMagnitude) return ~(simd::abs(x) < t);
-  else if constexpr (K == SelectKey::kPositive) return x >= t;
-  else return -x >= t;
+  else if constexpr (K == SelectKey::kPositive) return (x >= t) & (x <= max);
+  else return (-x >= t) & (-x <= max);
 }
 
 // The smallest threshold ever used: zero keys are never worth sending.

@@ -290,3 +290,68 @@ TEST(Allreduce, AverageDividesTheSumByTheWorldSize) {
 
 }  // namespace
 }  // namespace compcoll
+
+namespace compcoll {
+namespace {
+
+// Non-finite values are not hidden: a NaN or Inf in one rank's gradient
+// reaches every rank's output where the dense sum has it, nowhere else; the
+// error-feedback memory stays finite; the next clean step is normal.
+class NonFiniteTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NonFiniteTest, ReachesTheOutputAsTheDenseSumWouldAndLeavesStateFinite) {
+  const size_t n = 200000;
+  AlgoParams params;
+  std::string name = GetParam();
+  if (name == "dgc+momentum") {
+    name = "dgc";
+    params.momentum = 0.9f;
+  }
+  testing::run_gloo_ranks(4, [&](Comm& comm) {
+    const auto algo = make_algorithm(name, params);
+    algo->attach(comm);
+    auto state = algo->make_state(n, comm.size());
+    std::vector<float> g = gradient_of(comm.rank(), n);
+    if (comm.rank() == 1) {
+      g[123] = NAN;
+      g[4567] = INFINITY;
+    }
+    if (comm.rank() == 2) g[9000] = -INFINITY;
+    algo->allreduce(comm, g.data(), n, false, *state);
+    EXPECT_TRUE(std::isnan(g[123])) << name;
+    EXPECT_EQ(g[4567], INFINITY) << name;
+    EXPECT_EQ(g[9000], -INFINITY) << name;
+    size_t non_finite = 0;
+    for (float x : g) non_finite += !std::isfinite(x);
+    EXPECT_EQ(non_finite, 3u) << name << ": non-finite values spread";
+    for (float x : state->v) ASSERT_TRUE(std::isfinite(x)) << name << ": residual poisoned";
+    for (float x : state->u) ASSERT_TRUE(std::isfinite(x)) << name << ": momentum/server error poisoned";
+
+    // The next, clean step: finite, identical everywhere, usual accuracy.
+    std::vector<float> clean = gradient_of(comm.rank(), n, 1);
+    std::vector<double> exact(n, 0.0);
+    for (int r = 0; r < comm.size(); ++r) {
+      const auto gr = gradient_of(r, n, 1);
+      for (size_t i = 0; i < n; ++i) exact[i] += gr[i];
+    }
+    algo->allreduce(comm, clean.data(), n, false, *state);
+    for (float x : clean) ASSERT_TRUE(std::isfinite(x)) << name;
+    const Gathered all = comm.allgatherv({reinterpret_cast<const uint8_t*>(clean.data()), n * 4});
+    for (int r = 0; r < all.parts(); ++r) {
+      ASSERT_EQ(0, std::memcmp(all.part(r).data(), clean.data(), n * 4)) << name << " rank " << r;
+    }
+    EXPECT_LE(rel_l2(clean, exact), name == "onebit" ? 1.5 : 1.05) << name;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, NonFiniteTest,
+                         ::testing::Values("dense", "dgc", "dgc+momentum", "sbc", "sdagc", "csc",
+                                           "onebit", "auto"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return s;
+                         });
+
+}  // namespace
+}  // namespace compcoll

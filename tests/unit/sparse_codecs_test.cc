@@ -174,7 +174,7 @@ TEST_P(SparseCodecTest, StateOfTheWrongSizeIsRejected) {
 INSTANTIATE_TEST_SUITE_P(Codecs, SparseCodecTest, ::testing::Values("dgc", "sdagc", "sbc"));
 
 TEST(SparseCodecs, NonFiniteValuesAreSentAndDoNotPoisonTheResidual) {
-  for (const std::string algo : {"dgc", "sdagc"}) {
+  for (const std::string algo : {"dgc", "sdagc", "sbc"}) {
     const size_t n = 10000;
     auto codec = make(algo, 0.01);
     auto st = codec->make_state(n);
