@@ -30,7 +30,8 @@ struct BlockScales {
 // is set, exactly what the sign bit on the wire will say. Non-finite
 // elements are moved to `odd` (sent exactly, see non_finite.h), replaced by
 // +0 in the block and left out of the scales.
-BlockScales accumulate_block(const float* x, float* err, size_t len, size_t base, ScaleMode mode,
+template <ScaleMode mode>
+BlockScales accumulate_block(const float* x, float* err, size_t len, size_t base,
                              std::vector<NonFinite>& odd) {
   using simd::f32x4;
   using simd::i32x4;
@@ -42,11 +43,13 @@ BlockScales accumulate_block(const float* x, float* err, size_t len, size_t base
     const f32x4 e = simd::load(x + i) + simd::load(err + i);
     simd::store(err + i, e);
     const f32x4 a = simd::abs(e);
-    const i32x4 neg = simd::sign_mask(e);
     bad |= ~(a <= max);
     abs_sum += a;
-    neg_sum += (f32x4)((i32x4)a & neg);
-    neg_cnt -= neg;  // mask lanes are -1
+    if constexpr (mode == ScaleMode::kSignedMeans) {  // the pair needs the negative side too
+      const i32x4 neg = simd::sign_mask(e);
+      neg_sum += (f32x4)((i32x4)a & neg);
+      neg_cnt -= neg;  // mask lanes are -1
+    }
   }
   double abs_total = simd::sum(abs_sum), neg_total = simd::sum(neg_sum);
   double negatives = 0.0;
@@ -144,7 +147,10 @@ void onebit_encode(const OneBitConfig& c, const float* x, float* err, size_t n, 
     const size_t begin = b * c.block;
     const size_t len = std::min(c.block, n - begin);
     const size_t odd_before = odd.size();
-    const BlockScales s = accumulate_block(x + begin, err + begin, len, begin, c.scale, odd);
+    const BlockScales s =
+        c.scale == ScaleMode::kSignedMeans
+            ? accumulate_block<ScaleMode::kSignedMeans>(x + begin, err + begin, len, begin, odd)
+            : accumulate_block<ScaleMode::kMeanMagnitude>(x + begin, err + begin, len, begin, odd);
     store_le<float>(scales + b * per * 4, s.pos);
     if (per == 2) store_le<float>(scales + b * per * 4 + 4, s.neg);
     quantize_block(err + begin, len, s, bits + begin / 8);

@@ -7,6 +7,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace compcoll::simd {
 
 typedef float f32x4 __attribute__((vector_size(16)));
@@ -33,16 +37,25 @@ inline float sum(f32x4 v) {
   for (size_t j = 0; j < kLanes; ++j) s += v[j];
   return s;
 }
+// Whether any lane's sign bit is set (lanes are masks: all-ones or zero).
 inline bool any(i32x4 m) {
+#if defined(__SSE2__)
+  return _mm_movemask_ps(reinterpret_cast<__m128>(m)) != 0;
+#else
   int32_t r = 0;
   for (size_t j = 0; j < kLanes; ++j) r |= m[j];
   return r != 0;
+#endif
 }
-// Bit j set when lane j of mask is set.
+// Bit j set when lane j of mask is set (one movmskps on x86).
 inline uint8_t bits(i32x4 m) {
+#if defined(__SSE2__)
+  return static_cast<uint8_t>(_mm_movemask_ps(reinterpret_cast<__m128>(m)));
+#else
   uint8_t b = 0;
   for (size_t j = 0; j < kLanes; ++j) b |= static_cast<uint8_t>(m[j] & 1) << j;
   return b;
+#endif
 }
 
 // The inverse of bits(): lane j all-ones when bit j of b is set.
