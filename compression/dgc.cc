@@ -86,10 +86,14 @@ DgcCodec::DgcCodec(const DgcConfig& config) : config_(config) {
            "dgc: sample fraction ", config.sample_fraction, " is outside (0, 1]");
 }
 
-std::unique_ptr<CodecState> DgcCodec::make_state(size_t n) const {
+std::unique_ptr<CodecState> make_sparsify_state(const SparsifyConfig& c, size_t n) {
   auto st = std::make_unique<CodecState>(n);
-  if (config_.momentum > 0.0f) st->u.assign(n, 0.0f);
+  if (c.momentum > 0.0f) st->u.assign(n, 0.0f);
   return st;
+}
+
+std::unique_ptr<CodecState> DgcCodec::make_state(size_t n) const {
+  return make_sparsify_state(config_, n);
 }
 
 EncodeInfo DgcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& payload) const {

@@ -53,6 +53,9 @@ class DgcCodec final : public SparseCodec {
 void emit_sparse(const std::vector<uint32_t>& selected, CodecState& state, uint64_t n,
                  SparseEncoding encoding, Bytes& payload);
 
+// State for dgc/sdagc: the residual, and the velocity when momentum is on.
+std::unique_ptr<CodecState> make_sparsify_state(const SparsifyConfig& c, size_t n);
+
 // Validates the fields both dgc and sdagc share; throws kInvalidArgument.
 void validate_sparsify_config(const SparsifyConfig& c, const char* codec);
 

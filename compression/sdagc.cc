@@ -96,8 +96,7 @@ SdagcCodec::SdagcCodec(const SdagcConfig& config) : config_(config) {
 }
 
 std::unique_ptr<CodecState> SdagcCodec::make_state(size_t n) const {
-  auto st = std::make_unique<CodecState>(n);
-  if (config_.momentum > 0.0f) st->u.assign(n, 0.0f);
+  auto st = make_sparsify_state(config_, n);
   st->lambda = static_cast<float>(gaussian_two_sided_quantile(config_.density));
   return st;
 }
