@@ -72,6 +72,7 @@ int allreduce_main(int argc, char** argv, int first) {
   CC_CHECK(iters >= 1, kInvalidArgument, "--iters must be >= 1");
   for (const auto& a : split_list(algos)) find_algorithm(a);  // reject unknown names up front
   const Config cfg = load_config();                            // and bad COMPCOLL_* values
+  kill_children_on_signals();  // Ctrl-C stops the ranks too (first, then the network)
   std::unique_ptr<ShapedNetwork> net;
   if (!link.empty()) {
     CC_CHECK(rendezvous.empty() || rendezvous.rfind("file://", 0) == 0, kInvalidArgument,
@@ -109,6 +110,7 @@ int allreduce_main(int argc, char** argv, int first) {
       a.push_back(sizes);
     }
     children.push_back(spawn(a, r, dir + "/rank" + std::to_string(r) + ".log"));
+    watch_child(children.back().pid);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadline_s);
   const bool ok = wait_all(children, deadline, cfg.timeout + std::chrono::seconds(5));

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -33,6 +34,40 @@ Child spawn(const std::vector<std::string>& argv, int rank, const std::string& l
   posix_spawn_file_actions_destroy(&actions);
   CC_CHECK(rc == 0, kInternal, "cannot start rank ", rank, " (", argv[0], "): ", std::strerror(rc));
   return c;
+}
+
+namespace {
+
+// Async-signal-safe registry: fixed array, atomic count.
+constexpr int kMaxWatched = 1024;
+pid_t g_watched[kMaxWatched];
+std::atomic<int> g_watched_count{0};
+
+void on_signal(int sig) {
+  const int n = g_watched_count.load();
+  for (int i = 0; i < n; ++i) kill(g_watched[i], SIGKILL);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+}  // namespace
+
+void kill_children_on_signals() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
+void watch_child(pid_t pid) {
+  const int i = g_watched_count.load();
+  if (i < kMaxWatched) {
+    g_watched[i] = pid;
+    g_watched_count.store(i + 1);
+  }
 }
 
 std::string describe_status(int status) {

@@ -29,6 +29,13 @@ Child spawn(const std::vector<std::string>& argv, int rank, const std::string& l
 bool wait_all(std::vector<Child>& children, std::chrono::steady_clock::time_point deadline,
               std::chrono::milliseconds grace);
 
+// Ctrl-C (SIGINT), SIGTERM and SIGHUP kill every child registered with
+// watch_child() (SIGKILL), then the process dies of the signal as usual.
+// Install before any handler that should run first and chain to this one
+// (ShapedNetwork's teardown chains to the handler it finds).
+void kill_children_on_signals();
+void watch_child(pid_t pid);
+
 // "exit 1", "killed by signal 9", ...
 std::string describe_status(int status);
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -188,6 +189,66 @@ TEST(MultiProcessFaults, BadConfigurationIsRejectedBeforeAnyTraffic) {
     EXPECT_NE(text.find(bad.substr(0, bad.find('='))), std::string::npos) << text;
     EXPECT_EQ(text.find("rank 0"), std::string::npos) << "ranks were started for " << bad;
   }
+}
+
+}  // namespace
+}  // namespace compcoll::testing
+
+namespace compcoll::testing {
+namespace {
+
+// --link builds namespaces and shaped links; Ctrl-C on the benchmark must
+// remove them and leave no rank running.
+bool namespaces_of(pid_t owner) {
+  TempDir dir;
+  ChildSet c;
+  const std::string out = dir.path() + "/ns";
+  const pid_t p = c.add(spawn({"/usr/sbin/ip", "netns", "list"}, out));
+  c.wait(p, milliseconds(5000));
+  return read_file(out).find("compcoll-" + std::to_string(owner) + "-") != std::string::npos;
+}
+
+TEST(MultiProcessLink, CtrlCTearsTheShapedNetworkDownAndStopsEveryRank) {
+  if (geteuid() != 0) GTEST_SKIP() << "--link needs root";
+  TempDir dir;
+  ChildSet children;
+  const std::string out = dir.path() + "/bench.out";
+  const pid_t bench = children.add(spawn({kBench, "allreduce", "--ranks", "3", "--algo", "dense",
+                                          "--count", "20M", "--iters", "50", "--link", "100mbit"},
+                                         out));
+  // Wait until the namespaces exist and the ranks are busy, then Ctrl-C.
+  const auto until = Clock::now() + milliseconds(20000);
+  while (!namespaces_of(bench) && Clock::now() < until) std::this_thread::sleep_for(milliseconds(100));
+  if (!namespaces_of(bench)) {
+    const std::string text = read_file(out);
+    if (text.find("needs root") != std::string::npos || text.find("netns") != std::string::npos) {
+      GTEST_SKIP() << "network namespaces are not available here: " << text;
+    }
+    FAIL() << "no namespaces appeared: " << text;
+  }
+  std::this_thread::sleep_for(milliseconds(1500));
+  ASSERT_EQ(kill(bench, SIGINT), 0);
+  const auto status = children.wait(bench, milliseconds(30000));
+  ASSERT_TRUE(status.has_value()) << "compcoll-bench ignored Ctrl-C";
+  EXPECT_NE(exit_code(*status), 0);
+  EXPECT_FALSE(namespaces_of(bench)) << "namespaces left behind after Ctrl-C";
+  // No worker of this run is left: the benchmark SIGKILLs its ranks on
+  // Ctrl-C. (Poll briefly: a killed process takes a moment to go.)
+  auto workers_left = [&] {
+    TempDir probe;
+    ChildSet c;
+    const pid_t p = c.add(spawn(
+        {"/usr/bin/pgrep", "-f", "compcoll-bench worker .*--ranks 3 .*--count 20971520"},
+        probe.path() + "/pgrep"));
+    const auto pg = c.wait(p, milliseconds(5000));
+    return !pg.has_value() || exit_code(*pg) != 1 ? read_file(probe.path() + "/pgrep") : std::string();
+  };
+  std::string left = workers_left();
+  for (int i = 0; i < 50 && !left.empty(); ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+    left = workers_left();
+  }
+  EXPECT_EQ(left, "") << "ranks still running 5 s after Ctrl-C";
 }
 
 }  // namespace
