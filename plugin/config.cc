@@ -187,6 +187,12 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_STATS_FILE", VarType::kString, "", "a path; {rank} is replaced by the rank",
      "where each rank writes its JSON stats at communicator destruction or exit",
      CC_APPLY { cfg.stats_file = value; }},
+    {"COMPCOLL_NCCL_LIBRARY", VarType::kString, "libnccl.so.2", "a library name or path",
+     "the real NCCL that the NCCL interposer (libcompcoll_nccl.so) loads and forwards to",
+     CC_APPLY { cfg.nccl_library = value; }},
+    {"COMPCOLL_CUDA_LIBRARY", VarType::kString, "libcuda.so.1", "a library name or path",
+     "the CUDA driver library the NCCL interposer loads",
+     CC_APPLY { cfg.cuda_library = value; }},
 };
 
 #undef CC_APPLY

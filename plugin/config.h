@@ -30,6 +30,8 @@ struct Config {
   std::chrono::milliseconds timeout{30000};
   LogLevel debug = LogLevel::kWarn;
   std::string stats_file;
+  std::string nccl_library = "libnccl.so.2";  // the NCCL interposer's real NCCL
+  std::string cuda_library = "libcuda.so.1";  // and the CUDA driver it uses
 
   bool compression_enabled() const { return algo != "dense"; }
   // "algo=...;" + params.canonical() + the other settings that change the

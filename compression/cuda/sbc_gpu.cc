@@ -1,0 +1,111 @@
+// SbcCodecGpu: compression/sbc.cc's encode with the passes on the device;
+// the means (sums over the k selected, in index order, in double) and the
+// Golomb-Rice coding run on the host.
+#include <algorithm>
+#include <cmath>
+
+#include "compression/cuda/finalize.h"
+#include "compression/cuda/sparse_gpu.h"
+#include "compression/cuda/sparse_kernels.h"
+#include "compression/golomb.h"
+#include "compression/payload.h"
+
+namespace compcoll::cuda {
+namespace {
+
+constexpr double kCandidateHeadroom = 1.2;  // sbc.cc's
+// Non-finite entries collected by the fused pass before an ordered rescan
+// is needed (a gradient with more is rare and costs one more pass).
+constexpr size_t kOddCap = 1 << 16;
+
+}  // namespace
+
+SbcCodecGpu::SbcCodecGpu(const SbcConfig& config) : config_(config) {
+  SbcCodec check_config(config);
+}
+
+GpuState SbcCodecGpu::make_state(size_t n, cudaStream_t s) const { return GpuState::zeros(n, false, s); }
+
+EncodeInfo SbcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Bytes& payload, cudaStream_t s) {
+  CC_CHECK_EQ(st.n, n, kInvalidArgument, "sbc (GPU): state was made for another tensor size");
+  EncodeInfo info;
+  info.density = config_.density;
+  info.wanted = target_count(config_.density, n);
+  float* v = st.v.data();
+  pos_.bind(v, n, /*key=*/1, s);
+  neg_.bind(v, n, /*key=*/2, s);
+
+  // Both sides' thresholds from one strided sample of v + g.
+  const detail::Strided at = detail::strided(n, config_.sample_fraction, st.steps);
+  detail::sbc_sample(grad, v, at, pos_.sample(at.count), neg_.sample(at.count), s);
+  pos_.sort_sample();
+  neg_.sort_sample();
+  const double pass_fraction =
+      n ? std::min(1.0, kCandidateHeadroom * double(info.wanted) / double(n)) : 1.0;
+  float t_pos = pos_.sample_threshold(pass_fraction);
+  float t_neg = neg_.sample_threshold(pass_fraction);
+
+  const size_t cap = candidate_cap(info.wanted);
+  counts_.resize(3);
+  odd_.resize(kOddCap);
+  check(cudaMemsetAsync(counts_.data(), 0, 3 * sizeof(unsigned long long), s), "cudaMemsetAsync");
+  detail::SbcLists lists{pos_.candidates(cap), neg_.candidates(cap), odd_.data(), counts_.data(), cap, kOddCap};
+  detail::sbc_fused(grad, v, n, t_pos, t_neg, lists, s);
+  const std::vector<unsigned long long> counts = to_host(counts_.data(), 3, s);
+
+  // Non-finite entries: sent exactly, in index order; the residual restarts.
+  size_t odd_count = size_t(counts[2]);
+  if (odd_count > kOddCap) {
+    odd_.resize(odd_count);
+    DeviceBuffer<unsigned long long> tiles;
+    detail::Temp temp;
+    odd_count = detail::ordered_scan(3, v, n, 0.0f, odd_count, odd_.data(), tiles, temp, s);
+  } else {
+    DeviceBuffer<uint32_t> alt(odd_count);
+    detail::Temp temp;
+    detail::sort_u32(odd_.data(), alt.data(), odd_count, temp, s);
+  }
+  std::vector<NonFinite> odd(odd_count);
+  {
+    const std::vector<uint32_t> idx = to_host(odd_.data(), odd_count, s);
+    const std::vector<float> val = detail::values_at(v, odd_.data(), odd_count, values_, s);
+    for (size_t i = 0; i < odd_count; ++i) odd[i] = {idx[i], val[i]};
+  }
+  detail::set_at(v, odd_.data(), odd_count, 0.0f, s);
+
+  pos_.adopt(size_t(counts[0]), t_pos, cap);
+  neg_.adopt(size_t(counts[1]), t_neg, cap);
+  const SelectionTarget target{info.wanted, (info.wanted * 4 + 4) / 5, info.wanted};
+  t_pos = finalize_selection_with(pos_, target, pass_fraction, t_pos, size_t(counts[0]));
+  t_neg = finalize_selection_with(neg_, target, pass_fraction, t_neg, size_t(counts[1]));
+
+  auto mean_of = [&](const GpuSelector& side) {
+    double sum = 0.0;
+    for (const float x : detail::values_at(v, side.selection(), side.held(), values_, s)) sum += x;
+    return side.held() == 0 ? 0.0 : sum / double(side.held());
+  };
+  const double mean_pos = mean_of(pos_);
+  const double mean_neg = mean_of(neg_);
+  const bool negative = std::fabs(mean_neg) > std::fabs(mean_pos);
+  const GpuSelector& sent = negative ? neg_ : pos_;
+  const float mean = static_cast<float>(negative ? mean_neg : mean_pos);
+  const std::vector<uint32_t> positions = sent.selection_on_host();
+
+  const int b = golomb_rice_parameter(n ? double(positions.size()) / double(n) : 1.0);
+  payload.resize(kPayloadHeaderBytes + 4);
+  write_header({PayloadFormat::kSbc, static_cast<uint8_t>(b), static_cast<uint8_t>(negative), n,
+                positions.size()},
+               payload.data());
+  store_le<float>(payload.data() + kPayloadHeaderBytes, mean);
+  append_non_finite(payload, odd);
+  rice_encode_positions(positions, b, payload);
+
+  detail::subtract_at(v, sent.selection(), sent.held(), mean, s);
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  info.sent = positions.size();
+  info.threshold = negative ? -t_neg : t_pos;
+  ++st.steps;
+  return info;
+}
+
+}  // namespace compcoll::cuda

@@ -1,0 +1,178 @@
+#include "plugin/nccl_interposer/comm_entry.h"
+
+#include <sstream>
+
+#include "collectives/dense.h"
+#include "compcoll/error.h"
+
+namespace compcoll::interposer {
+namespace {
+
+// At most this many distinct "forwarded because ..." lines per communicator:
+// a program with ever-changing shapes must not grow memory through logging.
+constexpr size_t kMaxLoggedShapes = 1024;
+
+// The Communicator owns its Comm; the entry keeps the NcclComm so that it can
+// still ask whether NCCL was aborted after the Communicator is gone (for
+// example when creating it failed). This view lends it.
+class LentComm final : public Comm {
+ public:
+  explicit LentComm(Comm& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  std::chrono::milliseconds timeout() const override { return c_.timeout(); }
+  Gathered allgatherv(std::span<const uint8_t> s) override { return c_.allgatherv(s); }
+  std::vector<Bytes> alltoallv(const std::vector<Bytes>& s) override { return c_.alltoallv(s); }
+  void allreduce(void* b, size_t n, DType d, ReduceOp o) override { c_.allreduce(b, n, d, o); }
+  void broadcast(void* b, size_t n, int root) override { c_.broadcast(b, n, root); }
+  void barrier() override { c_.barrier(); }
+  uint64_t bytes_sent() const override { return c_.bytes_sent(); }
+
+ private:
+  Comm& c_;
+};
+
+std::string state_key(const void* recv, size_t count, DType dtype) {
+  std::ostringstream os;
+  os << "nccl:" << recv << "/" << count << "/" << dtype_name(dtype);
+  return os.str();
+}
+
+}  // namespace
+
+CommEntry::CommEntry(const Runtime& rt, ncclComm_t comm, int id, int parent, int origin_rank)
+    : rt_(rt), comm_(comm), id_(id), parent_(parent), log_(rt.config->debug, -1) {
+  snap_.id = id;
+  snap_.parent = parent;
+  snap_.origin_rank = origin_rank;
+  refresh_identity();
+}
+
+CommEntry::~CommEntry() { finish(); }
+
+void CommEntry::refresh_identity() {
+  {
+    std::lock_guard<std::mutex> lk(snap_mu_);
+    if (snap_.rank >= 0) return;
+  }
+  if (aborted_) return;  // the handle is gone
+  int rank = -1, size = -1;
+  // A non-blocking communicator answers ncclInProgress until it is ready.
+  if (rt_.nccl->CommUserRank(comm_, &rank) != ncclSuccess) return;
+  if (rt_.nccl->CommCount(comm_, &size) != ncclSuccess) return;
+  std::lock_guard<std::mutex> lk(snap_mu_);
+  snap_.rank = rank;
+  snap_.size = size;
+  if (snap_.origin_rank < 0) snap_.origin_rank = rank;
+  log_.set_rank(rank);
+}
+
+int CommEntry::origin_rank() {
+  refresh_identity();
+  std::lock_guard<std::mutex> lk(snap_mu_);
+  return snap_.origin_rank;
+}
+
+bool CommEntry::aborted() const { return aborted_; }
+
+void CommEntry::note_forwarded(size_t count, size_t elem_bytes, const char* dtype, const char* op,
+                               const std::string& reason) {
+  refresh_identity();
+  std::lock_guard<std::mutex> lk(snap_mu_);
+  CallRecord rec;
+  rec.dense_bytes = ring_allreduce_bytes(count * elem_bytes, snap_.size > 0 ? snap_.size : 1);
+  rec.wire_bytes = rec.dense_bytes;  // NCCL's own ring sends what a dense allreduce sends
+  forwarded_.record(rec);
+  if (log_.enabled(LogLevel::kInfo) && logged_.size() < kMaxLoggedShapes) {
+    std::ostringstream shape;
+    shape << count << " x " << dtype << " " << op << ": " << reason;
+    if (logged_.insert(shape.str()).second) {
+      log_.info("comm ", id_, ": ncclAllReduce ", shape.str(), " -> forwarded to NCCL");
+    }
+  }
+  log_.trace("comm ", id_, ": forwarding ncclAllReduce of ", count, " x ", dtype, " ", op);
+}
+
+void CommEntry::ensure_communicator(CUstream stream) {
+  if (communicator_) return;
+  CC_CHECK(!aborted_, kTransport, "comm ", id_,
+           ": this NCCL communicator was aborted after an earlier failure");
+  if (!transport_) {
+    nccl::NcclCommOptions o;
+    o.timeout = rt_.config->timeout;
+    o.stream = stream;
+    transport_ = std::make_unique<nccl::NcclComm>(*rt_.nccl, *rt_.cuda, comm_, o);
+  }
+  transport_->set_stream(stream);
+  // Stats are written by the interposer, per process and origin rank.
+  Config cfg = *rt_.config;
+  cfg.stats_file.clear();
+  try {
+    // Collective: every rank makes the same first eligible call.
+    communicator_ = std::make_unique<Communicator>(std::make_unique<LentComm>(*transport_), cfg);
+  } catch (...) {
+    aborted_ = transport_->aborted();
+    throw;
+  }
+  log_.info("comm ", id_, (parent_ >= 0 ? " (split from comm " + std::to_string(parent_) + ")" : ""),
+            ": compressing eligible allreduces with ", cfg.algo, " on ", transport_->who(),
+            ", device ", transport_->device());
+}
+
+void CommEntry::compressed_allreduce(const void* send, void* recv, size_t count, DType dtype,
+                                     ReduceOp op, CUstream stream) {
+  std::lock_guard<std::mutex> lk(call_mu_);
+  ensure_communicator(stream);
+  transport_->set_stream(stream);
+  const size_t bytes = count * dtype_size(dtype);
+  host_.resize(bytes);
+  const std::string key = state_key(recv, count, dtype);
+  try {
+    transport_->download(host_.data(), send, bytes);
+    communicator_->allreduce(host_.data(), count, dtype, op, key.c_str());
+    transport_->upload(recv, host_.data(), bytes);
+  } catch (...) {
+    aborted_ = transport_->aborted();
+    publish();
+    throw;
+  }
+  publish();
+}
+
+void CommEntry::publish() {
+  std::lock_guard<std::mutex> lk(snap_mu_);
+  if (!communicator_) return;
+  const Stats& s = communicator_->stats();
+  snap_.compressed_calls = s.compressed_calls();
+  // Calls the Communicator routed itself (none here: the interposer forwards
+  // everything it does not compress) count as its calls.
+  snap_.calls = s.calls();
+  snap_.dense_bytes = s.dense_bytes();
+  snap_.wire_bytes = s.wire_bytes();
+  snap_.ms = s.total_ms();
+  snap_.state_entries = communicator_->state_entries();
+  snap_.state_bytes = communicator_->state_bytes();
+}
+
+void CommEntry::finish() {
+  std::lock_guard<std::mutex> lk(call_mu_);
+  publish();
+  communicator_.reset();
+  transport_.reset();
+  std::lock_guard<std::mutex> slk(snap_mu_);
+  snap_.destroyed = true;  // state_* keep their last values: what it held at the end
+}
+
+CommSnapshot CommEntry::snapshot(bool refresh) {
+  if (refresh) refresh_identity();
+  std::lock_guard<std::mutex> lk(snap_mu_);
+  CommSnapshot s = snap_;
+  // snap_ holds the Communicator's totals; add the forwarded calls.
+  s.forwarded_calls = forwarded_.calls();
+  s.calls += forwarded_.calls();
+  s.dense_bytes += forwarded_.dense_bytes();
+  s.wire_bytes += forwarded_.wire_bytes();
+  return s;
+}
+
+}  // namespace compcoll::interposer

@@ -1,0 +1,114 @@
+// One NCCL communicator as the interposer sees it: its place in the split
+// tree, its compcoll Communicator (made at its first compressed call), the
+// calls forwarded to NCCL untouched, and a snapshot of its stats.
+//
+// The compressed path is host-staged and synchronous with the caller's
+// stream: copy the caller's device buffer to host memory on that stream,
+// run the configured algorithm through plugin/communicator.h (its payloads
+// travel over the same NCCL communicator through NcclComm, on the same
+// stream), copy the result to the caller's output buffer, and return once
+// the stream has drained. Later work on the stream therefore sees the
+// result; nothing of the call is left in flight.
+//
+// Error-feedback state is the Communicator's, keyed by the caller's output
+// device address, count and dtype: per communicator, so the parent and the
+// children of ncclCommSplit never share residuals.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "plugin/communicator.h"
+#include "plugin/logging.h"
+#include "plugin/stats.h"
+#include "transport/nccl/nccl_comm.h"
+
+namespace compcoll::interposer {
+
+struct CommSnapshot {
+  int id = 0;
+  int parent = -1;       // id of the communicator it was split from, -1 for a root
+  int rank = -1;         // -1 while NCCL cannot say yet (non-blocking init)
+  int size = -1;
+  int origin_rank = -1;  // rank in the root it descends from: names the stats file
+  uint64_t calls = 0;
+  uint64_t compressed_calls = 0;
+  uint64_t forwarded_calls = 0;
+  uint64_t dense_bytes = 0;
+  uint64_t wire_bytes = 0;
+  double ms = 0.0;
+  uint64_t state_entries = 0;
+  uint64_t state_bytes = 0;
+  bool destroyed = false;
+};
+
+// What every entry shares with the interposer (owned by it, never freed).
+struct Runtime {
+  const nccl::NcclApi* nccl = nullptr;
+  const nccl::CudaDriverApi* cuda = nullptr;
+  const Config* config = nullptr;
+};
+
+class CommEntry {
+ public:
+  // origin_rank: the parent's origin for a split child, -1 for a root (its
+  // own rank, once known).
+  CommEntry(const Runtime& rt, ncclComm_t comm, int id, int parent, int origin_rank);
+  ~CommEntry();
+
+  CommEntry(const CommEntry&) = delete;
+  CommEntry& operator=(const CommEntry&) = delete;
+
+  ncclComm_t handle() const { return comm_; }
+  int id() const { return id_; }
+  int origin_rank();
+  // True once NcclComm aborted the NCCL communicator (timeout, async error):
+  // the handle is gone and must not reach NCCL again.
+  bool aborted() const;
+
+  // Accounts (and logs, once per distinct shape and reason) a call that is
+  // forwarded to NCCL untouched.
+  void note_forwarded(size_t count, size_t elem_bytes, const char* dtype, const char* op,
+                      const std::string& reason);
+
+  // The compressed allreduce (see the file comment). Throws compcoll::Error.
+  void compressed_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                            CUstream stream);
+
+  // Releases the Communicator and the NcclComm (device memory); called
+  // before the real ncclCommDestroy/ncclCommAbort. Idempotent.
+  void finish();
+
+  // refresh: first ask NCCL for rank and size if still unknown (never for a
+  // handle that may be gone).
+  CommSnapshot snapshot(bool refresh = true);
+
+ private:
+  void ensure_communicator(CUstream stream);
+  void refresh_identity();  // rank and size, once NCCL can say
+  void publish();           // copies the Communicator's stats into snap_
+
+  Runtime rt_;
+  ncclComm_t comm_;
+  int id_;
+  int parent_;
+  Logger log_;
+
+  std::mutex call_mu_;  // one compressed call at a time per communicator
+  std::unique_ptr<nccl::NcclComm> transport_;
+  std::unique_ptr<Communicator> communicator_;
+  std::vector<uint8_t> host_;
+  std::atomic<bool> aborted_{false};
+
+  mutable std::mutex snap_mu_;  // guards everything below (never held across NCCL calls)
+  CommSnapshot snap_;
+  Stats forwarded_;
+  std::set<std::string> logged_;
+};
+
+}  // namespace compcoll::interposer

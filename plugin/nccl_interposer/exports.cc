@@ -1,0 +1,177 @@
+// The NCCL entry points libcompcoll_nccl.so defines. Everything else the
+// application calls binds to the real NCCL, untouched. Each function:
+// resolves the real entry through Interposer (dlopen'ed NCCL), runs inside
+// guard() (no exception crosses this boundary; failures become an
+// ncclResult_t and this thread's last error), and keeps the interposer's
+// per-communicator registry and group depth up to date.
+#include <nccl.h>
+
+#include "compcoll/error.h"
+#include "plugin/nccl_interposer/c_boundary.h"
+#include "plugin/nccl_interposer/interposer.h"
+
+#define CC_NCCL_EXPORT extern "C" __attribute__((visibility("default")))
+
+using compcoll::interposer::guard;
+using compcoll::interposer::Interposer;
+
+namespace {
+
+// An optional entry of the real NCCL, or an error naming it.
+template <typename Fn>
+Fn need(Fn fn, const char* name) {
+  CC_CHECK(fn != nullptr, kUnsupported, "the NCCL loaded by the compcoll interposer (",
+           Interposer::get().real().path, ") has no ", name);
+  return fn;
+}
+
+bool created(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
+
+}  // namespace
+
+CC_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                          ncclDataType_t datatype, ncclRedOp_t op,
+                                          ncclComm_t comm, cudaStream_t stream) {
+  return guard("ncclAllReduce", [&] {
+    return Interposer::get().allreduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+  });
+}
+
+CC_NCCL_EXPORT ncclResult_t ncclGroupStart() {
+  return guard("ncclGroupStart", [] {
+    Interposer& ip = Interposer::get();
+    const ncclResult_t r = ip.real().GroupStart();
+    if (r == ncclSuccess && ip.enabled()) Interposer::group_started();
+    return r;
+  });
+}
+
+CC_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
+  return guard("ncclGroupEnd", [] {
+    Interposer& ip = Interposer::get();
+    if (ip.enabled()) Interposer::group_ended();  // NCCL leaves the group even when it fails
+    return ip.real().GroupEnd();
+  });
+}
+
+CC_NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  return guard("ncclGroupSimulateEnd", [&] {
+    Interposer& ip = Interposer::get();
+    const auto fn = need(ip.real().GroupSimulateEnd, "ncclGroupSimulateEnd");
+    if (ip.enabled()) Interposer::group_ended();
+    return fn(simInfo);
+  });
+}
+
+CC_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                             int rank) {
+  return guard("ncclCommInitRank", [&] {
+    Interposer& ip = Interposer::get();
+    ip.check_config();  // a bad COMPCOLL_* value fails before any traffic
+    const ncclResult_t r = ip.real().CommInitRank(comm, nranks, commId, rank);
+    if (created(r)) ip.register_root(*comm);
+    return r;
+  });
+}
+
+CC_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks,
+                                                   ncclUniqueId commId, int rank,
+                                                   ncclConfig_t* config) {
+  return guard("ncclCommInitRankConfig", [&] {
+    Interposer& ip = Interposer::get();
+    ip.check_config();
+    const auto fn = need(ip.real().CommInitRankConfig, "ncclCommInitRankConfig");
+    const ncclResult_t r = fn(comm, nranks, commId, rank, config);
+    if (created(r)) ip.register_root(*comm);
+    return r;
+  });
+}
+
+CC_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank,
+                                                     int nId, ncclUniqueId* commIds,
+                                                     ncclConfig_t* config) {
+  return guard("ncclCommInitRankScalable", [&] {
+    Interposer& ip = Interposer::get();
+    ip.check_config();
+    const auto fn = need(ip.real().CommInitRankScalable, "ncclCommInitRankScalable");
+    const ncclResult_t r = fn(newcomm, nranks, myrank, nId, commIds, config);
+    if (created(r)) ip.register_root(*newcomm);
+    return r;
+  });
+}
+
+CC_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  return guard("ncclCommInitAll", [&] {
+    Interposer& ip = Interposer::get();
+    ip.check_config();
+    const ncclResult_t r = ip.real().CommInitAll(comms, ndev, devlist);
+    if (created(r)) {
+      for (int i = 0; i < ndev; ++i) ip.register_root(comms[i]);
+    }
+    return r;
+  });
+}
+
+CC_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                          ncclConfig_t* config) {
+  return guard("ncclCommSplit", [&] {
+    Interposer& ip = Interposer::get();
+    const auto fn = need(ip.real().CommSplit, "ncclCommSplit");
+    const ncclResult_t r = fn(comm, color, key, newcomm, config);
+    if (created(r) && newcomm != nullptr) ip.register_child(*newcomm, comm);  // null: NOCOLOR
+    return r;
+  });
+}
+
+CC_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList,
+                                           int excludeRanksCount, ncclComm_t* newcomm,
+                                           ncclConfig_t* config, int shrinkFlags) {
+  return guard("ncclCommShrink", [&] {
+    Interposer& ip = Interposer::get();
+    const auto fn = need(ip.real().CommShrink, "ncclCommShrink");
+    const ncclResult_t r = fn(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+    if (created(r) && newcomm != nullptr) ip.register_child(*newcomm, comm);
+    return r;
+  });
+}
+
+CC_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  return guard("ncclCommDestroy", [&] { return Interposer::get().destroy(comm, /*abort=*/false); });
+}
+
+CC_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  return guard("ncclCommAbort", [&] { return Interposer::get().destroy(comm, /*abort=*/true); });
+}
+
+CC_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  return guard("ncclCommFinalize", [&] {
+    Interposer& ip = Interposer::get();
+    const auto fn = need(ip.real().CommFinalize, "ncclCommFinalize");
+    if (ip.aborted_by_us(comm)) return ncclSuccess;  // nothing is left in flight
+    return fn(comm);
+  });
+}
+
+// After compcoll aborted a communicator (timeout) the handle is gone: report
+// the failure as NCCL would (a remote error) instead of touching it.
+CC_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  return guard("ncclCommGetAsyncError", [&] {
+    Interposer& ip = Interposer::get();
+    if (ip.aborted_by_us(comm)) {
+      *asyncError = ncclRemoteError;
+      return ncclSuccess;
+    }
+    return ip.real().CommGetAsyncError(comm, asyncError);
+  });
+}
+
+CC_NCCL_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
+  try {
+    const std::string& ours = compcoll::interposer::last_error();
+    if (!ours.empty()) return ours.c_str();
+    const auto& real = Interposer::get().real();
+    if (real.GetLastError != nullptr) return real.GetLastError(comm);
+  } catch (...) {
+  }
+  return "";
+}

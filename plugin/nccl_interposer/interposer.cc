@@ -1,0 +1,271 @@
+#include "plugin/nccl_interposer/interposer.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+
+#include "collectives/dispatch.h"
+#include "collectives/registry.h"
+#include "compcoll/error.h"
+#include "plugin/nccl_interposer/stats_report.h"
+#include "plugin/stats.h"
+
+namespace compcoll::interposer {
+namespace {
+
+thread_local int t_group_depth = 0;
+
+// An address inside this library, for load_nccl's "is it ourselves" check.
+void self_marker() {}
+
+struct TypeInfo {
+  bool known;   // has a compcoll DType
+  DType dtype;
+  const char* name;
+  size_t bytes;
+};
+
+TypeInfo type_info(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: return {true, DType::kInt8, "int8", 1};
+    case ncclUint8: return {true, DType::kUInt8, "uint8", 1};
+    case ncclInt32: return {true, DType::kInt32, "int32", 4};
+    case ncclUint32: return {false, DType::kInt32, "uint32", 4};
+    case ncclInt64: return {true, DType::kInt64, "int64", 8};
+    case ncclUint64: return {false, DType::kInt64, "uint64", 8};
+    case ncclFloat16: return {true, DType::kFloat16, "half", 2};
+    case ncclFloat32: return {true, DType::kFloat32, "float", 4};
+    case ncclFloat64: return {true, DType::kFloat64, "double", 8};
+    case ncclBfloat16: return {true, DType::kBFloat16, "bfloat16", 2};
+    default: return {false, DType::kUInt8, "fp8 or unknown", 1};  // fp8 types of NCCL >= 2.24
+  }
+}
+
+struct OpInfo {
+  bool known;
+  ReduceOp op;
+  const char* name;
+};
+
+OpInfo op_info(ncclRedOp_t op) {
+  switch (op) {
+    case ncclSum: return {true, ReduceOp::kSum, "sum"};
+    case ncclProd: return {true, ReduceOp::kProd, "prod"};
+    case ncclMax: return {true, ReduceOp::kMax, "max"};
+    case ncclMin: return {true, ReduceOp::kMin, "min"};
+    case ncclAvg: return {true, ReduceOp::kAvg, "avg"};
+    default: return {false, ReduceOp::kSum, "custom"};  // ncclRedOpCreatePreMulSum
+  }
+}
+
+void write_stats_at_exit() { Interposer::get().write_all_stats(); }
+
+}  // namespace
+
+Interposer& Interposer::get() {
+  static Interposer* instance = new Interposer();  // never destroyed: see the header
+  return *instance;
+}
+
+Interposer::Interposer() : log_(LogLevel::kWarn, -1) {
+  try {
+    settings_ = load_settings();
+    log_ = Logger(settings_.config.debug, -1);
+  } catch (const std::exception& e) {
+    config_error_ = e.what();
+    log_.warn("NCCL interposer: ", config_error_);
+  }
+  try {
+    nccl_.emplace(nccl::load_nccl(settings_.nccl_library, reinterpret_cast<const void*>(&self_marker)));
+  } catch (const std::exception& e) {
+    nccl_error_ = e.what();
+    log_.warn("NCCL interposer: ", nccl_error_);
+  }
+  if (!config_error_.empty() || !nccl_ || !settings_.config.compression_enabled()) {
+    if (nccl_) log_.info("NCCL interposer: COMPCOLL_ALGO is ", settings_.config.algo,
+                         "; every call passes through to ", nccl_->path);
+    return;
+  }
+  try {
+    policy_ = make_algorithm(settings_.config.algo, settings_.config.params);
+  } catch (const std::exception& e) {
+    config_error_ = e.what();
+    log_.warn("NCCL interposer: ", config_error_);
+    return;
+  }
+  try {
+    cuda_.emplace(nccl::load_cuda_driver(settings_.cuda_library));
+  } catch (const std::exception& e) {
+    cuda_error_ = e.what();
+    log_.warn("NCCL interposer: ", cuda_error_, "; every allreduce is forwarded uncompressed");
+  }
+  enabled_ = true;
+  if (!settings_.config.stats_file.empty()) std::atexit(&write_stats_at_exit);
+  log_.info("NCCL interposer: ", settings_.config.algo,
+            " for float32/float16/bfloat16 SUM/AVG allreduces of at least ",
+            settings_.config.min_elems, " elements outside groups and graph capture; everything "
+            "else goes to ", nccl_->path);
+}
+
+// The stored messages already carry compcoll's prefix: throw them as they are.
+const nccl::NcclApi& Interposer::real() const {
+  if (!nccl_) throw Error(ErrorKind::kUnsupported, nccl_error_);
+  return *nccl_;
+}
+
+void Interposer::check_config() const {
+  if (!config_error_.empty()) throw Error(ErrorKind::kInvalidArgument, config_error_);
+}
+
+void Interposer::group_started() { ++t_group_depth; }
+void Interposer::group_ended() {
+  if (t_group_depth > 0) --t_group_depth;
+}
+int Interposer::group_depth() { return t_group_depth; }
+
+std::shared_ptr<CommEntry> Interposer::add_entry(ncclComm_t comm, int parent_id, int origin_rank) {
+  Runtime rt{&*nccl_, cuda_ ? &*cuda_ : nullptr, &settings_.config};
+  std::lock_guard<std::mutex> lk(mu_);
+  const int id = next_id_++;
+  auto entry = std::make_shared<CommEntry>(rt, comm, id, parent_id, origin_rank);
+  auto& slot = live_[comm];
+  // A handle we still track was destroyed behind our back (an entry point we
+  // do not wrap) and its address reused: the old entry's state is not this
+  // communicator's.
+  if (slot) finished_.push_back(slot->snapshot(/*refresh=*/false));
+  slot = entry;
+  log_.trace("comm ", id, parent_id >= 0 ? " split from comm " + std::to_string(parent_id) : " (root)",
+             " registered");
+  return entry;
+}
+
+void Interposer::register_root(ncclComm_t comm) {
+  if (enabled_ && comm != nullptr) add_entry(comm, -1, -1);
+}
+
+void Interposer::register_child(ncclComm_t child, ncclComm_t parent) {
+  if (!enabled_ || child == nullptr) return;
+  const auto p = find_or_add(parent);
+  add_entry(child, p->id(), p->origin_rank());
+}
+
+std::shared_ptr<CommEntry> Interposer::find(ncclComm_t comm) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const auto it = live_.find(comm);
+  return it == live_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<CommEntry> Interposer::find_or_add(ncclComm_t comm) {
+  if (auto e = find(comm)) return e;
+  return add_entry(comm, -1, -1);  // made by an entry point we do not wrap
+}
+
+bool Interposer::aborted_by_us(ncclComm_t comm) {
+  if (!enabled_) return false;
+  const auto e = find(comm);
+  return e && e->aborted();
+}
+
+ncclResult_t Interposer::destroy(ncclComm_t comm, bool abort) {
+  const nccl::NcclApi& nccl = real();
+  std::shared_ptr<CommEntry> e;
+  if (enabled_) {
+    std::lock_guard<std::mutex> lk(mu_);
+    const auto it = live_.find(comm);
+    if (it != live_.end()) {
+      e = it->second;
+      live_.erase(it);
+    }
+  }
+  bool already_aborted = false;
+  if (e) {
+    already_aborted = e->aborted();
+    e->finish();
+    const CommSnapshot s = e->snapshot();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      finished_.push_back(s);
+    }
+    if (!settings_.config.stats_file.empty()) write_stats(s.origin_rank);
+  }
+  if (already_aborted) {
+    log_.info("comm ", e->id(), ": already aborted by compcoll after a failure; nothing left to ",
+              abort ? "abort" : "destroy");
+    return ncclSuccess;
+  }
+  return abort ? nccl.CommAbort(comm) : nccl.CommDestroy(comm);
+}
+
+std::optional<std::string> Interposer::forward_reason(size_t count, ncclDataType_t dtype,
+                                                      ncclRedOp_t op, cudaStream_t stream) const {
+  if (t_group_depth > 0) return "inside ncclGroupStart/ncclGroupEnd";
+  const TypeInfo t = type_info(dtype);
+  if (!t.known) return std::string("dtype ") + t.name + " is not float32, float16 or bfloat16";
+  const OpInfo o = op_info(op);
+  if (!o.known) return "custom reduction op";
+  const Route route = choose_route(*policy_, count, t.dtype, o.op, settings_.config.min_elems);
+  if (!route.compressed) return route.reason;
+  if (!cuda_) return "the CUDA driver is unavailable";
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult r = cuda_->StreamIsCapturing(reinterpret_cast<CUstream>(stream), &status);
+  if (r != CUDA_SUCCESS) return "cannot query the stream's capture status: " + cuda_->describe(r);
+  if (status != CU_STREAM_CAPTURE_STATUS_NONE) return "the stream is being captured into a CUDA graph";
+  return std::nullopt;
+}
+
+ncclResult_t Interposer::allreduce(const void* send, void* recv, size_t count,
+                                   ncclDataType_t dtype, ncclRedOp_t op, ncclComm_t comm,
+                                   cudaStream_t stream) {
+  const nccl::NcclApi& nccl = real();
+  if (!enabled_) return nccl.AllReduce(send, recv, count, dtype, op, comm, stream);
+  const auto entry = find_or_add(comm);
+  CC_CHECK(!entry->aborted(), kTransport, "ncclAllReduce on comm ", entry->id(),
+           ", which compcoll aborted after an earlier failure; abort or destroy it and build a new one");
+  const std::optional<std::string> why = forward_reason(count, dtype, op, stream);
+  if (why) {
+    const TypeInfo t = type_info(dtype);
+    entry->note_forwarded(count, t.bytes, t.name, op_info(op).name, *why);
+    return nccl.AllReduce(send, recv, count, dtype, op, comm, stream);
+  }
+  entry->compressed_allreduce(send, recv, count, type_info(dtype).dtype, op_info(op).op,
+                              reinterpret_cast<CUstream>(stream));
+  return ncclSuccess;
+}
+
+void Interposer::write_stats(int origin_rank) {
+  std::vector<std::shared_ptr<CommEntry>> live;
+  std::vector<CommSnapshot> comms;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& [handle, e] : live_) live.push_back(e);
+    for (const auto& s : finished_) {
+      if (s.origin_rank == origin_rank) comms.push_back(s);
+    }
+  }
+  for (const auto& e : live) {
+    CommSnapshot s = e->snapshot();
+    if (s.origin_rank == origin_rank) comms.push_back(s);
+  }
+  std::sort(comms.begin(), comms.end(),
+            [](const CommSnapshot& a, const CommSnapshot& b) { return a.id < b.id; });
+  const std::string path = stats_path(settings_.config.stats_file, origin_rank);
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  if (!write_file_atomically(path, stats_json(settings_.config.algo, origin_rank, comms))) {
+    log_.warn("cannot write COMPCOLL_STATS_FILE ", path);
+  }
+}
+
+void Interposer::write_all_stats() {
+  if (!enabled_ || settings_.config.stats_file.empty()) return;
+  std::set<int> origins;
+  std::vector<std::shared_ptr<CommEntry>> live;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& [handle, e] : live_) live.push_back(e);
+    for (const auto& s : finished_) origins.insert(s.origin_rank);
+  }
+  for (const auto& e : live) origins.insert(e->origin_rank());
+  for (const int o : origins) write_stats(o);
+}
+
+}  // namespace compcoll::interposer

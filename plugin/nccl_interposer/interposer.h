@@ -1,0 +1,102 @@
+// The NCCL interposer's process-wide state and its decisions.
+//
+// libcompcoll_nccl.so is preloaded (LD_PRELOAD) in front of the real NCCL.
+// It defines only the entry points it must see (exports.cc); every other
+// nccl* symbol the application uses still binds to the real library. The
+// real NCCL is reached through dlopen(COMPCOLL_NCCL_LIBRARY) + dlsym on that
+// handle (transport/nccl/nccl_api.h), never through our own exports.
+//
+// ncclAllReduce is compressed (comm_entry.h) when all of these hold, and
+// forwarded untouched otherwise:
+//   - COMPCOLL_ALGO is set and not dense (else every call is a pure
+//     pass-through: no bookkeeping at all);
+//   - the calling thread is not inside ncclGroupStart/ncclGroupEnd (the
+//     group's operations must be issued together, by NCCL);
+//   - the dtype is float32, float16 or bfloat16, the op SUM or AVG, and
+//     count >= COMPCOLL_MIN_ELEMS (collectives/dispatch.h's policy);
+//   - the stream is not being captured into a CUDA graph (a synchronous,
+//     host-staged call cannot be captured);
+//   - the CUDA driver could be loaded.
+//
+// Why a process-wide object: an LD_PRELOAD library has no owner to hold its
+// state. It is created on first use, never destroyed (other threads may still
+// call NCCL while the process exits), and its stats are written at
+// ncclCommDestroy/ncclCommAbort and from an atexit handler.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/algorithm.h"
+#include "plugin/logging.h"
+#include "plugin/nccl_interposer/comm_entry.h"
+#include "plugin/nccl_interposer/settings.h"
+#include "transport/nccl/nccl_api.h"
+
+namespace compcoll::interposer {
+
+class Interposer {
+ public:
+  // Never throws; load failures are kept and reported by the calls.
+  static Interposer& get();
+
+  // The real NCCL; throws kUnsupported when it could not be loaded.
+  const nccl::NcclApi& real() const;
+  // Throws kInvalidArgument when a COMPCOLL_* value is bad.
+  void check_config() const;
+  bool enabled() const { return enabled_; }
+
+  // Registry. Roots: origin is their own rank. Children (split, shrink)
+  // descend from parent's origin.
+  void register_root(ncclComm_t comm);
+  void register_child(ncclComm_t child, ncclComm_t parent);
+  // For ncclCommDestroy/ncclCommAbort: finishes the entry, writes the stats,
+  // then calls the real function unless we aborted the communicator already.
+  ncclResult_t destroy(ncclComm_t comm, bool abort);
+  // Whether the interposer aborted comm after a timeout (the handle is gone).
+  bool aborted_by_us(ncclComm_t comm);
+
+  ncclResult_t allreduce(const void* send, void* recv, size_t count, ncclDataType_t dtype,
+                         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+
+  // Group depth of the calling thread (ncclGroupStart/End nest).
+  static void group_started();
+  static void group_ended();
+  static int group_depth();
+
+  // Writes the stats file of every origin rank (atexit).
+  void write_all_stats();
+
+ private:
+  Interposer();
+
+  std::shared_ptr<CommEntry> add_entry(ncclComm_t comm, int parent_id, int origin_rank);
+  std::shared_ptr<CommEntry> find(ncclComm_t comm);
+  std::shared_ptr<CommEntry> find_or_add(ncclComm_t comm);
+  // Why the call must be forwarded, or nothing when it is compressed.
+  std::optional<std::string> forward_reason(size_t count, ncclDataType_t dtype, ncclRedOp_t op,
+                                            cudaStream_t stream) const;
+  void write_stats(int origin_rank);
+
+  Settings settings_;
+  std::string config_error_;  // non-empty: a COMPCOLL_* value was rejected
+  std::optional<nccl::NcclApi> nccl_;
+  std::string nccl_error_;
+  std::optional<nccl::CudaDriverApi> cuda_;
+  std::string cuda_error_;
+  std::unique_ptr<Algorithm> policy_;  // the configured algorithm, for choose_route
+  bool enabled_ = false;
+  Logger log_;
+
+  std::mutex mu_;  // guards the registry and the finished list
+  std::map<ncclComm_t, std::shared_ptr<CommEntry>> live_;
+  std::vector<CommSnapshot> finished_;
+  int next_id_ = 0;
+  std::mutex stats_mu_;  // serialises stats file writes
+};
+
+}  // namespace compcoll::interposer

@@ -1,0 +1,13 @@
+#include "plugin/nccl_interposer/settings.h"
+
+namespace compcoll::interposer {
+
+Settings load_settings(const EnvLookup& env) {
+  Settings s;
+  s.config = load_config(env);
+  s.nccl_library = s.config.nccl_library;
+  s.cuda_library = s.config.cuda_library;
+  return s;
+}
+
+}  // namespace compcoll::interposer

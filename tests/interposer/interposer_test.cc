@@ -1,0 +1,206 @@
+// The interposer end to end, without a GPU: an unmodified NCCL program
+// (nccl_allreduce_app.cc, linked against the stand-in libnccl.so.2 and
+// libcuda.so.1) runs with LD_PRELOAD=libcompcoll_nccl.so and
+// COMPCOLL_NCCL_LIBRARY pointing at the stand-in. The stand-in logs every
+// call it receives, with its arguments, so a test can tell forwarded calls
+// (present, pointers and all) from compressed ones (absent: their payloads
+// travel as the interposer's own allgathers over staging buffers).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <regex>
+
+#include "tests/interposer/standin.h"
+
+namespace compcoll {
+namespace {
+
+using testing::AppRun;
+using testing::json_int;
+using testing::lines_after;
+using testing::read_text;
+
+class Interposer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/compcoll-interposer-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::system(("rm -rf '" + dir_ + "'").c_str());
+  }
+
+  std::map<std::string, std::string> env(bool preload = true) const {
+    std::map<std::string, std::string> e{{"PATH", "/usr/bin:/bin"},
+                                         {"FAKE_NCCL_LOG", log_path()},
+                                         {"COMPCOLL_NCCL_LIBRARY", testing::standin_nccl_path()},
+                                         {"COMPCOLL_CUDA_LIBRARY", testing::standin_cuda_path()}};
+    if (preload) e["LD_PRELOAD"] = testing::interposer_path();
+    return e;
+  }
+  AppRun run(const std::vector<std::string>& args, const std::map<std::string, std::string>& e) {
+    std::vector<std::string> argv{testing::app_path()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    AppRun r = testing::run_program(argv, e, std::chrono::seconds(120));
+    last_output_ = r.output;
+    return r;
+  }
+  std::string log_path() const { return dir_ + "/nccl.log"; }
+  // Arguments of every ncclAllReduce the stand-in received ("count=... stream=...").
+  std::vector<std::string> received_allreduces() const {
+    std::vector<std::string> out;
+    static const std::regex re("^ncclAllReduce comm=[0-9]+:[0-9]+ (.*)$");
+    for (const auto& line : lines_after(read_text(log_path()), "")) {
+      std::smatch m;
+      if (std::regex_match(line, m, re)) out.push_back(m[1]);
+    }
+    return out;
+  }
+  static bool contains(const std::vector<std::string>& v, const std::string& x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  }
+
+  std::string dir_;
+  std::string last_output_;
+};
+
+#define EXPECT_RAN_OK(r) \
+  EXPECT_EQ((r).exit_code, 0) << (r).output; \
+  EXPECT_NE((r).output.find("result ok"), std::string::npos) << (r).output
+
+TEST_F(Interposer, TheProgramRunsOnTheStandInWithoutPreload) {
+  const AppRun r = run({"--ranks", "2", "--exact"}, env(/*preload=*/false));
+  EXPECT_RAN_OK(r);
+}
+
+TEST_F(Interposer, WithoutCompcollAlgoEveryCallIsForwardedUnchanged) {
+  auto e = env();
+  e["COMPCOLL_STATS_FILE"] = dir_ + "/stats-{rank}.json";
+  const AppRun r = run({"--ranks", "2", "--exact"}, e);
+  EXPECT_RAN_OK(r);
+  const auto received = received_allreduces();
+  auto issued = lines_after(r.output, "compressible ");
+  for (const auto& f : lines_after(r.output, "forwarded ")) issued.push_back(f);
+  EXPECT_EQ(issued.size(), 2u * 10u);  // 10 allreduces per rank
+  EXPECT_EQ(received.size(), issued.size()) << "the interposer added or dropped calls";
+  for (const auto& call : issued) EXPECT_TRUE(contains(received, call)) << "not forwarded: " << call;
+  EXPECT_EQ(access((dir_ + "/stats-0.json").c_str(), F_OK), -1) << "a pass-through wrote stats";
+}
+
+TEST_F(Interposer, CompressesEligibleCallsAndForwardsTheRestUntouched) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_DENSITY"] = "0.01";
+  e["COMPCOLL_DEBUG"] = "INFO";
+  e["COMPCOLL_STATS_FILE"] = dir_ + "/stats-{rank}.json";
+  const AppRun r = run({"--ranks", "2"}, e);
+  EXPECT_RAN_OK(r);
+  const auto received = received_allreduces();
+  const auto forwarded = lines_after(r.output, "forwarded ");
+  const auto compressible = lines_after(r.output, "compressible ");
+  ASSERT_EQ(forwarded.size(), 2u * 5u);     // int32, MAX, small, in a group, captured
+  ASSERT_EQ(compressible.size(), 2u * 5u);  // fp32 x3, fp16 SUM, bf16 AVG
+  for (const auto& call : forwarded) EXPECT_TRUE(contains(received, call)) << "not forwarded: " << call;
+  for (const auto& call : compressible) EXPECT_FALSE(contains(received, call)) << "not compressed: " << call;
+  for (const char* reason : {"int32 sum: dtype is not float32", "op is not SUM or AVG", "smaller than COMPCOLL_MIN_ELEMS",
+                             "inside ncclGroupStart/ncclGroupEnd", "captured into a CUDA graph"}) {
+    EXPECT_NE(r.output.find(reason), std::string::npos) << "no log line says: " << reason << "\n" << r.output;
+  }
+  for (int rank : {0, 1}) {
+    const std::string stats = read_text(dir_ + "/stats-" + std::to_string(rank) + ".json");
+    EXPECT_EQ(json_int(stats, "compressed_calls"), 5) << stats;
+    EXPECT_EQ(json_int(stats, "forwarded_calls"), 5) << stats;
+    EXPECT_EQ(json_int(stats, "calls"), 10) << stats;
+    EXPECT_NE(stats.find("\"algo\": \"dgc\""), std::string::npos) << stats;
+    EXPECT_GT(json_int(stats, "dense_bytes"), json_int(stats, "wire_bytes")) << stats;
+  }
+}
+
+TEST_F(Interposer, EveryAlgorithmRunsOnThreeRanks) {
+  for (const char* algo : {"sdagc", "sbc", "csc", "onebit"}) {
+    auto e = env();
+    e["COMPCOLL_ALGO"] = algo;
+    e["COMPCOLL_CSC_CHUNK"] = "1024";
+    e["COMPCOLL_STATS_FILE"] = dir_ + "/" + algo + "-{rank}.json";
+    const AppRun r = run({"--ranks", "3", "--steps", "2"}, e);
+    EXPECT_RAN_OK(r) << algo;
+    for (int rank : {0, 1, 2}) {
+      const std::string stats = read_text(dir_ + "/" + algo + "-" + std::to_string(rank) + ".json");
+      EXPECT_EQ(json_int(stats, "compressed_calls"), 4) << algo << " " << stats;
+    }
+  }
+}
+
+TEST_F(Interposer, SplitCommunicatorsKeepSeparateState) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_DENSITY"] = "0.01";
+  e["COMPCOLL_STATS_FILE"] = dir_ + "/stats-{rank}.json";
+  const AppRun busy = run({"--ranks", "2", "--split"}, e);
+  EXPECT_RAN_OK(busy);
+  const std::string stats = read_text(dir_ + "/stats-0.json");
+  const AppRun idle = run({"--ranks", "2", "--split", "--child-idle"}, e);
+  EXPECT_RAN_OK(idle);
+  // The parent's results do not depend on what the child did with the same buffer.
+  const auto parent_busy = lines_after(busy.output, "digest split-parent-");
+  EXPECT_EQ(parent_busy.size(), 3u);
+  EXPECT_EQ(parent_busy, lines_after(idle.output, "digest split-parent-"));
+  // Two communicators in rank 0's file: the root (id 0) and its child.
+  EXPECT_NE(stats.find("\"parent\": -1"), std::string::npos) << stats;
+  const std::regex child("\\{\"id\": ([0-9]+), \"parent\": ([0-9]+), \"rank\": 0, \"size\": 2, \"calls\": 3, "
+                         "\"compressed_calls\": 3, .*\"state_entries\": 1,");
+  EXPECT_TRUE(std::regex_search(stats, child)) << stats;
+}
+
+TEST_F(Interposer, StatsAreWrittenAtExitWhenCommunicatorsAreNeverDestroyed) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "onebit";
+  e["COMPCOLL_STATS_FILE"] = dir_ + "/exit-{rank}.json";
+  const AppRun r = run({"--ranks", "2", "--split", "--no-destroy"}, e);
+  EXPECT_RAN_OK(r);
+  for (int rank : {0, 1}) {
+    const std::string stats = read_text(dir_ + "/exit-" + std::to_string(rank) + ".json");
+    EXPECT_EQ(json_int(stats, "compressed_calls"), 5 + 3 + 3) << stats;  // then 3 on the parent, 3 on the child
+    EXPECT_NE(stats.find("\"destroyed\": false"), std::string::npos) << stats;
+  }
+}
+
+TEST_F(Interposer, AStalledPeerTimesOutAbortsOnceAndReportsTheError) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_TIMEOUT_MS"] = "2000";
+  const AppRun r = run({"--ranks", "2", "--stall-rank", "1"}, e);
+  EXPECT_RAN_OK(r);
+  EXPECT_LT(r.seconds, 30.0);
+  const auto errors = lines_after(r.output, "stall-error rank 0 ");
+  ASSERT_EQ(errors.size(), 1u) << r.output;
+  EXPECT_EQ(errors[0].rfind("result 6 async 6 ", 0), 0u) << errors[0];  // ncclRemoteError
+  EXPECT_NE(errors[0].find("timed out after 2000 ms"), std::string::npos) << errors[0];
+  const std::string log = read_text(log_path());
+  EXPECT_EQ(log.find("MISUSE"), std::string::npos) << "a handle reached NCCL after its abort:\n" << log;
+  EXPECT_EQ(lines_after(log, "ncclCommAbort ").size(), 2u) << log;  // ours for rank 0, the app's for rank 1
+}
+
+TEST_F(Interposer, ABadSettingFailsCommunicatorCreation) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "bogus";
+  const AppRun r = run({"--ranks", "2", "--expect-init-failure"}, e);
+  EXPECT_RAN_OK(r);
+  EXPECT_NE(r.output.find("init-failed rank 0 result 4 ncclCommInitRank: compcoll: COMPCOLL_ALGO=bogus"),
+            std::string::npos) << r.output;
+}
+
+TEST_F(Interposer, RefusesToLoadItselfAsTheRealNccl) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_NCCL_LIBRARY"] = testing::interposer_path();
+  const AppRun r = run({"--ranks", "2", "--expect-init-failure"}, e);
+  EXPECT_RAN_OK(r);
+  EXPECT_NE(r.output.find("resolves to the compcoll interposer itself"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace compcoll

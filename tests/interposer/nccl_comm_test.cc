@@ -1,0 +1,167 @@
+// NcclComm (transport/nccl) over the stand-in NCCL and CUDA driver: every
+// collective of the Comm seam across world sizes and payload sizes (0 and
+// uneven included), argument errors, the timeout that aborts, and the
+// compressed algorithms running through a Communicator over NCCL.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <numeric>
+
+#include "compcoll/error.h"
+#include "plugin/communicator.h"
+#include "tests/interposer/standin.h"
+
+namespace compcoll {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::run_nccl_ranks;
+
+constexpr milliseconds kTimeout{20000};
+
+void expect_no_errors(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+Bytes payload_of(int rank, size_t n) {
+  Bytes b(n);
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(rank * 31 + i * 7);
+  return b;
+}
+
+TEST(NcclComm, AllgathervDeliversEveryPayloadInRankOrder) {
+  for (int R : {1, 2, 3, 4, 7}) {
+    // Rank r sends r * 1000 + 3 bytes, except rank 1 (empty).
+    auto size_of = [](int r) -> size_t { return r == 1 ? 0 : size_t(r) * 1000 + 3; };
+    expect_no_errors(run_nccl_ranks(R, kTimeout, [&](nccl::NcclComm& c) {
+      ASSERT_EQ(c.size(), R);
+      const Gathered g = c.allgatherv(payload_of(c.rank(), size_of(c.rank())));
+      ASSERT_EQ(g.parts(), R);
+      for (int r = 0; r < R; ++r) {
+        const auto part = g.part(r);
+        ASSERT_EQ(part.size(), size_of(r));
+        EXPECT_EQ(Bytes(part.begin(), part.end()), payload_of(r, size_of(r))) << "part " << r;
+      }
+      const Gathered empty = c.allgatherv({});
+      EXPECT_EQ(empty.data.size(), 0u);
+      EXPECT_EQ(empty.parts(), R);
+    }));
+  }
+}
+
+TEST(NcclComm, AlltoallvRoutesEachPayloadToItsPeer) {
+  for (int R : {1, 2, 3, 5}) {
+    expect_no_errors(run_nccl_ranks(R, kTimeout, [&](nccl::NcclComm& c) {
+      std::vector<Bytes> send(R);
+      for (int p = 0; p < R; ++p) send[p] = payload_of(c.rank() * 10 + p, size_t((c.rank() + 2 * p) % 4) * 333);
+      const std::vector<Bytes> got = c.alltoallv(send);
+      ASSERT_EQ(got.size(), size_t(R));
+      for (int p = 0; p < R; ++p) {
+        EXPECT_EQ(got[p], payload_of(p * 10 + c.rank(), size_t((p + 2 * c.rank()) % 4) * 333)) << "from " << p;
+      }
+    }));
+  }
+}
+
+TEST(NcclComm, AllreduceBroadcastAndBarrierAreExact) {
+  for (int R : {1, 2, 3, 4}) {
+    expect_no_errors(run_nccl_ranks(R, kTimeout, [&](nccl::NcclComm& c) {
+      std::vector<int32_t> ints(1001);
+      for (size_t i = 0; i < ints.size(); ++i) ints[i] = int32_t(i) * (c.rank() + 1);
+      c.allreduce(ints.data(), ints.size(), DType::kInt32, ReduceOp::kSum);
+      for (size_t i = 0; i < ints.size(); ++i) ASSERT_EQ(ints[i], int32_t(i) * R * (R + 1) / 2);
+      std::vector<float> f(17, float(c.rank()));
+      c.allreduce(f.data(), f.size(), DType::kFloat32, ReduceOp::kMax);
+      EXPECT_EQ(f[16], float(R - 1));
+      c.allreduce(nullptr, 0, DType::kFloat32, ReduceOp::kSum);  // empty is legal
+      std::vector<uint8_t> b(77, uint8_t(c.rank()));
+      c.broadcast(b.data(), b.size(), R - 1);
+      EXPECT_EQ(b[76], uint8_t(R - 1));
+      c.barrier();
+      EXPECT_GT(c.bytes_sent() + (R == 1), 0u);
+    }));
+  }
+}
+
+TEST(NcclComm, ArgumentErrorsLeaveTheCommunicatorUsable) {
+  expect_no_errors(run_nccl_ranks(2, kTimeout, [&](nccl::NcclComm& c) {
+    auto kind_of = [](auto&& f) {
+      try {
+        f();
+      } catch (const Error& e) {
+        return e.kind();
+      }
+      return ErrorKind::kInternal;
+    };
+    float x = 1.0f;
+    EXPECT_EQ(kind_of([&] { c.alltoallv(std::vector<Bytes>(3)); }), ErrorKind::kInvalidArgument);
+    EXPECT_EQ(kind_of([&] { c.broadcast(&x, 4, 2); }), ErrorKind::kInvalidArgument);
+    EXPECT_EQ(kind_of([&] { c.allreduce(&x, 1, DType::kFloat32, ReduceOp::kAvg); }), ErrorKind::kInvalidArgument);
+    c.allreduce(&x, 1, DType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(x, 2.0f);
+    EXPECT_FALSE(c.broken());
+  }));
+}
+
+TEST(NcclComm, AMissingPeerTimesOutAbortsAndBreaksTheCommunicator) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto errors = run_nccl_ranks(2, milliseconds(300), [&](nccl::NcclComm& c) {
+    if (c.rank() == 1) return;  // never joins the collective
+    try {
+      c.allgatherv(payload_of(0, 10));
+      ADD_FAILURE() << "allgatherv returned without its peer";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kTransport);
+      EXPECT_NE(std::string(e.what()).find("timed out after 300 ms"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank 0/2"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(c.aborted());
+    try {
+      c.barrier();
+      ADD_FAILURE() << "a broken communicator accepted another call";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("must be rebuilt"), std::string::npos) << e.what();
+    }
+  });
+  expect_no_errors(errors);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+TEST(NcclComm, CompressedAlgorithmsRunThroughACommunicatorOverNccl) {
+  for (const char* algo : {"dgc", "sdagc", "sbc", "csc", "onebit"}) {
+    std::vector<std::vector<float>> results(3);
+    expect_no_errors(run_nccl_ranks(3, kTimeout, [&](nccl::NcclComm& c) {
+      Config cfg;
+      cfg.algo = algo;
+      cfg.params.density = 0.01;
+      cfg.params.csc_chunk = 1024;
+      cfg.params.csc_fraction = 0.1;
+      struct Lent : Comm {  // the Communicator owns its Comm; lend it ours
+        explicit Lent(Comm& c) : c(c) {}
+        int rank() const override { return c.rank(); }
+        int size() const override { return c.size(); }
+        std::chrono::milliseconds timeout() const override { return c.timeout(); }
+        Gathered allgatherv(std::span<const uint8_t> s) override { return c.allgatherv(s); }
+        std::vector<Bytes> alltoallv(const std::vector<Bytes>& s) override { return c.alltoallv(s); }
+        void allreduce(void* b, size_t n, DType d, ReduceOp o) override { c.allreduce(b, n, d, o); }
+        void broadcast(void* b, size_t n, int r) override { c.broadcast(b, n, r); }
+        void barrier() override { c.barrier(); }
+        uint64_t bytes_sent() const override { return c.bytes_sent(); }
+        Comm& c;
+      };
+      Communicator cc(std::make_unique<Lent>(c), cfg);
+      std::vector<float> g(50000);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(float(i) * 0.37f + float(c.rank()));
+      cc.allreduce(g.data(), g.size(), DType::kFloat32, ReduceOp::kSum, "g");
+      EXPECT_EQ(cc.stats().compressed_calls(), 1u) << algo;
+      EXPECT_LT(cc.stats().last().wire_bytes, cc.stats().last().dense_bytes) << algo;
+      results[c.rank()] = g;
+    }));
+    EXPECT_EQ(results[0], results[1]) << algo << ": ranks disagree";
+    EXPECT_EQ(results[0], results[2]) << algo << ": ranks disagree";
+  }
+}
+
+}  // namespace
+}  // namespace compcoll
