@@ -63,6 +63,10 @@ void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, 
                          &created);
     if (created) log_.trace("new error-feedback state for ", skey_text, " (", count, " elements)");
   }
+  // The logged-decision maps only remember; bound them like the state store
+  // (keys by address multiply when buffers move).
+  if (routes_.size() > kEvictAfterCalls) routes_.clear();
+  if (decisions_.size() > kEvictAfterCalls) decisions_.clear();
   auto& logged = routes_[skey_text];
   if (logged != route.reason) {
     logged = route.reason;
