@@ -47,6 +47,12 @@ void Communicator::finish() {
             states_.entries(), " tensors");
 }
 
+bool Communicator::drop_state(const std::string& key) {
+  const bool dropped = states_.erase(StateKey{key, 0, 0, DType::kFloat32});
+  if (dropped) log_.trace("dropped the error-feedback state of key:", key);
+  return dropped;
+}
+
 void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, const char* key) {
   CC_CHECK(broken_.empty(), kTransport, "rank ", comm_->rank(),
            ": this communicator failed earlier and must be rebuilt; first error: ", broken_);

@@ -44,6 +44,11 @@ class Communicator {
   // In-place allreduce. key may be null or empty (then address/count/dtype).
   void allreduce(void* buf, size_t count, DType dtype, ReduceOp op, const char* key = nullptr);
 
+  // Frees the error-feedback state of an explicit key whose tensor is gone
+  // (the PyTorch backend after DDP's bucket rebuild), instead of waiting for
+  // eviction. Returns whether there was one.
+  bool drop_state(const std::string& key);
+
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
   const Config& config() const { return cfg_; }

@@ -39,6 +39,9 @@ class StateStore {
   // Returns how many were dropped.
   size_t tick();
 
+  // Drops one entry now (its owner knows it is gone); false if absent.
+  bool erase(const StateKey& key) { return entries_.erase(key.str()) > 0; }
+
   size_t entries() const { return entries_.size(); }
   size_t memory_bytes() const;
   void clear() { entries_.clear(); }

@@ -24,13 +24,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Python packages (PyPI), for the benchmark's --plot.
-python_packages=(matplotlib)
+# Python packages (PyPI): matplotlib for the benchmark's --plot; torch,
+# scikit-learn (the digits data) and pytest for the PyTorch backend and its
+# tests. torch from PyPI is large (about 3 GB with its CUDA libraries; about
+# 90 s to install here).
+python_packages=(matplotlib torch sklearn pytest)
 missing_py=()
 for p in "${python_packages[@]}"; do
   python3 -c "import $p" 2>/dev/null || missing_py+=("$p")
 done
 if [ ${#missing_py[@]} -gt 0 ]; then
-  echo "install-deps: pip installing ${missing_py[*]}"
-  python3 -m pip install -q --root-user-action=ignore "${missing_py[@]}"
+  # Import names to PyPI names.
+  pip_names=("${missing_py[@]/#sklearn/scikit-learn}")
+  echo "install-deps: pip installing ${pip_names[*]}"
+  python3 -m pip install -q --root-user-action=ignore "${pip_names[@]}"
 fi

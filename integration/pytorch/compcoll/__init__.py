@@ -1,0 +1,25 @@
+"""compcoll: compressed allreduce (dgc, sbc, sdagc, csc, onebit) for torch.distributed.
+
+Importing this package registers the "compcoll" c10d backend (device cpu):
+
+    import torch.distributed as dist
+    dist.init_process_group("compcoll", ...)
+
+With the package installed and COMPCOLL_ALGO set, `init_process_group("gloo")`
+in an unmodified script gets the compcoll backend too (torch's backend
+autoload; or `python -m compcoll.run script.py` where autoload cannot reach).
+See docs/pytorch.md.
+"""
+from compcoll._backend import (  # noqa: F401
+    BACKEND_NAME,
+    backend_of,
+    finish,
+    install_gloo_hook,
+    is_gloo_hooked,
+    register,
+    slots,
+    state_entries,
+    stats,
+)
+
+register()

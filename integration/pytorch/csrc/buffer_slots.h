@@ -1,0 +1,121 @@
+// Error-feedback keys for the tensors a torch backend is asked to allreduce.
+//
+// The Communicator keeps one error-feedback state (residual, momentum) per
+// key. A backend only sees flat tensors, so the key has to be derived from
+// the tensor. Terms:
+//
+//   buffer   a tensor's memory identity: its storage object (held through a
+//            weak reference, so a freed storage is recognised even when the
+//            allocator hands the same address to a new one), byte offset,
+//            element count and dtype.
+//   slot     one error-feedback state and the buffer it serves. Its key
+//            ("t<slot>.<generation>") is what the Communicator is given.
+//   dead     a slot whose storage has been freed.
+//
+// Rules, in order:
+//   1. A live buffer keeps its slot (DDP's bucket tensors, persistent
+//      gradients, any buffer reused call after call).
+//   2. A new buffer takes over a dead slot when there is one, the least
+//      recently used first (that is call order, so several same-sized
+//      tensors reallocated every step pair up with their own slots):
+//      a. same element count and dtype, slot replaced before: the state is
+//         carried (a gradient re-allocated every step, e.g. p.grad with
+//         zero_grad(set_to_none=True), keeps its residual);
+//      b. same element count and dtype, first replacement of the slot: a new
+//         generation key, i.e. a fresh state. This is DDP's bucket rebuild
+//         after the first iteration: the rebuilt bucket may hold the same
+//         parameters in another order, so the old residual cannot be
+//         applied to it; it is dropped, and the drop is reported;
+//      c. another size or dtype (only when no dead slot of the same shape
+//         exists): the slot's key is reused and the Communicator, seeing
+//         another element count, replaces the state (freeing the dead
+//         buffer's residual memory); reported as a drop.
+//   3. Otherwise a new slot.
+//
+// Limits: a residual never moves between buffers of different shapes, so at
+// DDP's bucket rebuild one step's residual is dropped (reported at INFO); a
+// program that reduces the same live buffer for different purposes shares one
+// state between them (as with address keys); tensors that are reallocated
+// every step lose their first step's residual (rule 2b).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace compcoll::torch_integration {
+
+enum class SlotEvent { kSame, kNew, kCarried, kFresh, kResized };
+const char* slot_event_name(SlotEvent e);
+
+struct SlotAssignment {
+  std::string key;
+  SlotEvent event;
+  int64_t dropped_elems = 0;  // residual elements dropped (kFresh, kResized)
+  std::string dropped_key;    // kFresh: the key whose state is to be freed
+};
+
+struct SlotInfo {
+  std::string key;
+  int64_t numel;
+  std::string dtype;
+  bool live;
+  int replacements;
+  uint64_t uses;
+};
+
+class BufferSlots {
+ public:
+  // The slot for t (a dense tensor), by the rules above.
+  SlotAssignment assign(const at::Tensor& t);
+
+  std::vector<SlotInfo> slots() const;
+  // The last `kTraceLength` assignments, oldest first: (key, numel, event).
+  struct TraceEntry {
+    std::string key;
+    int64_t numel;
+    SlotEvent event;
+  };
+  const std::deque<TraceEntry>& trace() const { return trace_; }
+  static constexpr size_t kTraceLength = 4096;
+
+ private:
+  struct Slot {
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
+    int64_t offset = 0;
+    int64_t numel = 0;
+    c10::ScalarType dtype = at::kFloat;
+    int id = 0;
+    int generation = 0;
+    int replacements = 0;
+    uint64_t last_use = 0;
+    uint64_t uses = 0;
+
+    bool live() const { return !storage.expired(); }
+    std::string key() const;
+  };
+  struct BufferId {
+    const c10::StorageImpl* storage;
+    int64_t offset;
+    int64_t numel;
+    int dtype;
+    bool operator==(const BufferId&) const = default;
+  };
+  struct BufferIdHash {
+    size_t operator()(const BufferId& b) const;
+  };
+  static BufferId id_of(const Slot& s);
+
+  SlotAssignment record(Slot& s, SlotEvent e, int64_t dropped);
+
+  std::vector<Slot> slots_;
+  std::unordered_map<BufferId, size_t, BufferIdHash> by_buffer_;
+  uint64_t clock_ = 0;
+  std::deque<TraceEntry> trace_;
+};
+
+}  // namespace compcoll::torch_integration

@@ -1,0 +1,227 @@
+#include "integration/pytorch/csrc/torch_comm.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <numeric>
+
+#include "collectives/dense.h"
+#include "compcoll/error.h"
+
+namespace compcoll::torch_integration {
+namespace {
+
+at::Tensor int64_tensor(int64_t n) { return at::empty({n}, at::TensorOptions().dtype(at::kLong)); }
+at::Tensor byte_tensor(int64_t n) { return at::empty({n}, at::TensorOptions().dtype(at::kByte)); }
+
+c10::ScalarType to_scalar_type(DType d) {
+  switch (d) {
+    case DType::kFloat32: return at::kFloat;
+    case DType::kFloat16: return at::kHalf;
+    case DType::kBFloat16: return at::kBFloat16;
+    case DType::kFloat64: return at::kDouble;
+    case DType::kInt32: return at::kInt;
+    case DType::kInt64: return at::kLong;
+    case DType::kUInt8: return at::kByte;
+    case DType::kInt8: return at::kChar;
+  }
+  CC_THROW(kInternal, "unknown dtype ", static_cast<int>(d));
+}
+
+c10d::ReduceOp to_torch_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return c10d::ReduceOp(c10d::ReduceOp::SUM);
+    case ReduceOp::kMin: return c10d::ReduceOp(c10d::ReduceOp::MIN);
+    case ReduceOp::kMax: return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    case ReduceOp::kProd: return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
+    case ReduceOp::kAvg: break;
+  }
+  CC_THROW(kInvalidArgument, "TorchComm::allreduce does not take AVG (the collectives sum and divide)");
+}
+
+}  // namespace
+
+bool to_compcoll_dtype(c10::ScalarType t, DType* out) {
+  switch (t) {
+    case at::kFloat: *out = DType::kFloat32; return true;
+    case at::kHalf: *out = DType::kFloat16; return true;
+    case at::kBFloat16: *out = DType::kBFloat16; return true;
+    case at::kDouble: *out = DType::kFloat64; return true;
+    case at::kInt: *out = DType::kInt32; return true;
+    case at::kLong: *out = DType::kInt64; return true;
+    case at::kByte: *out = DType::kUInt8; return true;
+    case at::kChar: *out = DType::kInt8; return true;
+    default: return false;
+  }
+}
+
+uint64_t tree_broadcast_bytes(int rank, int size, int root, uint64_t bytes) {
+  // Binomial tree on ranks relative to root: relative rank r forwards to
+  // r + 2^k for every 2^k above r's highest set bit with r + 2^k < size.
+  const int r = (rank - root + size) % size;
+  uint64_t children = 0;
+  int k = 1;
+  while (k <= r) k <<= 1;
+  for (; r + k < size; k <<= 1) ++children;
+  return children * bytes;
+}
+
+TorchComm::TorchComm(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout)
+    : inner_(std::move(inner)), timeout_(timeout) {
+  CC_CHECK(inner_, kInvalidArgument, "TorchComm needs an inner backend");
+  rank_ = inner_->getRank();
+  size_ = inner_->getSize();
+}
+
+void TorchComm::check_usable(const char* what) const {
+  CC_CHECK(broken_.empty(), kTransport, "rank ", rank_, "/", size_, ": ", what,
+           " on a torch communicator that failed earlier; it must be rebuilt (first error: ",
+           broken_, ")");
+}
+
+void TorchComm::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  try {
+    work->wait(timeout_);
+  } catch (const std::exception& e) {
+    broken_ = std::string(what) + ": " + e.what();
+    CC_THROW(kTransport, "rank ", rank_, "/", size_, ": ", what,
+             " through the inner gloo process group failed (timeout ", timeout_.count(),
+             " ms): ", e.what());
+  }
+}
+
+template <typename Issue>
+void TorchComm::run(const char* what, Issue&& issue) {
+  check_usable(what);
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = issue();
+  } catch (const std::exception& e) {
+    broken_ = std::string(what) + ": " + e.what();
+    CC_THROW(kTransport, "rank ", rank_, "/", size_, ": ", what,
+             " could not be issued on the inner gloo process group: ", e.what());
+  }
+  wait(work, what);
+}
+
+Gathered TorchComm::allgatherv(std::span<const uint8_t> send) {
+  const int P = size_;
+  at::Tensor mine = int64_tensor(1);
+  mine.data_ptr<int64_t>()[0] = static_cast<int64_t>(send.size());
+  at::Tensor sizes = int64_tensor(P);
+  run("allgatherv (sizes)", [&] { return inner_->_allgather_base(sizes, mine); });
+  bytes_sent_ += uint64_t(P - 1) * sizeof(int64_t);
+
+  const int64_t* sz = sizes.data_ptr<int64_t>();
+  Gathered out;
+  out.offsets.assign(P + 1, 0);
+  int64_t padded = 0;
+  for (int r = 0; r < P; ++r) {
+    CC_CHECK(sz[r] >= 0, kMalformedPayload, "rank ", rank_, ": rank ", r,
+             " announced a payload of ", sz[r], " bytes");
+    if (r == rank_) {
+      CC_CHECK_EQ(sz[r], int64_t(send.size()), kInternal,
+                  "allgatherv size exchange returned another size for this rank");
+    }
+    padded = std::max(padded, sz[r]);
+    out.offsets[r + 1] = out.offsets[r] + static_cast<size_t>(sz[r]);
+  }
+  if (padded == 0) return out;  // every rank knows every payload is empty
+
+  at::Tensor in = byte_tensor(padded);
+  uint8_t* in_p = in.data_ptr<uint8_t>();
+  if (!send.empty()) std::memcpy(in_p, send.data(), send.size());
+  std::memset(in_p + send.size(), 0, static_cast<size_t>(padded) - send.size());
+  at::Tensor all = byte_tensor(padded * P);
+  run("allgatherv (payloads)", [&] { return inner_->_allgather_base(all, in); });
+  bytes_sent_ += uint64_t(P - 1) * uint64_t(padded);
+
+  out.data.resize(out.offsets[P]);
+  const uint8_t* all_p = all.data_ptr<uint8_t>();
+  for (int r = 0; r < P; ++r) {
+    if (sz[r] > 0) std::memcpy(out.data.data() + out.offsets[r], all_p + r * padded, sz[r]);
+  }
+  return out;
+}
+
+std::vector<Bytes> TorchComm::alltoallv(const std::vector<Bytes>& send) {
+  const int P = size_;
+  CC_CHECK_EQ(static_cast<int>(send.size()), P, kInvalidArgument,
+              "alltoallv needs one payload per rank");
+  check_usable("alltoallv");
+  at::Tensor send_sizes = int64_tensor(P);
+  at::Tensor recv_sizes = int64_tensor(P);
+  int64_t* ss = send_sizes.data_ptr<int64_t>();
+  for (int j = 0; j < P; ++j) ss[j] = static_cast<int64_t>(send[j].size());
+  std::vector<int64_t> equal_out, equal_in;  // empty split lists: one element per rank
+  run("alltoallv (sizes)",
+      [&] { return inner_->alltoall_base(recv_sizes, send_sizes, equal_out, equal_in); });
+  bytes_sent_ += uint64_t(P - 1) * sizeof(int64_t);
+
+  const int64_t* rs = recv_sizes.data_ptr<int64_t>();
+  std::vector<int64_t> in_splits(ss, ss + P), out_splits(rs, rs + P);
+  for (int j = 0; j < P; ++j) {
+    CC_CHECK(rs[j] >= 0, kMalformedPayload, "rank ", rank_, ": rank ", j,
+             " announced an alltoallv payload of ", rs[j], " bytes");
+  }
+  const int64_t send_total = std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0});
+  const int64_t recv_total = std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0});
+  at::Tensor in = byte_tensor(send_total);
+  at::Tensor out = byte_tensor(recv_total);
+  uint8_t* in_p = in.data_ptr<uint8_t>();
+  for (int j = 0; j < P; ++j) {
+    if (!send[j].empty()) std::memcpy(in_p, send[j].data(), send[j].size());
+    in_p += send[j].size();
+  }
+  // The inner backend may take (move from) the split vectors: hand it copies.
+  std::vector<int64_t> out_arg = out_splits, in_arg = in_splits;
+  run("alltoallv (payloads)", [&] { return inner_->alltoall_base(out, in, out_arg, in_arg); });
+  for (int j = 0; j < P; ++j) {
+    if (j != rank_) bytes_sent_ += send[j].size();
+  }
+
+  std::vector<Bytes> recv(P);
+  const uint8_t* out_p = out.data_ptr<uint8_t>();
+  for (int j = 0; j < P; ++j) {
+    recv[j].assign(out_p, out_p + out_splits[j]);
+    out_p += out_splits[j];
+  }
+  return recv;
+}
+
+void TorchComm::allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  const c10d::ReduceOp top = to_torch_op(op);  // argument errors before any traffic
+  check_usable("allreduce");
+  if (count == 0) return;  // collective: every rank has the same count
+  std::vector<at::Tensor> t{at::from_blob(buf, {static_cast<int64_t>(count)},
+                                          at::TensorOptions().dtype(to_scalar_type(dtype)))};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = top;
+  opts.timeout = timeout_;
+  run("allreduce", [&] { return inner_->allreduce(t, opts); });
+  bytes_sent_ += ring_allreduce_bytes(count * dtype_size(dtype), size_);
+}
+
+void TorchComm::broadcast(void* buf, size_t bytes, int root) {
+  CC_CHECK(root >= 0 && root < size_, kInvalidArgument, "broadcast root ", root,
+           " is not a rank of ", size_);
+  check_usable("broadcast");
+  if (bytes == 0) return;
+  std::vector<at::Tensor> t{at::from_blob(buf, {static_cast<int64_t>(bytes)},
+                                          at::TensorOptions().dtype(at::kByte))};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  opts.timeout = timeout_;
+  run("broadcast", [&] { return inner_->broadcast(t, opts); });
+  bytes_sent_ += tree_broadcast_bytes(rank_, size_, root, bytes);
+}
+
+void TorchComm::barrier() {
+  c10d::BarrierOptions opts;
+  opts.timeout = timeout_;
+  run("barrier", [&] { return inner_->barrier(opts); });
+}
+
+}  // namespace compcoll::torch_integration

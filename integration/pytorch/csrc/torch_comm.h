@@ -1,0 +1,82 @@
+// TorchComm: the Comm seam over an inner torch c10d backend (ProcessGroupGloo
+// created by the PyTorch backend), so the Python extension never loads a
+// second copy of Gloo: every byte compcoll sends travels through torch's own
+// Gloo.
+//
+// How each seam call maps onto the inner backend (every call waits for its
+// inner work with the communicator's timeout):
+//   allgatherv  all_gather of one int64 size per rank, then all_gather of
+//               uint8 payloads padded to the largest size (skipped when every
+//               payload is empty).
+//   alltoallv   all_to_all of P int64 sizes, then all_to_all_single of the
+//               concatenated payloads with those split sizes.
+//   allreduce   the inner allreduce (exact; kAvg is rejected, the collectives
+//               sum and divide).
+//   broadcast   the inner broadcast of a uint8 view.
+//   barrier     the inner barrier.
+//
+// Bytes sent (bytes_sent()), per rank, what the inner collectives put on the
+// wire for this rank: Gloo's all_gather is a ring, each rank forwards P-1
+// blocks, so an allgather of a padded payload of B bytes counts (P-1)*B (and
+// (P-1)*8 for the sizes); an all_to_all counts what this rank sends to its
+// P-1 peers (and (P-1)*8 for the sizes); allreduce counts a ring's
+// 2(P-1)/P of the buffer (ring_allreduce_bytes, the same reference the
+// compression ratio is quoted against); broadcast counts the payload once
+// per child of this rank in a binomial tree rooted at root; barrier counts 0.
+// Gloo's message headers are not counted.
+//
+// After the first failure the communicator is broken: every further call
+// throws kTransport, as the seam requires. Used by one thread at a time (the
+// backend's worker thread).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "collectives/comm.h"
+
+namespace compcoll::torch_integration {
+
+class TorchComm final : public Comm {
+ public:
+  TorchComm(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  Gathered allgatherv(std::span<const uint8_t> send) override;
+  std::vector<Bytes> alltoallv(const std::vector<Bytes>& send) override;
+  void allreduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
+  void broadcast(void* buf, size_t bytes, int root) override;
+  void barrier() override;
+
+  uint64_t bytes_sent() const override { return bytes_sent_; }
+
+ private:
+  // Waits for an inner work item; converts any failure into kTransport and
+  // marks the communicator broken.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
+  // Runs issue() (which returns the inner work) under the broken-state rules.
+  template <typename Issue>
+  void run(const char* what, Issue&& issue);
+  void check_usable(const char* what) const;
+
+  c10::intrusive_ptr<c10d::Backend> inner_;
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  uint64_t bytes_sent_ = 0;
+  std::string broken_;
+};
+
+// Bytes a rank sends in a binomial-tree broadcast of `bytes` from root.
+uint64_t tree_broadcast_bytes(int rank, int size, int root, uint64_t bytes);
+
+// compcoll's dtype for a torch scalar type; false when there is none.
+bool to_compcoll_dtype(c10::ScalarType t, DType* out);
+
+}  // namespace compcoll::torch_integration

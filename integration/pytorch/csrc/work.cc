@@ -1,0 +1,47 @@
+#include "integration/pytorch/csrc/work.h"
+
+#include <ATen/core/jit_type.h>
+
+namespace compcoll::torch_integration {
+
+CompcollWork::CompcollWork(int rank, c10d::OpType type, const char* profiling_title,
+                           std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type, profiling_title),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()))) {}
+
+void CompcollWork::complete() { complete_with(c10::IValue(outputs_), outputs_); }
+
+void CompcollWork::complete_with(const c10::IValue& value, std::vector<at::Tensor> outputs) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    outputs_ = std::move(outputs);
+  }
+  // Work first, so that a future callback that waits on this work returns.
+  finish();
+  future_->markCompleted(value);
+}
+
+void CompcollWork::fail(std::exception_ptr e) {
+  finish(e);
+  future_->setError(e);
+}
+
+void CompcollWork::set_inner(c10::intrusive_ptr<c10d::Work> inner) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  inner_ = std::move(inner);
+}
+
+std::vector<at::Tensor> CompcollWork::result() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return outputs_;
+}
+
+int CompcollWork::sourceRank() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(inner_, "compcoll: sourceRank() is only known for a completed receive");
+  return inner_->sourceRank();
+}
+
+}  // namespace compcoll::torch_integration

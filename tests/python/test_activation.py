@@ -1,0 +1,85 @@
+"""Activation without code change: an unmodified DDP script that asks for
+"gloo" gets compcoll when COMPCOLL_ALGO is set (torch's backend autoload, or
+`python -m compcoll.run`), and plain Gloo otherwise."""
+import json
+import os
+import re
+import shutil
+import sys
+
+from conftest import launch, run_single, worker
+
+SCRIPT = worker("plain_ddp.py")
+
+
+def launch_plain(args, n, env):
+    """For runs without compcoll: torch 2.15's own Gloo teardown occasionally
+    aborts a rank at exit ("terminate called without an active exception")
+    after the script has finished; what the script reported is what counts."""
+    ranks = launch(args, n, env=env, check=False)
+    for r in ranks:
+        assert r.results, r.describe()
+    return ranks
+
+
+def stats_files(tmp_path, n):
+    return [os.path.join(tmp_path, f"stats{r}.json") for r in range(n)]
+
+
+def read_stats(tmp_path, n):
+    out = []
+    for p in stats_files(tmp_path, n):
+        with open(p) as f:
+            out.append(json.load(f))
+    return out
+
+
+def test_compcoll_algo_turns_gloo_into_compcoll(tmp_path):
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json")}
+    ranks = launch([SCRIPT], 2, env=env)
+    for r in ranks:
+        assert r.result["backend"] == "gloo"  # what the script asked for and sees
+        assert r.result["cpu_backend"] == "compcoll"
+    for st in read_stats(tmp_path, 2):
+        assert st["algo"] == "dgc" and st["compressed_calls"] > 0, st
+        print("stats:", st)
+
+
+def test_unset_means_plain_gloo(tmp_path):
+    env = {"COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json")}
+    ranks = launch_plain([SCRIPT], 2, env)
+    for r in ranks:
+        assert r.result["cpu_backend"] == "gloo"
+        assert not r.result["compcoll_imported"]  # the autoload hook imported nothing
+    assert not any(os.path.exists(p) for p in stats_files(tmp_path, 2))
+
+
+def test_dense_means_plain_gloo(tmp_path):
+    env = {"COMPCOLL_ALGO": "dense", "COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json")}
+    ranks = launch_plain([SCRIPT], 2, env)
+    for r in ranks:
+        assert r.result["cpu_backend"] == "gloo"
+    assert not any(os.path.exists(p) for p in stats_files(tmp_path, 2))
+
+
+def test_launcher_where_autoload_is_off(tmp_path):
+    env = {"COMPCOLL_ALGO": "sbc", "COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json"),
+           "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    plain = launch_plain([SCRIPT], 2, env)  # autoload off: nothing happens ...
+    assert all(r.result["cpu_backend"] == "gloo" for r in plain)
+    assert not any(os.path.exists(p) for p in stats_files(tmp_path, 2))
+    ranks = launch(["-m", "compcoll.run", SCRIPT], 2, env=env)  # ... the launcher does it
+    assert all(r.result["cpu_backend"] == "compcoll" for r in ranks)
+    for st in read_stats(tmp_path, 2):
+        assert st["algo"] == "sbc" and st["compressed_calls"] > 0, st
+
+
+def test_torchrun(tmp_path):
+    torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
+    env = {"COMPCOLL_ALGO": "csc", "COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json")}
+    r = run_single([torchrun, "--standalone", "--nproc-per-node", "2", SCRIPT], env=env, timeout=240)
+    # Both ranks share torchrun's stdout: lines may run together.
+    lines = [json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", r.stdout)]
+    assert len(lines) == 2 and all(x["cpu_backend"] == "compcoll" for x in lines), r.describe()
+    for st in read_stats(tmp_path, 2):
+        assert st["algo"] == "csc" and st["compressed_calls"] > 0, st

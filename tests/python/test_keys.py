@@ -1,0 +1,43 @@
+"""Error-feedback keys (BufferSlots) and the stats file at exit, on one or
+two ranks."""
+import json
+import os
+
+from conftest import launch, worker
+
+
+def test_buffer_slot_rules(tmp_path):
+    r = launch([worker("keys_unit.py")], 1, env={"COMPCOLL_ALGO": "dgc"})[0].result
+    s = r["steps"]
+    # 1. a live buffer keeps its slot
+    assert [e for _, _, e in s["persistent"]] == ["new", "same", "same"]
+    assert len({k for k, _, _ in s["persistent"]}) == 1
+    # views of one storage at different offsets are different buffers
+    assert s["views"][0][0] != s["views"][1][0] and s["views"][2][0] == s["views"][0][0]
+    # a new buffer while the old one is alive is another tensor: new state
+    assert [e for _, _, e in s["alive_new_buffer"]] == ["new", "new"]
+    # 2b/2a: reallocated every step: fresh state once (as at DDP's rebuild), then carried
+    events = [e for _, _, e in s["reallocated"]]
+    keys = [k for k, _, _ in s["reallocated"]]
+    assert events == ["new", "fresh", "carried", "carried"]
+    assert keys[0] != keys[1] and keys[1] == keys[2] == keys[3]
+    # 2c: another size takes over a dead slot; the Communicator replaces the state
+    assert s["other_size_takes_dead_slot"][0][2] == "resized"
+    assert s["small_dense_no_slot"] is True
+    assert r["stats"]["compressed_calls"] >= 14
+
+
+def test_stats_file_written_at_exit_without_destroy(tmp_path):
+    """A script that never destroys its process group still writes
+    COMPCOLL_STATS_FILE (the backend is finished at interpreter exit)."""
+    code = ("import torch, torch.distributed as dist\n"
+            "dist.init_process_group('gloo')\n"
+            "x = torch.randn(50_000)\n"
+            "for _ in range(3): dist.all_reduce(x)\n"
+            "print('RESULT {}')\n")
+    env = {"COMPCOLL_ALGO": "onebit", "COMPCOLL_STATS_FILE": str(tmp_path / "s{rank}.json")}
+    launch(["-c", code], 2, env=env)
+    for rank in range(2):
+        with open(os.path.join(tmp_path, f"s{rank}.json")) as f:
+            st = json.load(f)
+        assert st["algo"] == "onebit" and st["compressed_calls"] == 3 and st["rank"] == rank

@@ -1,0 +1,28 @@
+"""What every test worker shares: process-group setup from torchrun-style
+environment variables, and the RESULT line the tests parse."""
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def init(backend):
+    torch.set_num_threads(1)
+    if backend == "compcoll":
+        import compcoll  # noqa: F401  registers the backend
+    dist.init_process_group(backend, init_method="env://")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def cpu_backend_name(group=None):
+    pg = group if group is not None else dist.group.WORLD
+    return pg._get_backend(torch.device("cpu")).name()
+
+
+def emit(obj):
+    print("RESULT " + json.dumps(obj), flush=True)
+
+
+def rank_env(name, default=None):
+    return os.environ.get(name, default)

@@ -1,0 +1,50 @@
+"""The buffer-slot rules (docs/pytorch.md, "Error-feedback keys") on one
+rank: which key and event each allreduce gets."""
+import gc
+
+import torch
+import torch.distributed as dist
+
+from common import emit, init
+
+rank, world = init("compcoll")
+import compcoll  # noqa: E402
+from compcoll import _C  # noqa: E402
+
+b = compcoll.backend_of()
+N = 20_000
+
+
+def ar(t):
+    dist.all_reduce(t)
+    key, numel, event = _C.key_trace(b)[-1]
+    return [key, numel, event]
+
+
+steps = {}
+persistent = torch.randn(N)
+steps["persistent"] = [ar(persistent) for _ in range(3)]
+view_a, view_b = torch.randn(2 * N).split(N)  # two views of one storage
+steps["views"] = [ar(view_a), ar(view_b), ar(view_a)]
+kept = [torch.randn(N)]
+steps["alive_new_buffer"] = [ar(kept[0])]
+kept.append(torch.randn(N))
+steps["alive_new_buffer"].append(ar(kept[1]))
+# reallocated every step (p.grad with zero_grad(set_to_none=True)):
+realloc = []
+for _ in range(4):
+    g = torch.randn(N)
+    realloc.append(ar(g))
+    del g
+    gc.collect()
+steps["reallocated"] = realloc
+del persistent
+gc.collect()
+steps["other_size_takes_dead_slot"] = [ar(torch.randn(N + 1))]
+before = len(_C.key_trace(b))
+dist.all_reduce(torch.randn(100))  # kept dense by the policy: no slot, no state
+steps["small_dense_no_slot"] = len(_C.key_trace(b)) == before
+x = torch.randn(N, dtype=torch.float16)
+steps["half"] = [ar(x), ar(x)]
+emit({"steps": steps, "slots": compcoll.slots(), "stats": compcoll.stats()})
+dist.destroy_process_group()
