@@ -49,6 +49,8 @@ int allreduce_main(int argc, char** argv, int first) {
       args.str("algo", "dense,dgc,sbc,sdagc,csc,onebit", "algorithms, comma-separated");
   const long long count = args.integer("count", 25557032, "float32 elements (K/M/G suffixes)");
   const long long iters = args.integer("iters", 5, "timed calls per algorithm (median reported)");
+  const long long warmup = args.integer(
+      "warmup", 1, "untimed calls per algorithm before timing (auto needs 7 to finish its trials)");
   const std::string density = args.str("density", "", "overrides COMPCOLL_DENSITY");
   const std::string sizes =
       args.str("sizes", "", "message sizes in bytes to sweep instead of --count, e.g. 4K,1M,128M");
@@ -100,6 +102,7 @@ int allreduce_main(int argc, char** argv, int first) {
     a.insert(a.end(), {exe, "worker", "--rank", std::to_string(r), "--ranks",
                                   std::to_string(ranks), "--rendezvous", spec, "--algo", algos,
                                   "--count", std::to_string(count), "--iters", std::to_string(iters),
+                                  "--warmup", std::to_string(warmup),
                                   "--gradient", gradient, "--seed", std::to_string(seed), "--out", out});
     if (!density.empty()) {
       a.push_back("--density");

@@ -106,6 +106,7 @@ int worker_main(int argc, char** argv, int first) {
   const size_t n = static_cast<size_t>(args.integer("count", 1 << 20, "float32 elements"));
   const std::string sizes = args.str("sizes", "", "message sizes in bytes to sweep, e.g. 4K,64K,1M");
   const int iters = static_cast<int>(args.integer("iters", 5, "timed calls per algorithm"));
+  const int warmup = static_cast<int>(args.integer("warmup", 1, "untimed calls per algorithm first"));
   const std::string density = args.str("density", "", "overrides COMPCOLL_DENSITY");
   const std::string out_path = args.str("out", "", "rank 0 writes results here");
   const GradientKind kind = parse_gradient_kind(args.str("gradient", "gaussian", "input"));
@@ -163,7 +164,7 @@ int worker_main(int argc, char** argv, int first) {
     exact_norm = std::sqrt(exact_norm);
 
     std::vector<double> dense_times;
-    for (int it = -1; it < (skip_baseline ? -1 : iters); ++it) {
+    for (int it = -warmup; it < (skip_baseline ? -warmup : iters); ++it) {
       std::copy(grad.begin(), grad.begin() + count, buf.begin());
       const auto t0 = common_start(*comm);
       gloo_allreduce(*comm, buf.data(), count);
@@ -190,9 +191,9 @@ int worker_main(int argc, char** argv, int first) {
     }
     std::fprintf(stderr, "compcoll-bench worker rank %d: running %s at %zu elements\n", rank,
                  algos.c_str(), count);
-    for (int it = -1; it < iters; ++it) {
+    for (int it = -warmup; it < iters; ++it) {
       for (size_t turn = 0; turn < names.size(); ++turn) {
-        const size_t a = (turn + static_cast<size_t>(it + 1)) % names.size();
+        const size_t a = (turn + static_cast<size_t>(it + warmup)) % names.size();
         Run& run = runs[a];
         std::copy(grad.begin(), grad.begin() + count, buf.begin());
         const auto t0 = common_start(*comm);
@@ -220,7 +221,7 @@ int worker_main(int argc, char** argv, int first) {
       r.dense_wire_bytes = ring_allreduce_bytes(count * sizeof(float), ranks);
       r.decision = algos_built[a]->last_decision();
       double err = 0.0, run_err = 0.0;
-      const double calls = iters + 1;
+      const double calls = iters + warmup;
       for (size_t i = 0; i < count; ++i) {
         err += (run.out[i] - exact[i]) * (run.out[i] - exact[i]);
         run_err += (run.running[i] - calls * exact[i]) * (run.running[i] - calls * exact[i]);
