@@ -292,7 +292,8 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
       a = slots_.assign(t);
     }
     if (a.event == SlotEvent::kFresh || a.event == SlotEvent::kResized) {
-      log_.info("error-feedback state ", a.key, ": a new buffer of ", t.numel(),
+      // A warning, not info: dropping a residual must never be silent.
+      log_.warn("error-feedback state ", a.key, ": a new buffer of ", t.numel(),
                 " elements replaced a freed one; the freed buffer's residual (", a.dropped_elems,
                 " elements) is dropped",
                 a.event == SlotEvent::kFresh
