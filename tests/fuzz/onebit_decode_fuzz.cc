@@ -4,7 +4,8 @@
 // Checks, beyond fuzz_common.h's rules:
 //   - an accepted payload has exactly the size its header implies (scales,
 //     ceil(n/8) sign bytes, then the non-finite list), a scale mode it
-//     knows, a block size in [8, 2^24] and k = ceil(n / block);
+//     knows, a block size in [8, 2^24], k = ceil(n / block), and finite
+//     scales;
 //   - the output equals a plain scalar reference computed here from the
 //     payload's scales and sign bits (the decoder uses SIMD), followed by the
 //     non-finite list; NaN matches NaN;
@@ -65,19 +66,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<float> out = initial_output(n);
   const std::vector<float> before = out;
   const bool ok = decode_checked(out, [&](float* o) { onebit_decode(in.payload, o, n, acc); });
+  std::vector<float> other;
   if (in.secondary()) {
-    std::vector<float> other = acc ? std::vector<float>(n, 0.0f) : initial_output(n);
+    other = acc ? std::vector<float>(n, 0.0f) : initial_output(n);
     const bool ok2 = decode_checked(other, [&](float* o) { onebit_decode(in.payload, o, n, !acc); });
     FUZZ_CHECK(ok == ok2, "accumulate and overwrite mode disagree on validity");
-    if (ok && acc) {
-      // other = decode onto garbage (overwrite); zeros + decode (accumulate)
-      std::vector<float> zeros(n, 0.0f);
-      decode_checked(zeros, [&](float* o) { onebit_decode(in.payload, o, n, true); });
-      for (uint64_t i = 0; i < n; ++i) {
-        FUZZ_CHECK(zeros[i] == other[i] || (zeros[i] != zeros[i] && other[i] != other[i]),
-                   "0 + decode differs from decode");
-      }
-    }
   }
   if (!ok) return 0;
 
@@ -87,7 +80,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(&k, in.payload.data() + 16, 8);
   const uint64_t block = uint64_t{1} << in.payload[5];
   FUZZ_CHECK(k == (n + block - 1) / block, "block count differs from ceil(n / block)");
+  // Scales are finite: the encoder sends NaN/Inf elements in the
+  // non-finite list instead, and a non-finite scale would spread over a
+  // whole block (sbc likewise rejects a non-finite mean).
+  const size_t per = in.payload[4] == 1 ? 2 : 1;
+  for (uint64_t i = 0; i < k * per; ++i) {
+    float s;
+    std::memcpy(&s, in.payload.data() + kPayloadHeaderBytes + 4 * i, 4);
+    FUZZ_CHECK(std::isfinite(s), "a non-finite onebit scale was accepted");
+  }
   const std::vector<float> expect = reference(in.payload, n, before, acc);
   FUZZ_CHECK(same_values(out, expect), "onebit_decode differs from the scalar reference");
+  if (in.secondary() && acc) {
+    // `other` holds the overwrite decode; accumulating onto zeros must agree.
+    std::vector<float> zeros(n, 0.0f);
+    decode_checked(zeros, [&](float* o) { onebit_decode(in.payload, o, n, true); });
+    for (uint64_t i = 0; i < n; ++i) {
+      FUZZ_CHECK(zeros[i] == other[i] || (zeros[i] != zeros[i] && other[i] != other[i]),
+                 "0 + decode differs from decode");
+    }
+  }
   return 0;
 }

@@ -51,8 +51,7 @@ void fuzz_rice_directly(std::span<const uint8_t> bytes) {
   check_positions(idx, n);
   Bytes again;
   rice_encode_positions(idx, b, again);
-  FUZZ_CHECK(again.size() == bits.size() && std::memcmp(again.data(), bits.data(), bits.size()) == 0,
-             "accepted Rice stream is not the canonical encoding of its positions");
+  FUZZ_CHECK(same_bytes(again, bits), "accepted Rice stream is not the canonical encoding of its positions");
 }
 
 }  // namespace
@@ -96,8 +95,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(again.data() + kPayloadHeaderBytes, in.payload.data() + kPayloadHeaderBytes, 4);
   append_non_finite(again, e.non_finite);
   rice_encode_positions(e.idx, in.payload[4], again);
-  FUZZ_CHECK(again.size() == in.payload.size() &&
-                 std::memcmp(again.data(), in.payload.data(), again.size()) == 0,
-             "accepted sbc payload is not the canonical encoding of its positions");
+  FUZZ_CHECK(same_bytes(again, in.payload), "accepted sbc payload is not the canonical encoding of its positions");
   return 0;
 }

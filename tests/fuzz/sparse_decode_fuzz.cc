@@ -73,9 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(same_value(back.values[i], e.values[i]), "round trip changed a value");
     }
     if (enc.values == ValueType::kFp32 && enc.indices == IndexType::kU32) {
-      FUZZ_CHECK(again.size() == in.payload.size() &&
-                     std::memcmp(again.data(), in.payload.data(), again.size()) == 0,
-                 "u32/fp32 payloads are canonical: re-encoding must give the same bytes");
+      FUZZ_CHECK(same_bytes(again, in.payload), "u32/fp32 payloads are canonical: re-encoding must give the same bytes");
     }
   }
   return 0;
