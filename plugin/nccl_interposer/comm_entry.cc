@@ -1,5 +1,7 @@
 #include "plugin/nccl_interposer/comm_entry.h"
 
+#include "collectives/lent_comm.h"
+
 #include <sstream>
 
 #include "collectives/dense.h"
@@ -14,23 +16,7 @@ constexpr size_t kMaxLoggedShapes = 1024;
 
 // The Communicator owns its Comm; the entry keeps the NcclComm so that it can
 // still ask whether NCCL was aborted after the Communicator is gone (for
-// example when creating it failed). This view lends it.
-class LentComm final : public Comm {
- public:
-  explicit LentComm(Comm& c) : c_(c) {}
-  int rank() const override { return c_.rank(); }
-  int size() const override { return c_.size(); }
-  std::chrono::milliseconds timeout() const override { return c_.timeout(); }
-  Gathered allgatherv(std::span<const uint8_t> s) override { return c_.allgatherv(s); }
-  std::vector<Bytes> alltoallv(const std::vector<Bytes>& s) override { return c_.alltoallv(s); }
-  void allreduce(void* b, size_t n, DType d, ReduceOp o) override { c_.allreduce(b, n, d, o); }
-  void broadcast(void* b, size_t n, int root) override { c_.broadcast(b, n, root); }
-  void barrier() override { c_.barrier(); }
-  uint64_t bytes_sent() const override { return c_.bytes_sent(); }
-
- private:
-  Comm& c_;
-};
+// example when creating it failed): it lends it through a LentComm.
 
 std::string state_key(const void* recv, size_t count, DType dtype) {
   std::ostringstream os;

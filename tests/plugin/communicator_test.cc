@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "collectives/lent_comm.h"
 #include "compcoll/error.h"
 #include "plugin/communicator.h"
 #include "tests/support/gloo_harness.h"
@@ -13,23 +14,8 @@
 namespace compcoll {
 namespace {
 
-// A non-owning Comm view so that the harness keeps its GlooComm.
-class Borrowed : public Comm {
- public:
-  explicit Borrowed(Comm& c) : c_(c) {}
-  int rank() const override { return c_.rank(); }
-  int size() const override { return c_.size(); }
-  std::chrono::milliseconds timeout() const override { return c_.timeout(); }
-  Gathered allgatherv(std::span<const uint8_t> s) override { return c_.allgatherv(s); }
-  std::vector<Bytes> alltoallv(const std::vector<Bytes>& s) override { return c_.alltoallv(s); }
-  void allreduce(void* b, size_t n, DType d, ReduceOp o) override { c_.allreduce(b, n, d, o); }
-  void broadcast(void* b, size_t n, int r) override { c_.broadcast(b, n, r); }
-  void barrier() override { c_.barrier(); }
-  uint64_t bytes_sent() const override { return c_.bytes_sent(); }
-
- private:
-  Comm& c_;
-};
+// The harness keeps its GlooComm; the Communicator gets a view of it.
+using Borrowed = LentComm;
 
 Config dgc_config() {
   Config c;

@@ -1,0 +1,27 @@
+// A non-owning view of a Comm, for owners that must keep their transport
+// while lending it to a Communicator (which owns the Comm it is given): the
+// NCCL interposer, tests over the thread harness.
+#pragma once
+
+#include "collectives/comm.h"
+
+namespace compcoll {
+
+class LentComm final : public Comm {
+ public:
+  explicit LentComm(Comm& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  std::chrono::milliseconds timeout() const override { return c_.timeout(); }
+  Gathered allgatherv(std::span<const uint8_t> s) override { return c_.allgatherv(s); }
+  std::vector<Bytes> alltoallv(const std::vector<Bytes>& s) override { return c_.alltoallv(s); }
+  void allreduce(void* b, size_t n, DType d, ReduceOp o) override { c_.allreduce(b, n, d, o); }
+  void broadcast(void* b, size_t n, int root) override { c_.broadcast(b, n, root); }
+  void barrier() override { c_.barrier(); }
+  uint64_t bytes_sent() const override { return c_.bytes_sent(); }
+
+ private:
+  Comm& c_;
+};
+
+}  // namespace compcoll
