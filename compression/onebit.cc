@@ -64,6 +64,9 @@ BlockScales accumulate_block(const float* x, float* err, size_t len, size_t base
       negatives += 1.0;
     }
   }
+  // The float lanes overflow to Inf for huge finite inputs (2048 x 1e36):
+  // the double sums below cannot, so take that path then too.
+  if (!std::isfinite(abs_total) || !std::isfinite(neg_total)) bad[0] = -1;
   size_t finite = len;
   if (simd::any(bad)) {
     // Rare: redo the sums over the finite elements only.
@@ -180,6 +183,13 @@ void onebit_decode(std::span<const uint8_t> payload, float* out, size_t n, bool 
   const size_t per = scales_per_block(c.scale);
   const uint8_t* scales = payload.data() + kPayloadHeaderBytes;
   const uint8_t* bits = scales + blocks * per * sizeof(float);
+  // The encoder never sends a non-finite scale (NaN and Inf travel in the
+  // non-finite list); one would spread over a whole block, and turn the
+  // non-finite entries below into NaN in accumulate mode.
+  for (size_t i = 0; i < blocks * per; ++i) {
+    const float s = load_le<float>(scales + i * 4);
+    CC_PAYLOAD_CHECK(std::isfinite(s), "onebit: scale ", i, " is not finite (", s, ")");
+  }
   for (size_t b = 0; b < blocks; ++b) {
     const float pos = load_le<float>(scales + b * per * 4);
     const float neg = per == 2 ? -load_le<float>(scales + b * per * 4 + 4) : -pos;

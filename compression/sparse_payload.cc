@@ -132,7 +132,7 @@ void encode_sparse(std::span<const uint32_t> idx, std::span<float> values, uint6
   const size_t vsize = value_type_size(enc.values);
   for (size_t i = 0; i < k; ++i, p += vsize) store_value(p, enc.values, values[i]);
   if (enc.indices == IndexType::kU32) {
-    std::memcpy(p, idx.data(), k * 4);
+    if (k != 0) std::memcpy(p, idx.data(), k * 4);  // idx.data() may be null when k == 0
     p += k * 4;
   } else {
     uint64_t pos = 0;

@@ -57,11 +57,17 @@ double fraction_in_unit(const ConfigVar& var, const std::string& value) {
   return d;
 }
 
-long long int_at_least(const ConfigVar& var, const std::string& value, long long lo) {
+long long int_at_least(const ConfigVar& var, const std::string& value, long long lo,
+                       long long hi = std::numeric_limits<long long>::max()) {
   const long long v = parse_int(var, value);
   if (v < lo) reject(var, value, "below " + std::to_string(lo));
+  if (v > hi) reject(var, value, "above " + std::to_string(hi));
   return v;
 }
+
+// Settings stored in an int must fit one (the timeout too: it then also
+// fits a steady_clock deadline, in nanoseconds, for 290 years).
+constexpr long long kIntMax = std::numeric_limits<int>::max();
 
 #define CC_APPLY [](const ConfigVar& var, const std::string& value, Config& cfg)
 
@@ -108,7 +114,7 @@ const ConfigVar kTable[] = {
      }},
     {"COMPCOLL_WARMUP_STEPS", VarType::kInt, "0", ">= 0",
      "steps over which dgc/sdagc density falls from 25% to COMPCOLL_DENSITY (x1/4 per stage)",
-     CC_APPLY { cfg.params.warmup_steps = static_cast<int>(int_at_least(var, value, 0)); }},
+     CC_APPLY { cfg.params.warmup_steps = static_cast<int>(int_at_least(var, value, 0, kIntMax)); }},
     {"COMPCOLL_MIN_ELEMS", VarType::kInt, "16384", ">= 0",
      "tensors with fewer elements take the exact dense path",
      CC_APPLY { cfg.min_elems = static_cast<size_t>(int_at_least(var, value, 0)); }},
@@ -171,13 +177,13 @@ const ConfigVar kTable[] = {
        cfg.rendezvous = value;
      }},
     {"COMPCOLL_RANK", VarType::kInt, "", ">= 0 (falls back to RANK)", "this process's rank",
-     CC_APPLY { cfg.rank = static_cast<int>(int_at_least(var, value, 0)); }},
+     CC_APPLY { cfg.rank = static_cast<int>(int_at_least(var, value, 0, kIntMax - 1)); }},
     {"COMPCOLL_WORLD_SIZE", VarType::kInt, "", ">= 1 (falls back to WORLD_SIZE)",
      "number of ranks",
-     CC_APPLY { cfg.world_size = static_cast<int>(int_at_least(var, value, 1)); }},
+     CC_APPLY { cfg.world_size = static_cast<int>(int_at_least(var, value, 1, kIntMax)); }},
     {"COMPCOLL_TIMEOUT_MS", VarType::kInt, "30000", ">= 1",
      "limit of every collective call and of rendezvous, in milliseconds",
-     CC_APPLY { cfg.timeout = std::chrono::milliseconds(int_at_least(var, value, 1)); }},
+     CC_APPLY { cfg.timeout = std::chrono::milliseconds(int_at_least(var, value, 1, kIntMax)); }},
     {"COMPCOLL_DEBUG", VarType::kEnum, "WARN", "WARN|INFO|TRACE",
      "log level of 'compcoll INFO ...' lines on stderr (like NCCL_DEBUG)",
      CC_APPLY {

@@ -111,7 +111,7 @@ TEST_P(GlooCommTest, AllreduceFloat32SumIsBitExactWithGloo) {
         opts.setTag(gc.reserve_tag());
         gloo::allreduce(opts);
       }
-      ASSERT_EQ(0, std::memcmp(ours.data(), theirs.data(), count * sizeof(float)))
+      ASSERT_TRUE(count == 0 || std::memcmp(ours.data(), theirs.data(), count * sizeof(float)) == 0)
           << "count " << count;
     }
   });
