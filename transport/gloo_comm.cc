@@ -105,7 +105,12 @@ Gathered GlooComm::allgatherv(std::span<const uint8_t> send) {
     }
     out.offsets[r + 1] = out.offsets[r] + static_cast<size_t>(sizes[r]);
   }
-  out.data.resize(out.offsets[p]);
+  try {
+    out.data.resize(out.offsets[p]);
+  } catch (const std::exception& e) {  // bad_alloc, length_error: announced sizes we cannot hold
+    call.fail(detail::concat("cannot hold the ", out.offsets[p], " bytes the ranks announced (",
+                             e.what(), ")"));
+  }
   if (!send.empty()) {
     std::memcpy(out.data.data() + out.offsets[static_cast<size_t>(rank_)],
                 send.data(), send.size());
@@ -146,7 +151,12 @@ std::vector<Bytes> GlooComm::alltoallv(const std::vector<Bytes>& send) {
       call.fail(detail::concat("rank ", peer, " announced an impossible ",
                                in_sizes[pr], "-byte payload"));
     }
-    out[pr].resize(static_cast<size_t>(in_sizes[pr]));
+    try {
+      out[pr].resize(static_cast<size_t>(in_sizes[pr]));
+    } catch (const std::exception& e) {  // bad_alloc, length_error
+      call.fail(detail::concat("cannot hold the ", in_sizes[pr], "-byte payload rank ", peer,
+                               " announced (", e.what(), ")"));
+    }
     call.send(peer, send[pr].data(), send[pr].size(), kPhasePayload);
     call.recv(peer, out[pr].data(), out[pr].size(), kPhasePayload);
   }
