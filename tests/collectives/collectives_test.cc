@@ -27,6 +27,7 @@
 #include "compression/csc.h"
 #include "compression/decode.h"
 #include "integration/bench/gradients.h"
+#include "tests/support/expected.h"
 #include "tests/support/gloo_harness.h"
 #include "transport/gloo_comm.h"
 
@@ -53,18 +54,10 @@ double rel_l2(const std::vector<float>& got, const std::vector<double>& exact) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-// What rank-order decoding of every rank's first-step sparse payload gives.
-std::vector<float> expected_sparse(const std::string& algo, const AlgoParams& p, int world, size_t n) {
-  std::vector<float> out(n, 0.0f);
-  for (int r = 0; r < world; ++r) {
-    auto codec = make_sparse_codec(algo, p);
-    auto st = codec->make_state(n);
-    const auto g = gradient_of(r, n);
-    Bytes payload;
-    codec->encode(g.data(), n, *st, payload);
-    decode_accumulate(payload, out.data(), n);
-  }
-  return out;
+std::vector<std::vector<float>> gradients_of(int world, size_t n) {
+  std::vector<std::vector<float>> g;
+  for (int r = 0; r < world; ++r) g.push_back(gradient_of(r, n));
+  return g;
 }
 
 std::vector<float> expected_csc(const AlgoParams& p, int world, size_t n) {
@@ -89,30 +82,6 @@ std::vector<float> expected_csc(const AlgoParams& p, int world, size_t n) {
   }
   std::vector<float> out(n);
   csc_unpack(sum.data(), chosen, c.chunk, n, out.data());
-  return out;
-}
-
-std::vector<float> expected_onebit(const AlgoParams& p, int world, size_t n) {
-  const OneBitConfig c{p.onebit_block, p.onebit_scale};
-  const OneBitAllreduce algo(c);
-  std::vector<std::vector<float>> grads, errs;
-  for (int r = 0; r < world; ++r) {
-    grads.push_back(gradient_of(r, n));
-    errs.emplace_back(n, 0.0f);
-  }
-  std::vector<float> out(n);
-  for (int j = 0; j < world; ++j) {
-    const auto s = algo.shard(n, world, j);
-    std::vector<float> sum(s.len, 0.0f), server_err(s.len, 0.0f);
-    for (int r = 0; r < world; ++r) {
-      Bytes payload;
-      onebit_encode(c, grads[r].data() + s.begin, errs[r].data() + s.begin, s.len, payload);
-      onebit_decode(payload, sum.data(), s.len, true);
-    }
-    Bytes q;
-    onebit_encode(c, sum.data(), server_err.data(), s.len, q);
-    onebit_decode(q, out.data() + s.begin, s.len, false);
-  }
   return out;
 }
 
@@ -178,8 +147,8 @@ TEST_P(AllreduceTest, IdenticalEverywhereAndEqualToWhatTheCodecsSelected) {
     } else if (comm.rank() == 0) {
       std::vector<float> expected;
       if (algo_name == "csc") expected = expected_csc(params, world, n);
-      else if (algo_name == "onebit") expected = expected_onebit(params, world, n);
-      else expected = expected_sparse(algo_name, params, world, n);
+      else if (algo_name == "onebit") expected = testing::expected_onebit_sum(params, gradients_of(world, n));
+      else expected = testing::expected_sparse_sum(algo_name, params, gradients_of(world, n));
       if (algo_name == "csc") {
         for (size_t i = 0; i < n; ++i) {
           ASSERT_NEAR(buf[i], expected[i], 1e-5f * (1 + std::fabs(expected[i]))) << i;

@@ -33,6 +33,7 @@
 #include "compression/onebit.h"
 #include "plugin/communicator.h"
 #include "tests/reliability/workload.h"
+#include "tests/support/expected.h"
 #include "tests/support/gloo_harness.h"
 #include "transport/gloo_connect.h"
 
@@ -59,39 +60,10 @@ AlgoParams test_params() {
 // collective does.
 std::vector<float> expected_lossy(const std::string& algo, const AlgoParams& p, uint64_t seed, size_t call,
                                   int world, size_t n) {
-  std::vector<float> out(n, 0.0f), in(n);
-  if (algo == "onebit") {
-    const OneBitConfig c{p.onebit_block, p.onebit_scale};
-    const OneBitAllreduce ob(c);
-    std::vector<std::vector<float>> inputs, errs;
-    for (int r = 0; r < world; ++r) {
-      fill_input(seed, call, r, in.data(), n);
-      inputs.push_back(in);
-      errs.emplace_back(n, 0.0f);
-    }
-    for (int j = 0; j < world; ++j) {
-      const auto s = ob.shard(n, world, j);
-      std::vector<float> sum(s.len, 0.0f), server_err(s.len, 0.0f);
-      for (int r = 0; r < world; ++r) {
-        Bytes payload;
-        onebit_encode(c, inputs[r].data() + s.begin, errs[r].data() + s.begin, s.len, payload);
-        onebit_decode(payload, sum.data(), s.len, true);
-      }
-      Bytes q;
-      onebit_encode(c, sum.data(), server_err.data(), s.len, q);
-      onebit_decode(q, out.data() + s.begin, s.len, false);
-    }
-    return out;
-  }
-  for (int r = 0; r < world; ++r) {
-    auto codec = make_sparse_codec(algo, p);
-    auto st = codec->make_state(n);
-    fill_input(seed, call, r, in.data(), n);
-    Bytes payload;
-    codec->encode(in.data(), n, *st, payload);
-    decode_accumulate(payload, out.data(), n);
-  }
-  return out;
+  std::vector<std::vector<float>> inputs(world, std::vector<float>(n));
+  for (int r = 0; r < world; ++r) fill_input(seed, call, r, inputs[r].data(), n);
+  return algo == "onebit" ? compcoll::testing::expected_onebit_sum(p, inputs)
+                          : compcoll::testing::expected_sparse_sum(algo, p, inputs);
 }
 
 // One rank's part of a group's sequence over `comm`.
