@@ -36,8 +36,12 @@ uint64_t config_hash(const std::string& description) {
 }
 
 void ensure_agreement(Comm& comm, const std::string& description) {
+  CC_CHECK_LE(description.size(), kMaxAgreementBytes, kInvalidArgument,
+              "the configuration description is ", description.size(), " bytes, more than ",
+              kMaxAgreementBytes);
   const Gathered all = comm.allgatherv(
-      {reinterpret_cast<const uint8_t*>(description.data()), description.size()});
+      {reinterpret_cast<const uint8_t*>(description.data()), description.size()},
+      kMaxAgreementBytes);
   const auto part = [&](int r) {
     const auto p = all.part(r);
     return std::string_view(reinterpret_cast<const char*>(p.data()), p.size());

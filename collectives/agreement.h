@@ -14,6 +14,10 @@ namespace compcoll {
 // description: "key=value;key=value;..." (e.g. "algo=dgc;" + AlgoParams::canonical()).
 // Collective. Throws ErrorKind::kMismatch on every rank when any rank's
 // description differs from rank 0's.
+// Descriptions longer than kMaxAgreementBytes are refused (kInvalidArgument)
+// and so are peers announcing longer ones: the configuration is a few
+// hundred bytes.
+constexpr size_t kMaxAgreementBytes = 64 * 1024;
 void ensure_agreement(Comm& comm, const std::string& description);
 
 // FNV-1a of the description, for logs.

@@ -76,7 +76,7 @@ void AutoAllreduce::attach(Comm& comm) {
   link_.alpha_ring = agreed_median(comm, 9, [&] { comm.allreduce(&one, 1, DType::kFloat32, ReduceOp::kSum); });
   const uint64_t token = 0;
   link_.alpha = agreed_median(comm, 9, [&] {
-                  comm.allgatherv({reinterpret_cast<const uint8_t*>(&token), sizeof token});
+                  comm.allgatherv({reinterpret_cast<const uint8_t*>(&token), sizeof token}, sizeof token);
                 }) / 2.0;  // allgatherv is two rounds
   std::vector<float> probe(kCalibrationElements, 1.0f);
   const double t_big = agreed_median(comm, 3, [&] {

@@ -11,9 +11,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "compcoll/error.h"
 #include "compcoll/types.h"
 
 namespace compcoll {
@@ -37,13 +40,23 @@ class Comm {
   virtual int size() const = 0;
   virtual std::chrono::milliseconds timeout() const = 0;
 
-  // Every rank contributes a payload of any size (0 included) and receives
-  // all payloads in rank order.
-  virtual Gathered allgatherv(std::span<const uint8_t> send) = 0;
+  // Every rank contributes a payload of 0 to max_part bytes and receives all
+  // payloads in rank order.
+  //
+  // max_part is what the caller knows about the call: the largest payload
+  // any rank may legitimately send (collectives derive it from the tensor
+  // size, see max_payload_bytes in compression/payload.h). A peer announcing
+  // more is refused right after the size round, before anything is
+  // allocated for it: a hostile or corrupted peer cannot make this rank
+  // commit memory beyond what the call could need. The refusal is a
+  // kTransport error that breaks the communicator (the ranks disagree on
+  // what follows). Sending more than max_part is a caller bug (kInternal).
+  virtual Gathered allgatherv(std::span<const uint8_t> send, size_t max_part) = 0;
 
   // send[j] goes to rank j (send.size() == size()); returns what each rank
   // sent to this one, in rank order. Entry rank() is passed through locally.
-  virtual std::vector<Bytes> alltoallv(const std::vector<Bytes>& send) = 0;
+  // max_part bounds every part as in allgatherv.
+  virtual std::vector<Bytes> alltoallv(const std::vector<Bytes>& send, size_t max_part) = 0;
 
   // Exact in-place reduction. op is kSum, kMin, kMax or kProd; kAvg is the
   // collectives' job (sum, then divide) and implementations may reject it.
@@ -57,5 +70,23 @@ class Comm {
   // sends). Stats and the benchmark report differences of it.
   virtual uint64_t bytes_sent() const { return 0; }
 };
+
+// max_part for callers that know nothing about the payloads (tests, tools).
+inline constexpr size_t kUnboundedPart = std::numeric_limits<size_t>::max();
+
+// The message every implementation gives when a peer announces a part above
+// max_part (one wording, so logs and tests can rely on it). Inline: the
+// transports use the seam without linking the collectives.
+inline std::string oversized_part_message(int peer, uint64_t announced, size_t max_part) {
+  return detail::concat("rank ", peer, " announced a ", announced,
+                        "-byte payload, more than the ", max_part,
+                        " bytes any payload of this call can have; refused before allocating");
+}
+
+// Throws kInternal when this rank's own part exceeds max_part.
+inline void check_own_part(size_t bytes, size_t max_part, const char* what) {
+  CC_CHECK_LE(bytes, max_part, kInternal, what, ": this rank's own payload of ", bytes,
+              " bytes exceeds the call's bound of ", max_part, " bytes");
+}
 
 }  // namespace compcoll

@@ -13,8 +13,12 @@ class LentComm final : public Comm {
   int rank() const override { return c_.rank(); }
   int size() const override { return c_.size(); }
   std::chrono::milliseconds timeout() const override { return c_.timeout(); }
-  Gathered allgatherv(std::span<const uint8_t> s) override { return c_.allgatherv(s); }
-  std::vector<Bytes> alltoallv(const std::vector<Bytes>& s) override { return c_.alltoallv(s); }
+  Gathered allgatherv(std::span<const uint8_t> s, size_t max_part) override {
+    return c_.allgatherv(s, max_part);
+  }
+  std::vector<Bytes> alltoallv(const std::vector<Bytes>& s, size_t max_part) override {
+    return c_.alltoallv(s, max_part);
+  }
   void allreduce(void* b, size_t n, DType d, ReduceOp o) override { c_.allreduce(b, n, d, o); }
   void broadcast(void* b, size_t n, int root) override { c_.broadcast(b, n, root); }
   void barrier() override { c_.barrier(); }

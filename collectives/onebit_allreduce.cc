@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "compcoll/error.h"
+#include "compression/decode.h"
 
 namespace compcoll {
 
@@ -39,7 +40,9 @@ CallInfo OneBitAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool avera
   }
   size_t sent_bytes = 0;
   for (int j = 0; j < R; ++j) sent_bytes += j == me ? 0 : send[j].size();
-  const std::vector<Bytes> recv = comm.alltoallv(send);
+  // Every shard is at most the first one's length (the last may be shorter).
+  const size_t max_part = max_payload_bytes(shard(n, R, 0).len);
+  const std::vector<Bytes> recv = comm.alltoallv(send, max_part);
 
   // Stage 2: sum my shard over ranks (rank order), add the server error,
   // re-quantize.
@@ -59,7 +62,7 @@ CallInfo OneBitAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool avera
   onebit_encode(config_, sum.data(), state.u.data(), mine.len, quantized);
 
   // Stage 3: everyone gets every quantized shard.
-  const Gathered all = comm.allgatherv(quantized);
+  const Gathered all = comm.allgatherv(quantized, max_part);
   for (int j = 0; j < R; ++j) {
     const Shard s = shard(n, R, j);
     try {

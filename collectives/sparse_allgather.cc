@@ -16,7 +16,7 @@ CallInfo SparseAllgatherAllreduce::allreduce(Comm& comm, float* buf, size_t n, b
                                              CodecState& state) const {
   Bytes payload;
   const EncodeInfo info = codec_->encode(buf, n, state, payload);
-  const Gathered all = comm.allgatherv(payload);
+  const Gathered all = comm.allgatherv(payload, max_payload_bytes(n));
   CC_CHECK_EQ(all.parts(), comm.size(), kInternal, "allgatherv returned the wrong number of parts");
   std::fill(buf, buf + n, 0.0f);
   for (int r = 0; r < all.parts(); ++r) {

@@ -1,5 +1,10 @@
 #include "compression/decode.h"
 
+#include <algorithm>
+#include <limits>
+
+#include "compression/non_finite.h"
+#include "compression/onebit.h"
 #include "compression/payload.h"
 #include "compression/sbc.h"
 #include "compression/sparse_payload.h"
@@ -14,6 +19,23 @@ void decode_accumulate(std::span<const uint8_t> payload, float* out, uint64_t n)
       CC_THROW(kMalformedPayload, "payload format ", int(payload[3]),
                " cannot be accumulated as a sparse contribution");
   }
+}
+
+size_t max_payload_bytes(uint64_t n) {
+  // Beyond this the per-element arithmetic below could overflow; no tensor
+  // compcoll compresses comes near (indices are u32).
+  constexpr uint64_t kLargest = std::numeric_limits<size_t>::max() / 64;
+  if (n > kLargest) return std::numeric_limits<size_t>::max();
+  const size_t count = static_cast<size_t>(n);
+  const size_t sparse = sparse_payload_max_bytes(count, {ValueType::kFp32, IndexType::kVarintGap});
+  // Rice codes: each position costs its quotient in unary (the quotients sum
+  // to at most n >> b), a stop bit and b remainder bits; b <= 31.
+  const size_t rice_bits = count + count * 32;
+  const size_t sbc = kPayloadHeaderBytes + sizeof(float) + non_finite_bytes(count) +
+                     (rice_bits + 63) / 64 * 8;
+  const OneBitConfig smallest_blocks{.block = 8, .scale = ScaleMode::kSignedMeans};
+  const size_t onebit = onebit_payload_bytes(count, smallest_blocks) + 8 * count;
+  return std::max({sparse, sbc, onebit});
 }
 
 }  // namespace compcoll

@@ -9,6 +9,7 @@ packages=(
   libgloo-dev libhiredis-dev                    # Gloo transport, RedisStore
   redis-server                                  # a real store for rendezvous tests
   iproute2                                      # namespaces and tbf for --link
+  clang-14 libclang-rt-14-dev                   # libFuzzer targets (scripts/run-fuzz.sh)
 )
 
 missing=()

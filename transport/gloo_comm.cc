@@ -81,7 +81,8 @@ void GlooComm::fail(const std::string& what) {
   CC_THROW(kTransport, msg);
 }
 
-Gathered GlooComm::allgatherv(std::span<const uint8_t> send) {
+Gathered GlooComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
+  check_own_part(send.size(), max_part, "allgatherv");
   CallScope call(*this, "allgatherv");
   const size_t p = static_cast<size_t>(size_);
   std::vector<uint64_t> sizes(p, 0);
@@ -99,6 +100,7 @@ Gathered GlooComm::allgatherv(std::span<const uint8_t> send) {
   Gathered out;
   out.offsets.resize(p + 1, 0);
   for (size_t r = 0; r < p; ++r) {
+    if (sizes[r] > max_part) call.fail(oversized_part_message(int(r), sizes[r], max_part));
     if (sizes[r] > std::numeric_limits<size_t>::max() - out.offsets[r]) {
       call.fail(detail::concat("rank ", r, " announced ", sizes[r],
                                " bytes; the total overflows size_t"));
@@ -126,9 +128,10 @@ Gathered GlooComm::allgatherv(std::span<const uint8_t> send) {
   return out;
 }
 
-std::vector<Bytes> GlooComm::alltoallv(const std::vector<Bytes>& send) {
+std::vector<Bytes> GlooComm::alltoallv(const std::vector<Bytes>& send, size_t max_part) {
   CC_CHECK_EQ(send.size(), static_cast<size_t>(size_), kInvalidArgument, who(),
               ": alltoallv needs one payload per rank");
+  for (const Bytes& b : send) check_own_part(b.size(), max_part, "alltoallv");
   CallScope call(*this, "alltoallv");
   const size_t p = static_cast<size_t>(size_);
   std::vector<uint64_t> out_sizes(p), in_sizes(p, 0);
@@ -147,10 +150,7 @@ std::vector<Bytes> GlooComm::alltoallv(const std::vector<Bytes>& send) {
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     const size_t pr = static_cast<size_t>(peer);
-    if (in_sizes[pr] > std::numeric_limits<size_t>::max() / 2) {
-      call.fail(detail::concat("rank ", peer, " announced an impossible ",
-                               in_sizes[pr], "-byte payload"));
-    }
+    if (in_sizes[pr] > max_part) call.fail(oversized_part_message(peer, in_sizes[pr], max_part));
     try {
       out[pr].resize(static_cast<size_t>(in_sizes[pr]));
     } catch (const std::exception& e) {  // bad_alloc, length_error

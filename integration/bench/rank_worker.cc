@@ -76,7 +76,7 @@ uint64_t fnv(const void* p, size_t n) {
 
 bool identical_everywhere(Comm& comm, const std::vector<float>& out) {
   const uint64_t h = fnv(out.data(), out.size() * sizeof(float));
-  const Gathered all = comm.allgatherv({reinterpret_cast<const uint8_t*>(&h), sizeof h});
+  const Gathered all = comm.allgatherv({reinterpret_cast<const uint8_t*>(&h), sizeof h}, sizeof h);
   for (int r = 0; r < all.parts(); ++r) {
     if (all.part(r).size() != sizeof h || std::memcmp(all.part(r).data(), &h, sizeof h)) return false;
   }

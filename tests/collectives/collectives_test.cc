@@ -112,7 +112,7 @@ TEST_P(AllreduceTest, IdenticalEverywhereAndEqualToWhatTheCodecsSelected) {
     algo->allreduce(comm, buf.data(), n, /*average=*/false, *state);
 
     // Same bytes on every rank.
-    const Gathered all = comm.allgatherv({reinterpret_cast<const uint8_t*>(buf.data()), n * 4});
+    const Gathered all = comm.allgatherv({reinterpret_cast<const uint8_t*>(buf.data()), n * 4}, n * 4);
     for (int r = 0; r < all.parts(); ++r) {
       ASSERT_EQ(all.part(r).size(), n * 4);
       ASSERT_TRUE(same_bytes(all.part(r).data(), buf.data(), n * 4))
@@ -310,7 +310,7 @@ TEST_P(NonFiniteTest, ReachesTheOutputAsTheDenseSumWouldAndLeavesStateFinite) {
     }
     algo->allreduce(comm, clean.data(), n, false, *state);
     for (float x : clean) ASSERT_TRUE(std::isfinite(x)) << name;
-    const Gathered all = comm.allgatherv({reinterpret_cast<const uint8_t*>(clean.data()), n * 4});
+    const Gathered all = comm.allgatherv({reinterpret_cast<const uint8_t*>(clean.data()), n * 4}, n * 4);
     for (int r = 0; r < all.parts(); ++r) {
       ASSERT_TRUE(same_bytes(all.part(r).data(), clean.data(), n * 4)) << name << " rank " << r;
     }

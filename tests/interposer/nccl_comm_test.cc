@@ -36,14 +36,14 @@ TEST(NcclComm, AllgathervDeliversEveryPayloadInRankOrder) {
     auto size_of = [](int r) -> size_t { return r == 1 ? 0 : size_t(r) * 1000 + 3; };
     expect_no_errors(run_nccl_ranks(R, kTimeout, [&](nccl::NcclComm& c) {
       ASSERT_EQ(c.size(), R);
-      const Gathered g = c.allgatherv(payload_of(c.rank(), size_of(c.rank())));
+      const Gathered g = c.allgatherv(payload_of(c.rank(), size_of(c.rank())), kUnboundedPart);
       ASSERT_EQ(g.parts(), R);
       for (int r = 0; r < R; ++r) {
         const auto part = g.part(r);
         ASSERT_EQ(part.size(), size_of(r));
         EXPECT_EQ(Bytes(part.begin(), part.end()), payload_of(r, size_of(r))) << "part " << r;
       }
-      const Gathered empty = c.allgatherv({});
+      const Gathered empty = c.allgatherv({}, kUnboundedPart);
       EXPECT_EQ(empty.data.size(), 0u);
       EXPECT_EQ(empty.parts(), R);
     }));
@@ -55,7 +55,7 @@ TEST(NcclComm, AlltoallvRoutesEachPayloadToItsPeer) {
     expect_no_errors(run_nccl_ranks(R, kTimeout, [&](nccl::NcclComm& c) {
       std::vector<Bytes> send(R);
       for (int p = 0; p < R; ++p) send[p] = payload_of(c.rank() * 10 + p, size_t((c.rank() + 2 * p) % 4) * 333);
-      const std::vector<Bytes> got = c.alltoallv(send);
+      const std::vector<Bytes> got = c.alltoallv(send, kUnboundedPart);
       ASSERT_EQ(got.size(), size_t(R));
       for (int p = 0; p < R; ++p) {
         EXPECT_EQ(got[p], payload_of(p * 10 + c.rank(), size_t((p + 2 * c.rank()) % 4) * 333)) << "from " << p;
@@ -95,7 +95,7 @@ TEST(NcclComm, ArgumentErrorsLeaveTheCommunicatorUsable) {
       return ErrorKind::kInternal;
     };
     float x = 1.0f;
-    EXPECT_EQ(kind_of([&] { c.alltoallv(std::vector<Bytes>(3)); }), ErrorKind::kInvalidArgument);
+    EXPECT_EQ(kind_of([&] { c.alltoallv(std::vector<Bytes>(3), kUnboundedPart); }), ErrorKind::kInvalidArgument);
     EXPECT_EQ(kind_of([&] { c.broadcast(&x, 4, 2); }), ErrorKind::kInvalidArgument);
     EXPECT_EQ(kind_of([&] { c.allreduce(&x, 1, DType::kFloat32, ReduceOp::kAvg); }), ErrorKind::kInvalidArgument);
     c.allreduce(&x, 1, DType::kFloat32, ReduceOp::kSum);
@@ -104,12 +104,43 @@ TEST(NcclComm, ArgumentErrorsLeaveTheCommunicatorUsable) {
   }));
 }
 
+TEST(NcclComm, APartAboveTheBoundIsRefusedAndAborts) {
+  // Rank 1 (hostile: no bound) announces 5000 bytes; rank 0 allows 100 per
+  // part. Rank 0 refuses after the size round, naming rank 1, and aborts.
+  // What rank 1 sees is the NCCL library's business (real NCCL: its pending
+  // collective fails at its timeout; the stand-in releases it when the peer
+  // aborts), so only that it returns is checked there.
+  for (bool alltoall : {false, true}) {
+    const auto errors = run_nccl_ranks(2, milliseconds(2000), [&](nccl::NcclComm& c) {
+      const size_t bytes = c.rank() == 1 ? 5000 : 10;
+      const size_t bound = c.rank() == 1 ? kUnboundedPart : 100;
+      try {
+        if (alltoall) {
+          c.alltoallv(std::vector<Bytes>(2, payload_of(c.rank(), bytes)), bound);
+        } else {
+          c.allgatherv(payload_of(c.rank(), bytes), bound);
+        }
+        if (c.rank() == 0) ADD_FAILURE() << "rank 0 accepted an oversized part";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kTransport) << e.what();
+        if (c.rank() == 0) {
+          EXPECT_NE(std::string(e.what()).find("rank 1 announced a 5000-byte payload, more than the 100"),
+                    std::string::npos)
+              << e.what();
+          EXPECT_TRUE(c.aborted());
+        }
+      }
+    });
+    expect_no_errors(errors);
+  }
+}
+
 TEST(NcclComm, AMissingPeerTimesOutAbortsAndBreaksTheCommunicator) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto errors = run_nccl_ranks(2, milliseconds(300), [&](nccl::NcclComm& c) {
     if (c.rank() == 1) return;  // never joins the collective
     try {
-      c.allgatherv(payload_of(0, 10));
+      c.allgatherv(payload_of(0, 10), kUnboundedPart);
       ADD_FAILURE() << "allgatherv returned without its peer";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kTransport);
@@ -142,8 +173,10 @@ TEST(NcclComm, CompressedAlgorithmsRunThroughACommunicatorOverNccl) {
         int rank() const override { return c.rank(); }
         int size() const override { return c.size(); }
         std::chrono::milliseconds timeout() const override { return c.timeout(); }
-        Gathered allgatherv(std::span<const uint8_t> s) override { return c.allgatherv(s); }
-        std::vector<Bytes> alltoallv(const std::vector<Bytes>& s) override { return c.alltoallv(s); }
+        Gathered allgatherv(std::span<const uint8_t> s, size_t m) override { return c.allgatherv(s, m); }
+        std::vector<Bytes> alltoallv(const std::vector<Bytes>& s, size_t m) override {
+          return c.alltoallv(s, m);
+        }
         void allreduce(void* b, size_t n, DType d, ReduceOp o) override { c.allreduce(b, n, d, o); }
         void broadcast(void* b, size_t n, int r) override { c.broadcast(b, n, r); }
         void barrier() override { c.barrier(); }

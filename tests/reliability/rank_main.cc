@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
         if (!std::isfinite(buf[i])) check_failed(call, "non-finite output at " + std::to_string(i));
       }
       const uint64_t h = fnv1a(buf.data(), c.count * sizeof(float));
-      const Gathered all = comm->allgatherv({reinterpret_cast<const uint8_t*>(&h), sizeof h});
+      const Gathered all = comm->allgatherv({reinterpret_cast<const uint8_t*>(&h), sizeof h}, sizeof h);
       for (int r = 0; r < all.parts(); ++r) {
         if (all.part(r).size() != sizeof h || std::memcmp(all.part(r).data(), &h, sizeof h) != 0) {
           check_failed(call, "rank " + std::to_string(r) + " holds other bytes than rank " +

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <fstream>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -180,7 +182,7 @@ TEST(Faults, RankLeavingMidRunBreaksTheOthers) {
       try {
         comm.allreduce(v.data(), v.size(), DType::kFloat32, ReduceOp::kSum);
         for (auto& x : v) x = 1.0f;
-        comm.allgatherv(std::vector<uint8_t>(100, 1));
+        comm.allgatherv(std::vector<uint8_t>(100, 1), kUnboundedPart);
       } catch (const Error&) {
         failed_after[static_cast<size_t>(comm.rank())] = ms_since(left_at);
         throw;
@@ -211,7 +213,7 @@ TEST(Faults, HungPeerTimesOutAndNamesTheRank) {
     }
     const auto start = steady_clock::now();
     try {
-      comm.allgatherv(std::vector<uint8_t>(10, 0));
+      comm.allgatherv(std::vector<uint8_t>(10, 0), kUnboundedPart);
     } catch (const Error&) {
       took = ms_since(start);
       expect_error([&] { comm.barrier(); }, ErrorKind::kTransport, "must be rebuilt");
@@ -323,6 +325,55 @@ TEST(Connect, InterfaceSelectionWorksOnLoopback) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(sums, (std::vector<int>{3, 3}));
+}
+
+}  // namespace
+}  // namespace compcoll
+
+namespace compcoll {
+namespace {
+
+// Resident memory high-water mark of this process (VmHWM), in bytes.
+size_t peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// The threat model's measurement: a hostile peer process announces a 1 GiB
+// part to this process, which allows 64 KiB per part. Before the per-part
+// bound this rank allocated and zero-filled the announced gibibyte; now the
+// call fails right after the size round, naming the peer, and this
+// process's peak RSS barely moves. The peer fails too (connections closed).
+TEST(Faults, PeerAnnouncingAGibibyteIsRefusedWithoutCommittingIt) {
+  TempDir dir;
+  ChildSet children;
+  const pid_t peer = children.add(spawn(
+      {kPeer, "--rank", "1", "--size", "2", "--rendezvous", "file://" + dir.path() + "/store",
+       "--timeout-ms", "10000", "--mode", "announce-gib"},
+      dir.path() + "/out1"));
+  GlooOptions o;
+  o.rank = 0;
+  o.size = 2;
+  o.rendezvous = "file://" + dir.path() + "/store";
+  o.hostname = "127.0.0.1";
+  o.timeout = milliseconds(10000);
+  auto comm = connect_gloo(o);
+  const size_t before = peak_rss_bytes();
+  const auto start = steady_clock::now();
+  expect_error([&] { comm->allgatherv(Bytes(10, 1), 64 * 1024); }, ErrorKind::kTransport,
+               "rank 1 announced a 1073741824-byte payload, more than the 65536 bytes");
+  const size_t growth = peak_rss_bytes() - before;
+  EXPECT_LT(ms_since(start), 5000);
+  EXPECT_LT(growth, size_t{16} << 20) << "peak RSS grew by " << growth << " bytes";
+  std::printf("refusing a 1 GiB announcement: peak RSS +%.2f MiB, %lld ms\n",
+              double(growth) / (1 << 20), ms_since(start));
+  const auto status = children.wait(peer, milliseconds(10000 + kSlackMs));
+  ASSERT_TRUE(status.has_value()) << "the hostile peer hung";
+  EXPECT_EQ(exit_code(*status), 2) << read_file(dir.path() + "/out1");
 }
 
 }  // namespace

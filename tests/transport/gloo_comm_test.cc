@@ -4,6 +4,8 @@
 #include <gloo/math.h>
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -66,9 +68,9 @@ class GlooCommTest : public ::testing::TestWithParam<int> {
 TEST_P(GlooCommTest, AllgathervMixedSizesIncludingZeroAndLarge) {
   run_gloo_ranks(world(), [&](Comm& comm) {
     EXPECT_EQ(comm.size(), world());
-    expect_gathered(comm.allgatherv(gather_payload(comm.rank(), 0)), world(), 0);
+    expect_gathered(comm.allgatherv(gather_payload(comm.rank(), 0), kUnboundedPart), world(), 0);
     // Everyone empty.
-    const Gathered empty = comm.allgatherv({});
+    const Gathered empty = comm.allgatherv({}, kUnboundedPart);
     ASSERT_EQ(empty.parts(), world());
     EXPECT_TRUE(empty.data.empty());
   });
@@ -79,7 +81,7 @@ TEST_P(GlooCommTest, AlltoallvMixedSizesIncludingZero) {
     for (int salt = 0; salt < 3; ++salt) {
       std::vector<Bytes> send;
       for (int j = 0; j < comm.size(); ++j) send.push_back(a2a_payload(comm.rank(), j, salt));
-      const std::vector<Bytes> got = comm.alltoallv(send);
+      const std::vector<Bytes> got = comm.alltoallv(send, kUnboundedPart);
       ASSERT_EQ(got.size(), static_cast<size_t>(world()));
       for (int i = 0; i < world(); ++i) {
         EXPECT_EQ(got[static_cast<size_t>(i)], a2a_payload(i, comm.rank(), salt))
@@ -251,11 +253,11 @@ TEST_P(GlooCommTest, BackToBackCallsNeverMix) {
       if (me == it % n) std::this_thread::yield();
       if (me == 0 && it % 7 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
       const int salt = 1 + it;
-      expect_gathered(comm.allgatherv(gather_payload(me, salt)), n, salt);
+      expect_gathered(comm.allgatherv(gather_payload(me, salt), kUnboundedPart), n, salt);
 
       std::vector<Bytes> send;
       for (int j = 0; j < n; ++j) send.push_back(a2a_payload(me, j, salt));
-      const auto got = comm.alltoallv(send);
+      const auto got = comm.alltoallv(send, kUnboundedPart);
       for (int i = 0; i < n; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], a2a_payload(i, me, salt));
 
       std::vector<int64_t> v(17, int64_t{it} * 1000 + me);
@@ -275,7 +277,7 @@ TEST_P(GlooCommTest, BytesSentCountsPayloadsAndRingTraffic) {
     const uint64_t p = static_cast<uint64_t>(comm.size());
     uint64_t before = comm.bytes_sent();
     const Bytes mine = gather_payload(comm.rank(), 3);
-    comm.allgatherv(mine);
+    comm.allgatherv(mine, kUnboundedPart);
     EXPECT_EQ(comm.bytes_sent() - before, (p - 1) * (8 + mine.size()));
 
     for (size_t count : {size_t{1}, size_t{1001}, size_t{700001}}) {
@@ -286,7 +288,7 @@ TEST_P(GlooCommTest, BytesSentCountsPayloadsAndRingTraffic) {
       EXPECT_LE(delta, 2 * 4 * count);
       // Over all ranks a ring moves exactly 2 (P - 1) N bytes.
       const Gathered all = comm.allgatherv(
-          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&delta), sizeof(delta)));
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&delta), sizeof(delta)), kUnboundedPart);
       uint64_t sum = 0;
       for (int r = 0; r < comm.size(); ++r) {
         uint64_t d = 0;
@@ -330,12 +332,72 @@ TEST(GlooCommArgs, BadArgumentsDoNotBreakTheCommunicator) {
           }
         },
         Error);
-    EXPECT_THROW(comm.alltoallv(std::vector<Bytes>(3)), Error);
+    EXPECT_THROW(comm.alltoallv(std::vector<Bytes>(3), kUnboundedPart), Error);
     EXPECT_THROW(comm.allreduce(nullptr, 4, DType::kInt32, ReduceOp::kSum), Error);
     comm.barrier();
     x = comm.rank() + 1;
     comm.allreduce(&x, 1, DType::kInt32, ReduceOp::kSum);
     EXPECT_EQ(x, 3);
+  });
+}
+
+}  // namespace
+}  // namespace compcoll
+
+namespace compcoll {
+namespace {
+
+// A peer announcing more than the receiver's max_part (a hostile or
+// corrupted peer: here rank 2, which calls without a bound) is refused after
+// the size round, naming the peer and both sizes; the communicator is then
+// broken on every rank, and nobody waits for the timeout.
+void expect_oversized_part_refused(bool use_alltoallv) {
+  constexpr size_t kBound = 1000;
+  constexpr size_t kHostile = size_t{1} << 20;
+  std::vector<std::string> errors(3);
+  run_gloo_ranks(3, [&](Comm& comm) {
+    const int me = comm.rank();
+    const size_t bytes = me == 2 ? kHostile : 10;
+    const size_t bound = me == 2 ? kUnboundedPart : kBound;
+    try {
+      if (use_alltoallv) {
+        comm.alltoallv(std::vector<Bytes>(3, Bytes(bytes, 7)), bound);
+      } else {
+        comm.allgatherv(Bytes(bytes, 7), bound);
+      }
+      ADD_FAILURE() << "rank " << me << " completed a call with an oversized part";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kTransport) << e.what();
+      errors[static_cast<size_t>(me)] = e.what();
+    }
+    try {
+      comm.barrier();
+      ADD_FAILURE() << "rank " << me << ": the communicator is still usable";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kTransport) << e.what();
+    }
+  });
+  for (int r : {0, 1}) {
+    EXPECT_NE(errors[static_cast<size_t>(r)].find(
+                  "rank 2 announced a 1048576-byte payload, more than the 1000 bytes"),
+              std::string::npos)
+        << errors[static_cast<size_t>(r)];
+  }
+}
+
+TEST(GlooCommLimits, AllgathervRefusesAPartAboveTheBound) { expect_oversized_part_refused(false); }
+TEST(GlooCommLimits, AlltoallvRefusesAPartAboveTheBound) { expect_oversized_part_refused(true); }
+
+TEST(GlooCommLimits, OwnPartAboveTheBoundIsACallerBugAndBreaksNothing) {
+  run_gloo_ranks(2, [](Comm& comm) {
+    try {
+      comm.allgatherv(Bytes(11, 1), 10);
+      ADD_FAILURE() << "accepted an own part above the bound";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInternal) << e.what();
+    }
+    const Gathered g = comm.allgatherv(Bytes(10, 1), 10);  // exactly the bound is fine
+    EXPECT_EQ(g.offsets.back(), 20u);
   });
 }
 

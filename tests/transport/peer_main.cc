@@ -11,8 +11,13 @@
 //          On an error prints "ERROR <kind>: <message>", then tries one more
 //          call and prints "AFTER <kind>: <message>".
 //   join   connect and exit.
+//   announce-gib  (rank 1 of 2, a hostile peer) connect, then allgatherv a
+//          1 GiB part (a reserved, never-written mapping) without a bound;
+//          prints "ERROR <kind>: <message>" when the call fails.
 // Exit status: 0 success, 2 a compcoll::Error of kind transport, 3 any
 // other error, 4 bad command line. Output goes to stdout, flushed per line.
+#include <sys/mman.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -47,7 +52,7 @@ void run_check(compcoll::Comm& comm) {
   // allgatherv with a zero-size part on rank 0.
   std::vector<uint8_t> mine(static_cast<size_t>(me) * 1000);
   for (size_t i = 0; i < mine.size(); ++i) mine[i] = pattern(me, i);
-  const compcoll::Gathered g = comm.allgatherv(mine);
+  const compcoll::Gathered g = comm.allgatherv(mine, compcoll::kUnboundedPart);
   check_or_throw(g.parts() == n, "allgatherv part count");
   for (int r = 0; r < n; ++r) {
     const auto part = g.part(r);
@@ -59,7 +64,7 @@ void run_check(compcoll::Comm& comm) {
   // alltoallv
   std::vector<compcoll::Bytes> send(static_cast<size_t>(n));
   for (int j = 0; j < n; ++j) send[static_cast<size_t>(j)].assign(static_cast<size_t>(j + me), static_cast<uint8_t>(me * 16 + j));
-  const auto got = comm.alltoallv(send);
+  const auto got = comm.alltoallv(send, compcoll::kUnboundedPart);
   for (int i = 0; i < n; ++i) {
     check_or_throw(got[static_cast<size_t>(i)] ==
                        compcoll::Bytes(static_cast<size_t>(i + me), static_cast<uint8_t>(i * 16 + me)),
@@ -84,7 +89,7 @@ void run_loop(compcoll::Comm& comm, int iters) {
     for (int it = 0; it < iters; ++it) {
       for (auto& x : v) x = 1.0f;
       comm.allreduce(v.data(), v.size(), compcoll::DType::kFloat32, compcoll::ReduceOp::kSum);
-      comm.allgatherv(mine);
+      comm.allgatherv(mine, compcoll::kUnboundedPart);
       comm.barrier();
     }
   } catch (const Error& e) {
@@ -97,6 +102,20 @@ void run_loop(compcoll::Comm& comm, int iters) {
     }
     throw;
   }
+}
+
+void run_announce_gib(compcoll::Comm& comm) {
+  constexpr size_t kGiB = size_t{1} << 30;
+  void* p = mmap(nullptr, kGiB, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::runtime_error("mmap of 1 GiB failed");
+  try {
+    comm.allgatherv({static_cast<const uint8_t*>(p), kGiB}, compcoll::kUnboundedPart);
+  } catch (const Error& e) {
+    say(std::string("ERROR ") + compcoll::error_kind_name(e.kind()) + ": " + e.what());
+    munmap(p, kGiB);
+    throw;
+  }
+  munmap(p, kGiB);
 }
 
 }  // namespace
@@ -129,6 +148,9 @@ int main(int argc, char** argv) {
     } else if (mode == "loop") {
       run_loop(*comm, iters);
       say("DONE rank " + std::to_string(o.rank));
+    } else if (mode == "announce-gib") {
+      run_announce_gib(*comm);
+      say("DONE rank " + std::to_string(o.rank));
     } else if (mode == "join") {
       say("JOINED rank " + std::to_string(o.rank));
     } else {
@@ -137,7 +159,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const Error& e) {
-    if (mode != "loop" || e.kind() != ErrorKind::kTransport) {
+    if ((mode != "loop" && mode != "announce-gib") || e.kind() != ErrorKind::kTransport) {
       say(std::string("ERROR ") + compcoll::error_kind_name(e.kind()) + ": " + e.what());
     }
     return e.kind() == ErrorKind::kTransport ? 2 : 3;

@@ -14,9 +14,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A peer's size larger than this is a corrupted or hostile size round, not a
-// payload: refuse it before allocating.
-constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 40;
 // Device arena regions start on this boundary (NCCL and copies like it).
 constexpr size_t kAlign = 256;
 
@@ -227,7 +224,8 @@ CUdeviceptr NcclComm::arena(size_t bytes) {
   return arena_;
 }
 
-Gathered NcclComm::allgatherv(std::span<const uint8_t> send) {
+Gathered NcclComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
+  check_own_part(send.size(), max_part, "allgatherv");
   NcclCall call(*this, "allgatherv");
   const size_t R = size_t(size_);
   // Round 1: every rank's size. Layout: [my size][R sizes].
@@ -243,10 +241,7 @@ Gathered NcclComm::allgatherv(std::span<const uint8_t> send) {
   call.wait("allgatherv sizes");
   uint64_t max = 0;
   for (size_t r = 0; r < R; ++r) {
-    if (sizes[r] > kMaxPayloadBytes) {
-      call.fail("rank " + std::to_string(r) + " announced a payload of " + std::to_string(sizes[r]) +
-                    " bytes", true);
-    }
+    if (sizes[r] > max_part) call.fail(oversized_part_message(int(r), sizes[r], max_part), true);
     max = std::max(max, sizes[r]);
   }
   bytes_sent_ += (R - 1) * 8;
@@ -269,9 +264,10 @@ Gathered NcclComm::allgatherv(std::span<const uint8_t> send) {
   return out;
 }
 
-std::vector<Bytes> NcclComm::alltoallv(const std::vector<Bytes>& send) {
+std::vector<Bytes> NcclComm::alltoallv(const std::vector<Bytes>& send, size_t max_part) {
   CC_CHECK_EQ(send.size(), size_t(size_), kInvalidArgument, who(),
               ": alltoallv needs one payload per rank");
+  for (const Bytes& b : send) check_own_part(b.size(), max_part, "alltoallv");
   NcclCall call(*this, "alltoallv");
   const size_t R = size_t(size_);
   // Round 1: sizes. Layout: [R send sizes][R receive sizes].
@@ -298,10 +294,7 @@ std::vector<Bytes> NcclComm::alltoallv(const std::vector<Bytes>& send) {
   // Round 2: payloads, back to back. Layout: [sends][receives].
   std::vector<size_t> send_at(R + 1, 0), recv_off(R + 1, 0);
   for (size_t p = 0; p < R; ++p) {
-    if (in_sizes[p] > kMaxPayloadBytes) {
-      call.fail("rank " + std::to_string(p) + " announced a payload of " + std::to_string(in_sizes[p]) +
-                    " bytes", true);
-    }
+    if (in_sizes[p] > max_part) call.fail(oversized_part_message(int(p), in_sizes[p], max_part), true);
     const size_t out_n = int(p) == rank_ ? 0 : send[p].size();
     send_at[p + 1] = send_at[p] + out_n;
     recv_off[p + 1] = recv_off[p] + in_sizes[p];

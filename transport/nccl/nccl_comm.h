@@ -59,8 +59,8 @@ class NcclComm final : public Comm {
   int size() const override { return size_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
-  Gathered allgatherv(std::span<const uint8_t> send) override;
-  std::vector<Bytes> alltoallv(const std::vector<Bytes>& send) override;
+  Gathered allgatherv(std::span<const uint8_t> send, size_t max_part) override;
+  std::vector<Bytes> alltoallv(const std::vector<Bytes>& send, size_t max_part) override;
   void allreduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
   void broadcast(void* buf, size_t bytes, int root) override;
   void barrier() override;

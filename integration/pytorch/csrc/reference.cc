@@ -69,7 +69,8 @@ class LocalComm final : public Comm {
   int size() const override { return size_; }
   std::chrono::milliseconds timeout() const override { return kHubTimeout; }
 
-  Gathered allgatherv(std::span<const uint8_t> send) override {
+  Gathered allgatherv(std::span<const uint8_t> send, size_t max_part) override {
+    check_own_part(send.size(), max_part, "allgatherv");
     hub_.slot(rank_).assign(send.begin(), send.end());
     hub_.barrier(rank_);
     Gathered g;
@@ -82,8 +83,9 @@ class LocalComm final : public Comm {
     return g;
   }
 
-  std::vector<Bytes> alltoallv(const std::vector<Bytes>& send) override {
+  std::vector<Bytes> alltoallv(const std::vector<Bytes>& send, size_t max_part) override {
     CC_CHECK_EQ(static_cast<int>(send.size()), size_, kInvalidArgument, "alltoallv arity");
+    for (const Bytes& b : send) check_own_part(b.size(), max_part, "alltoallv");
     for (int j = 0; j < size_; ++j) hub_.cell(rank_, j) = send[j];
     hub_.barrier(rank_);
     std::vector<Bytes> recv(size_);

@@ -106,7 +106,17 @@ void TorchComm::run(const char* what, Issue&& issue) {
   wait(work, what);
 }
 
-Gathered TorchComm::allgatherv(std::span<const uint8_t> send) {
+void TorchComm::refuse_part(int peer, int64_t announced, size_t max_part) {
+  if (announced >= 0 && static_cast<uint64_t>(announced) <= max_part) return;
+  const std::string msg =
+      announced < 0 ? detail::concat("rank ", peer, " announced a payload of ", announced, " bytes")
+                    : oversized_part_message(peer, static_cast<uint64_t>(announced), max_part);
+  broken_ = msg;
+  CC_THROW(kTransport, "rank ", rank_, "/", size_, ": ", msg);
+}
+
+Gathered TorchComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
+  check_own_part(send.size(), max_part, "allgatherv");
   const int P = size_;
   at::Tensor mine = int64_tensor(1);
   mine.data_ptr<int64_t>()[0] = static_cast<int64_t>(send.size());
@@ -119,8 +129,7 @@ Gathered TorchComm::allgatherv(std::span<const uint8_t> send) {
   out.offsets.assign(P + 1, 0);
   int64_t padded = 0;
   for (int r = 0; r < P; ++r) {
-    CC_CHECK(sz[r] >= 0, kMalformedPayload, "rank ", rank_, ": rank ", r,
-             " announced a payload of ", sz[r], " bytes");
+    refuse_part(r, sz[r], max_part);
     if (r == rank_) {
       CC_CHECK_EQ(sz[r], int64_t(send.size()), kInternal,
                   "allgatherv size exchange returned another size for this rank");
@@ -146,10 +155,11 @@ Gathered TorchComm::allgatherv(std::span<const uint8_t> send) {
   return out;
 }
 
-std::vector<Bytes> TorchComm::alltoallv(const std::vector<Bytes>& send) {
+std::vector<Bytes> TorchComm::alltoallv(const std::vector<Bytes>& send, size_t max_part) {
   const int P = size_;
   CC_CHECK_EQ(static_cast<int>(send.size()), P, kInvalidArgument,
               "alltoallv needs one payload per rank");
+  for (const Bytes& b : send) check_own_part(b.size(), max_part, "alltoallv");
   check_usable("alltoallv");
   at::Tensor send_sizes = int64_tensor(P);
   at::Tensor recv_sizes = int64_tensor(P);
@@ -162,10 +172,7 @@ std::vector<Bytes> TorchComm::alltoallv(const std::vector<Bytes>& send) {
 
   const int64_t* rs = recv_sizes.data_ptr<int64_t>();
   std::vector<int64_t> in_splits(ss, ss + P), out_splits(rs, rs + P);
-  for (int j = 0; j < P; ++j) {
-    CC_CHECK(rs[j] >= 0, kMalformedPayload, "rank ", rank_, ": rank ", j,
-             " announced an alltoallv payload of ", rs[j], " bytes");
-  }
+  for (int j = 0; j < P; ++j) refuse_part(j, rs[j], max_part);
   const int64_t send_total = std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0});
   const int64_t recv_total = std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0});
   at::Tensor in = byte_tensor(send_total);

@@ -48,8 +48,8 @@ class TorchComm final : public Comm {
   int size() const override { return size_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
-  Gathered allgatherv(std::span<const uint8_t> send) override;
-  std::vector<Bytes> alltoallv(const std::vector<Bytes>& send) override;
+  Gathered allgatherv(std::span<const uint8_t> send, size_t max_part) override;
+  std::vector<Bytes> alltoallv(const std::vector<Bytes>& send, size_t max_part) override;
   void allreduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
   void broadcast(void* buf, size_t bytes, int root) override;
   void barrier() override;
@@ -64,6 +64,9 @@ class TorchComm final : public Comm {
   template <typename Issue>
   void run(const char* what, Issue&& issue);
   void check_usable(const char* what) const;
+  // Breaks the communicator (kTransport) when a peer announced a negative
+  // size or more than max_part (see Comm::allgatherv).
+  void refuse_part(int peer, int64_t announced, size_t max_part);
 
   c10::intrusive_ptr<c10d::Backend> inner_;
   int rank_;
