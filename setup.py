@@ -23,6 +23,20 @@ PKG_DIR = "integration/pytorch"
 # no -ffast-math (NaN and Inf must behave as IEEE says).
 CXX_FLAGS = ["-std=c++20", "-O3", "-fno-math-errno", "-DNDEBUG", "-Wall", "-Wno-unused-parameter",
              "-fvisibility=hidden", "-g0"]  # -g0: a 1 MB extension instead of 21 MB
+LINK_FLAGS = []
+BUILD_BASE = "build-python"
+
+# COMPCOLL_SANITIZE=address,undefined: an instrumented extension for the
+# sanitizer run (scripts/run-sanitizers.sh python), built apart from the
+# regular one; never for installs that users import without the ASan runtime.
+SANITIZE = os.environ.get("COMPCOLL_SANITIZE", "").strip()
+if SANITIZE:
+    san = [f"-fsanitize={SANITIZE}", "-fno-omit-frame-pointer"]
+    if "undefined" in SANITIZE:
+        san.append("-fno-sanitize-recover=undefined")
+    CXX_FLAGS = [f for f in CXX_FLAGS if f not in ("-O3", "-DNDEBUG", "-g0")] + ["-O1", "-g"] + san
+    LINK_FLAGS = san
+    BUILD_BASE = "build-python-san"
 
 
 def compcoll_sources():
@@ -55,11 +69,12 @@ setup(
             sources=compcoll_sources(),
             include_dirs=[ROOT, os.path.join(ROOT, "include")],
             extra_compile_args={"cxx": CXX_FLAGS},
+            extra_link_args=LINK_FLAGS,
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     # setuptools' default build/ is CMake's build folder in this repository.
-    options={"build": {"build_base": "build-python"}, "egg_info": {"egg_base": PKG_DIR}},
+    options={"build": {"build_base": BUILD_BASE}, "egg_info": {"egg_base": PKG_DIR}},
     entry_points={
         # torch >= 2.5 imports these at `import torch` (unless
         # TORCH_DEVICE_BACKEND_AUTOLOAD=0); the hook does nothing unless

@@ -171,8 +171,11 @@ FAKE_CUDA_EXPORT CUresult cuStreamCreate(CUstream* s, unsigned) {
 }
 
 FAKE_CUDA_EXPORT CUresult cuStreamDestroy(CUstream s) {  // _v2
-  std::lock_guard<std::mutex> lk(engine().mu);
-  engine().queues.erase(s);
+  {
+    std::lock_guard<std::mutex> lk(engine().mu);
+    engine().queues.erase(s);
+  }
+  delete[] reinterpret_cast<char*>(s);
   return CUDA_SUCCESS;
 }
 
@@ -216,5 +219,11 @@ FAKE_CUDA_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* e, CUgraph, u
 }
 
 FAKE_CUDA_EXPORT CUresult cuGraphLaunch(CUgraphExec, CUstream) { return CUDA_SUCCESS; }
-FAKE_CUDA_EXPORT CUresult cuGraphExecDestroy(CUgraphExec) { return CUDA_SUCCESS; }
-FAKE_CUDA_EXPORT CUresult cuGraphDestroy(CUgraph) { return CUDA_SUCCESS; }
+FAKE_CUDA_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) {
+  delete[] reinterpret_cast<char*>(e);
+  return CUDA_SUCCESS;
+}
+FAKE_CUDA_EXPORT CUresult cuGraphDestroy(CUgraph g) {
+  delete[] reinterpret_cast<char*>(g);
+  return CUDA_SUCCESS;
+}

@@ -143,7 +143,7 @@ ncclResult_t init_rank(const char* fn, ncclComm_t* comm, int nranks, ncclUniqueI
     return misuse(fn, "rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
                           " does not fit a world of " + std::to_string(w->size()));
   }
-  Comm* c = new Comm();
+  Comm* c = fakenccl::new_comm();
   c->world = w;
   c->rank = rank;
   c->id = w->id();
@@ -190,7 +190,7 @@ FAKE_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nrank
 FAKE_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*) {
   auto w = std::make_shared<World>(ndev, fakenccl::next_comm_id());
   for (int r = 0; r < ndev; ++r) {
-    Comm* c = new Comm();
+    Comm* c = fakenccl::new_comm();
     c->world = w;
     c->rank = r;
     c->id = w->id();

@@ -4,10 +4,23 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include "compression/half.h"
 
 namespace fakenccl {
+
+Comm* new_comm() {
+  static std::mutex mu;
+  // Never destroyed: rank threads may still hold handles while the process
+  // exits.
+  static auto* registry = new std::vector<std::unique_ptr<Comm>>();
+  std::lock_guard<std::mutex> lk(mu);
+  registry->push_back(std::make_unique<Comm>());
+  return registry->back().get();
+}
 namespace {
 
 template <typename Acc, typename Load, typename Store>
@@ -204,7 +217,7 @@ void World::execute(Op& op) {
         std::sort(members.begin(), members.end());
         auto w = std::make_shared<World>(static_cast<int>(members.size()), next_comm_id());
         for (size_t i = 0; i < members.size(); ++i) {
-          Comm* c = new Comm();  // the stand-in never frees communicators (see fake_nccl.cc)
+          Comm* c = new_comm();
           c->world = w;
           c->rank = static_cast<int>(i);
           c->id = w->id();

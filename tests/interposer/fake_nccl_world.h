@@ -50,6 +50,12 @@ struct Comm {
   std::vector<Comm*> split_result;  // filled by a split collective, one per rank
 };
 
+// A new communicator handle. The stand-in never frees handles, so that a
+// call on a destroyed communicator is reported as misuse instead of being
+// a use after free; they are kept in a process-wide registry, which keeps
+// them reachable (not leaks to LeakSanitizer) for the life of the process.
+Comm* new_comm();
+
 size_t type_size(ncclDataType_t t);
 
 class World : public std::enable_shared_from_this<World> {

@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <map>
+#include <string>
 #include <regex>
 
 #include "tests/interposer/standin.h"
@@ -38,8 +41,25 @@ class Interposer : public ::testing::Test {
                                          {"FAKE_NCCL_LOG", log_path()},
                                          {"COMPCOLL_NCCL_LIBRARY", testing::standin_nccl_path()},
                                          {"COMPCOLL_CUDA_LIBRARY", testing::standin_cuda_path()}};
-    if (preload) e["LD_PRELOAD"] = testing::interposer_path();
+    if (preload) e["LD_PRELOAD"] = asan_runtime() + testing::interposer_path();
     return e;
+  }
+  // Under AddressSanitizer (scripts/run-sanitizers.sh) the ASan runtime must
+  // be the first library of the process; the app links it, but preloaded
+  // libraries load before the app's own dependencies, so the runtime this
+  // test process uses is preloaded ahead of the interposer. Empty otherwise.
+  static std::string asan_runtime() {
+#if defined(__SANITIZE_ADDRESS__)
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      const size_t at = line.find('/');
+      if (at != std::string::npos && line.find("/libasan.so", at) != std::string::npos) {
+        return line.substr(at) + ":";
+      }
+    }
+#endif
+    return "";
   }
   AppRun run(const std::vector<std::string>& args, const std::map<std::string, std::string>& e) {
     std::vector<std::string> argv{testing::app_path()};

@@ -105,11 +105,12 @@ class Rank {
     a_ = alloc(n * 4);
     b_ = alloc(n * 4);
     c_ = alloc(n * 4);
-    if (!compressible_phase()) return;  // stall mode ended the run
-    forwarded_phase();
-    other_collectives();
-    if (o_.split) split_phase();
-    if (!o_.no_destroy) nc(ncclCommDestroy(comm_), "ncclCommDestroy");
+    if (compressible_phase()) {  // false: stall mode ended the run
+      forwarded_phase();
+      other_collectives();
+      if (o_.split) split_phase();
+      if (!o_.no_destroy) nc(ncclCommDestroy(comm_), "ncclCommDestroy");
+    }
     for (CUdeviceptr p : {a_, b_, c_}) cuMemFree(p);
   }
 
