@@ -78,8 +78,12 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
         event = SlotEvent::kCarried;
       }
     } else {
-      event = SlotEvent::kResized;  // same key, other count: state replaced
+      // Same key, another count or dtype: the state is dropped explicitly
+      // (the Communicator would replace one of another count by itself, but
+      // not one of the same count in another dtype).
+      event = SlotEvent::kResized;
       dropped = pick->numel;
+      dropped_key = pick->key();
     }
     ++pick->replacements;
   } else {

@@ -27,9 +27,10 @@
 //         parameters in another order, so the old residual cannot be
 //         applied to it; it is dropped, and the drop is reported;
 //      c. another size or dtype (only when no dead slot of the same shape
-//         exists): the slot's key is reused and the Communicator, seeing
-//         another element count, replaces the state (freeing the dead
-//         buffer's residual memory); reported as a drop.
+//         exists): the slot's key is reused and its state dropped (the
+//         backend frees it before the call, so the Communicator makes a
+//         fresh one: a residual never moves to another dtype, even at the
+//         same element count); reported as a drop.
 //   3. Otherwise a new slot.
 //
 // Limits: a residual never moves between buffers of different shapes, so at
@@ -56,7 +57,7 @@ struct SlotAssignment {
   std::string key;
   SlotEvent event;
   int64_t dropped_elems = 0;  // residual elements dropped (kFresh, kResized)
-  std::string dropped_key;    // kFresh: the key whose state is to be freed
+  std::string dropped_key;    // kFresh, kResized: the key whose state is to be freed
 };
 
 struct SlotInfo {

@@ -46,5 +46,22 @@ dist.all_reduce(torch.randn(100))  # kept dense by the policy: no slot, no state
 steps["small_dense_no_slot"] = len(_C.key_trace(b)) == before
 x = torch.randn(N, dtype=torch.float16)
 steps["half"] = [ar(x), ar(x)]
+# 2c across dtypes: a float16 buffer taking over the dead slot of a float32
+# one of the same element count gets a fresh state, not the float32 residual.
+# A fresh group, so that this dead slot is the only one.
+g = dist.new_group(backend="compcoll")
+f32 = torch.randn(N)
+dist.all_reduce(f32, group=g)
+dist.all_reduce(f32, group=g)  # a residual now
+del f32
+gc.collect()
+x16 = torch.randn(N).to(torch.float16)
+took_over = x16.clone()
+dist.all_reduce(took_over, group=g)
+event = _C.key_trace(compcoll.backend_of(g))[-1][2]
+fresh = x16.clone()  # took_over is alive: a new slot, a fresh state
+dist.all_reduce(fresh, group=g)
+steps["dtype_change"] = [event, bool(torch.equal(took_over, fresh))]
+dist.destroy_process_group(g)
 emit({"steps": steps, "slots": compcoll.slots(), "stats": compcoll.stats()})
 dist.destroy_process_group()
