@@ -1,6 +1,7 @@
 """compcoll: compressed allreduce (dgc, sbc, sdagc, csc, onebit) for torch.distributed.
 
-Importing this package registers the "compcoll" c10d backend (device cpu):
+Importing this package registers the "compcoll" c10d backend (devices cpu
+and cuda; cuda tensors are compressed through an inner NCCL group, host-staged):
 
     import torch.distributed as dist
     dist.init_process_group("compcoll", ...)
@@ -13,7 +14,9 @@ See docs/pytorch.md.
 from compcoll._backend import (  # noqa: F401
     BACKEND_NAME,
     backend_of,
+    device_lane,
     finish,
+    inner,
     install_gloo_hook,
     is_gloo_hooked,
     register,

@@ -1,8 +1,17 @@
 """Registration of the compcoll c10d backend and the gloo -> compcoll hook.
 
-The backend (compcoll._C, C++) wraps an inner ProcessGroupGloo built on a
-PrefixStore("compcoll_inner", store) of the group's store; it compresses the
-eligible allreduces and delegates every other operation to that inner group.
+The backend (compcoll._C, C++) is registered for devices cpu and cuda; torch
+builds one backend object for both. It wraps an inner ProcessGroupGloo built
+on a PrefixStore("compcoll_inner", store) of the group's store for cpu
+tensors, compresses their eligible allreduces and delegates every other
+operation to that inner group. When CUDA and NCCL are available, a group
+created as "compcoll" also gets a device lane for cuda tensors: an inner
+ProcessGroupNCCL on PrefixStore("compcoll_inner_nccl", store), built by the
+backend on the first operation on a cuda tensor (a group used only with cpu
+tensors never builds it), whose eligible allreduces are compressed
+host-staged (see docs/pytorch.md). Without a device lane (no CUDA or NCCL,
+or a group made through the gloo hook), cuda tensors go to the inner Gloo,
+uncompressed, as Gloo would handle them.
 
 The hook: torch creates a "gloo" backend through the creator registered in
 torch.distributed.Backend._plugins["GLOO"]. install_gloo_hook() replaces that
@@ -25,7 +34,17 @@ from torch.distributed import distributed_c10d as c10d
 from compcoll import _C
 
 BACKEND_NAME = "compcoll"
+DEVICES = ["cpu", "cuda"]
 INNER_STORE_PREFIX = "compcoll_inner"
+INNER_NCCL_STORE_PREFIX = "compcoll_inner_nccl"
+TEST_STAGED_STORE_PREFIX = "compcoll_inner_staged"
+
+# Test hook (tests/python): when True, groups created afterwards get the
+# test-only device lane "staged_cpu", which stages cpu tensors through host
+# copies and a second, lazily built Gloo group exactly as the cuda lane
+# stages cuda tensors through NCCL, so that path runs on machines without a
+# GPU. Not for use outside the tests.
+_TEST_STAGED_CPU = False
 
 _lock = threading.Lock()
 _registered = False
@@ -46,6 +65,31 @@ def _inner_gloo(store, rank, size, timeout, group_name=None, global_ranks=None):
     return inner
 
 
+def _inner_nccl(store, rank, size, timeout, group_name=None, global_ranks=None):
+    """The inner NCCL backend for cuda tensors, on its own key space of the
+    group's store, with the group's timeout. Called by the backend (from C++,
+    with the GIL) on the first operation on a cuda tensor."""
+    inner_store = dist.PrefixStore(INNER_NCCL_STORE_PREFIX, store)
+    options = dist.ProcessGroupNCCL.Options()
+    options._timeout = timeout
+    if global_ranks is not None:
+        options.global_ranks_in_group = list(global_ranks)
+    if group_name:
+        options.group_name = group_name
+    return dist.ProcessGroupNCCL(inner_store, rank, size, options)
+
+
+def _inner_staged_cpu(store, rank, size, timeout):
+    """The test lane's inner backend: another Gloo group on its own key space."""
+    return dist.ProcessGroupGloo(dist.PrefixStore(TEST_STAGED_STORE_PREFIX, store), rank, size,
+                                 timeout)
+
+
+def _nccl_usable():
+    """CUDA and NCCL are there (no CUDA context is created by asking)."""
+    return dist.is_nccl_available() and torch.cuda.is_available()
+
+
 def _install_exit_hooks():
     """Stats files are written when a backend is destroyed; a process group
     that lives until exit is finished here instead: at interpreter exit
@@ -59,8 +103,9 @@ def _install_exit_hooks():
     multiprocessing.util.Finalize(None, _C.finish_all, exitpriority=100)
 
 
-def _create(*args):
-    """Creator for Backend.register_backend, either calling convention."""
+def _build(args, device_lane):
+    """The backend for either calling convention of Backend.register_backend;
+    device_lane: whether cuda tensors may get their own (NCCL) lane."""
     if len(args) == 2:  # extended_api: (_DistributedBackendOptions, backend_options)
         opts, _backend_options = args
         store, rank, size, timeout = opts.store, opts.group_rank, opts.group_size, opts.timeout
@@ -70,19 +115,39 @@ def _create(*args):
         store, rank, size, timeout = args
         group_name, global_ranks = None, None
     inner = _inner_gloo(store, rank, size, timeout, group_name, global_ranks)
-    backend = _C.create_backend(inner, timeout)
+    lane, factory = None, None
+    if _TEST_STAGED_CPU:
+        lane = "staged_cpu"
+        factory = lambda: _inner_staged_cpu(store, rank, size, timeout)  # noqa: E731
+    elif device_lane and _nccl_usable():
+        lane = "cuda"
+        factory = lambda: _inner_nccl(store, rank, size, timeout, group_name,  # noqa: E731
+                                      global_ranks)
+    backend = _C.create_backend(inner, timeout, lane, factory)
     _install_exit_hooks()
     return backend
 
 
+def _create(*args):
+    """Creator of the "compcoll" backend (cpu and cuda)."""
+    return _build(args, device_lane=True)
+
+
+def _create_for_gloo(*args):
+    """Creator behind the gloo hook: the script asked for Gloo, so cuda
+    tensors stay on Gloo (uncompressed) and no NCCL group is built (Gloo
+    allows several ranks per GPU, NCCL does not)."""
+    return _build(args, device_lane=False)
+
+
 def register():
-    """Registers the "compcoll" backend name (device cpu). Idempotent."""
+    """Registers the "compcoll" backend name (devices cpu and cuda). Idempotent."""
     global _registered
     with _lock:
         if _registered or "COMPCOLL" in getattr(dist.Backend, "_plugins", {}):
             _registered = True
             return
-        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=DEVICES)
         _registered = True
 
 
@@ -112,7 +177,7 @@ def install_gloo_hook():
                 stacklevel=2,
             )
             return False
-        plugins["GLOO"] = Backend._BackendPlugin(_create, True)
+        plugins["GLOO"] = Backend._BackendPlugin(_create_for_gloo, True)
         _hooked_gloo = original
         return True
 
@@ -123,7 +188,8 @@ def is_gloo_hooked():
 
 def backend_of(group=None):
     """The compcoll backend serving cpu tensors of group (default: the
-    default group), or None when that is not a compcoll backend."""
+    default group), or None when that is not a compcoll backend. The same
+    object serves the group's cuda tensors."""
     pg = group if group is not None else c10d._get_default_group()
     try:
         b = pg._get_backend(torch.device("cpu"))
@@ -141,7 +207,9 @@ def _require(group):
 
 def stats(group=None):
     """This rank's compcoll stats (what COMPCOLL_STATS_FILE would hold) after
-    every operation submitted so far."""
+    every operation submitted so far: totals over cpu and cuda tensors, and
+    each lane's own under "devices" (a lane appears once its communicator
+    exists: "cpu" always, "cuda" after the first eligible cuda allreduce)."""
     return json.loads(_C.stats_json(_require(group)))
 
 
@@ -150,11 +218,24 @@ def finish(group=None):
     _C.finish(_require(group))
 
 
-def slots(group=None):
-    """The error-feedback slots of the backend (see docs/pytorch.md)."""
-    return _C.slots(_require(group))
+def slots(group=None, device="cpu"):
+    """The error-feedback slots of the backend's lane for device ("cpu",
+    "cuda"; see docs/pytorch.md)."""
+    return _C.slots(_require(group), device)
 
 
 def state_entries(group=None):
-    """Number of error-feedback states the communicator holds."""
+    """Number of error-feedback states the communicators hold (all lanes)."""
     return _C.state_entries(_require(group))
+
+
+def device_lane(group=None):
+    """The name of the group's device lane ("cuda"), or None when cuda
+    tensors go to Gloo uncompressed."""
+    return _C.device_lane(_require(group))
+
+
+def inner(group=None, device="cpu"):
+    """The inner torch backend of a lane, or None while it has not been
+    built (the cuda lane builds its NCCL group on first use)."""
+    return _C.inner(_require(group), device)

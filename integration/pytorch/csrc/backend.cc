@@ -1,13 +1,16 @@
 #include "integration/pytorch/csrc/backend.h"
 
-#include <Python.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <exception>
 #include <stdexcept>
 
+#include "collectives/dense.h"
 #include "compcoll/error.h"
 #include "integration/pytorch/csrc/torch_comm.h"
-#include "integration/pytorch/csrc/work.h"
+#include "plugin/stats.h"
 
 namespace compcoll::torch_integration {
 namespace {
@@ -31,29 +34,27 @@ std::exception_ptr as_compcoll_error(const std::exception& e) {
   return std::make_exception_ptr(std::runtime_error("compcoll: " + what));
 }
 
-// Runs fn without the GIL when this thread holds it (a backend destroyed or
-// finished from Python must not block the worker, whose future callbacks
-// may need the GIL).
-template <typename Fn>
-void without_gil(Fn&& fn) {
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    PyThreadState* state = PyEval_SaveThread();
-    try {
-      fn();
-    } catch (...) {
-      PyEval_RestoreThread(state);
-      throw;
+// The device of an operation: its first defined tensor's, else cpu.
+template <typename... Lists>
+c10::Device device_of(const Lists&... lists) {
+  for (const std::vector<at::Tensor>* list : {&lists...}) {
+    for (const at::Tensor& t : *list) {
+      if (t.defined()) return t.device();
     }
-    PyEval_RestoreThread(state);
-  } else {
-    fn();
   }
+  return c10::Device(c10::kCPU);
+}
+
+std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> flat;
+  for (const auto& v : lists) flat.insert(flat.end(), v.begin(), v.end());
+  return flat;
 }
 
 }  // namespace
 
 CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
-                                 std::chrono::milliseconds timeout)
+                                 std::chrono::milliseconds timeout, DeviceLaneSpec device_lane)
     : c10d::Backend(inner->getRank(), inner->getSize()),
       inner_(std::move(inner)),
       timeout_(timeout),
@@ -65,10 +66,20 @@ CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
   cfg_.rank = getRank();
   cfg_.world_size = getSize();
   cfg_.timeout = timeout_;
-  comm_ = std::make_unique<Communicator>(std::make_unique<TorchComm>(inner_, timeout_), cfg_);
+  lane_cfg_ = cfg_;
+  lane_cfg_.stats_file.clear();  // one file for all lanes, written by finish()
+  host_ = std::make_unique<Lane>("cpu", c10::DeviceType::CPU, inner_);
+  host_->ensure_comm(lane_cfg_, timeout_, std::nullopt);
+  if (device_lane.factory) {
+    CC_CHECK(!device_lane.name.empty() && device_lane.name != host_->name(), kInvalidArgument,
+             "the device lane needs a name of its own, not '", device_lane.name, "'");
+    device_ = std::make_unique<Lane>(device_lane.name, device_lane.type,
+                                     std::move(device_lane.factory));
+  }
   worker_ = std::thread([this] { worker_loop(); });
-  log_.info("torch backend over ", inner_->getBackendName(), ": ", getSize(), " ranks, algo ",
-            cfg_.algo, ", timeout ", timeout_.count(), " ms");
+  log_.info("torch backend over ", inner_->getBackendName(),
+            device_ ? " (" + device_->name() + " tensors: a lane built on first use)" : "", ": ",
+            getSize(), " ranks, algo ", cfg_.algo, ", timeout ", timeout_.count(), " ms");
 }
 
 CompcollBackend::~CompcollBackend() {
@@ -96,8 +107,9 @@ std::vector<c10::intrusive_ptr<CompcollBackend>> CompcollBackend::live() {
 }
 
 c10::intrusive_ptr<CompcollBackend> CompcollBackend::create(
-    c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout) {
-  auto b = c10::make_intrusive<CompcollBackend>(std::move(inner), timeout);
+    c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
+    DeviceLaneSpec device_lane) {
+  auto b = c10::make_intrusive<CompcollBackend>(std::move(inner), timeout, std::move(device_lane));
   std::lock_guard<std::mutex> lock(registry_mutex());
   registry().emplace_back(b);
   return b;
@@ -178,54 +190,119 @@ void CompcollBackend::finish() {
     if (finished_ || stopping_) return;
     finished_ = true;
   }
-  run_on_worker([this] { comm_->finish(); });
+  run_on_worker([this] {
+    for (Lane* lane : {host_.get(), device_.get()}) {
+      if (lane != nullptr && lane->comm() != nullptr) lane->comm()->finish();  // its summary line
+    }
+    if (cfg_.stats_file.empty()) return;
+    const std::string path = stats_path(cfg_.stats_file, getRank());
+    const std::string json =
+        merged_stats_json(getRank(), getSize(), cfg_.algo, {host_.get(), device_.get()});
+    if (!write_file_atomically(path, json)) {
+      log_.warn("cannot write COMPCOLL_STATS_FILE ", path);
+    }
+  });
 }
 
 std::string CompcollBackend::stats_json() {
   std::string out;
   run_on_worker([&] {
-    out = comm_->stats().json(comm_->rank(), comm_->size(), cfg_.algo, comm_->state_bytes());
+    out = merged_stats_json(getRank(), getSize(), cfg_.algo, {host_.get(), device_.get()});
   });
   return out;
 }
 
 size_t CompcollBackend::state_entries() {
   size_t n = 0;
-  run_on_worker([&] { n = comm_->state_entries(); });
+  run_on_worker([&] {
+    for (Lane* lane : {host_.get(), device_.get()}) {
+      if (lane != nullptr && lane->comm() != nullptr) n += lane->comm()->state_entries();
+    }
+  });
   return n;
 }
 
-std::vector<SlotInfo> CompcollBackend::slots() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return slots_.slots();
+Lane& CompcollBackend::lane_named(const std::string& name) const {
+  if (name == host_->name()) return *host_;
+  if (device_ && name == device_->name()) return *device_;
+  CC_THROW(kInvalidArgument, "this compcoll backend has no lane '", name, "' (it has '",
+           host_->name(), "'", device_ ? ", '" + device_->name() + "'" : "", ")");
 }
 
-std::vector<BufferSlots::TraceEntry> CompcollBackend::key_trace() {
+Lane& CompcollBackend::lane_for(c10::Device device) {
+  if (device_ && device.type() == device_->type()) return *device_;
+  return *host_;
+}
+
+c10::intrusive_ptr<c10d::Backend> CompcollBackend::inner_of(const std::string& lane) const {
+  return lane_named(lane).built_inner();
+}
+
+std::vector<SlotInfo> CompcollBackend::slots(const std::string& lane) {
+  Lane& l = lane_named(lane);
   std::lock_guard<std::mutex> lock(mu_);
-  return {slots_.trace().begin(), slots_.trace().end()};
+  return l.slots.slots();
+}
+
+std::vector<BufferSlots::TraceEntry> CompcollBackend::key_trace(const std::string& lane) {
+  Lane& l = lane_named(lane);
+  std::lock_guard<std::mutex> lock(mu_);
+  return {l.slots.trace().begin(), l.slots.trace().end()};
 }
 
 // ------------------------------------------------------------ delegation --
 
 template <typename Issue>
-c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10d::OpType type, const char* title,
+c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10d::OpType type,
+                                                         const char* title,
                                                          std::vector<at::Tensor> outputs,
                                                          Issue issue) {
+  Lane& lane = lane_for(device);
+  // Builds the device lane's inner backend on its first operation: here, on
+  // the caller's thread, before the queue lock (the factory takes the GIL).
+  c10::intrusive_ptr<c10d::Backend> inner = lane.inner();
   std::unique_lock<std::mutex> lock(mu_);
-  if (!busy_ && queue_.empty()) return issue();  // in order: nothing is ahead of it
+  // In order: nothing is ahead of it. Issued by the caller, with the
+  // caller's current stream: the inner backend handles streams itself.
+  if (!busy_ && queue_.empty()) return issue(*inner);
+  CC_CHECK(!stopping_, kInvalidArgument, "operation on a torch backend that has shut down");
   auto work = c10::make_intrusive<CompcollWork>(getRank(), type, title, std::move(outputs));
-  queue_.push_back([work, issue]() mutable {
-    c10::intrusive_ptr<c10d::Work> inner;
+  if (!device.is_cpu()) {
+    // Issued later by the worker: it must see the tensors as the caller's
+    // stream leaves them now, and complete only when the outputs are there.
+    const c10::impl::VirtualGuardImpl impl(device.type());
+    auto ready = std::make_shared<c10::Event>(device.type());
+    ready->record(impl.getStream(device));
+    queue_.push_back([this, &lane, work, inner, issue, ready, device]() mutable {
+      try {
+        const std::optional<c10::Stream> stream = lane.worker_stream(device);
+        c10::OptionalStreamGuard guard(stream);
+        ready->block(*stream);
+        c10::intrusive_ptr<c10d::Work> in = issue(*inner);
+        work->set_inner(in);
+        in->wait(timeout_);
+        stream->synchronize();
+        work->complete();  // with the stream current: the future's events are on it
+      } catch (const std::exception&) {
+        work->fail(std::current_exception());
+      }
+    });
+    lock.unlock();
+    work_cv_.notify_one();
+    return work;
+  }
+  queue_.push_back([work, inner, issue]() mutable {
+    c10::intrusive_ptr<c10d::Work> in;
     try {
-      inner = issue();
+      in = issue(*inner);
     } catch (const std::exception& e) {
       work->fail(std::current_exception());
       return;
     }
-    work->set_inner(inner);
+    work->set_inner(in);
     c10::intrusive_ptr<c10::ivalue::Future> future;
     try {
-      future = inner->getFuture();
+      future = in->getFuture();
     } catch (const std::exception&) {
       future.reset();  // Gloo's send/recv works have no future
     }
@@ -240,7 +317,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10d::OpType type, cons
       return;
     }
     try {
-      inner->wait();
+      in->wait();
       work->complete();
     } catch (const std::exception&) {
       work->fail(std::current_exception());
@@ -251,12 +328,14 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10d::OpType type, cons
   return work;
 }
 
-bool CompcollBackend::is_candidate(const std::vector<at::Tensor>& tensors,
+bool CompcollBackend::is_candidate(const Lane& lane, const std::vector<at::Tensor>& tensors,
                                    const c10d::AllreduceOptions& opts, DType* dtype,
                                    ReduceOp* op) const {
   if (tensors.size() != 1 || opts.sparseIndices.has_value()) return false;
   const at::Tensor& t = tensors[0];
-  if (!t.device().is_cpu() || t.layout() != at::kStrided || !t.is_contiguous()) return false;
+  if (t.device().type() != lane.type() || t.layout() != at::kStrided || !t.is_contiguous()) {
+    return false;
+  }
   const auto st = t.scalar_type();
   if (st != at::kFloat && st != at::kHalf && st != at::kBFloat16) return false;
   if (opts.reduceOp == c10d::ReduceOp::SUM) {
@@ -269,28 +348,87 @@ bool CompcollBackend::is_candidate(const std::vector<at::Tensor>& tensors,
   return to_compcoll_dtype(st, dtype);
 }
 
+void CompcollBackend::run_candidate(Lane& lane, const c10::intrusive_ptr<CompcollWork>& work,
+                                    const at::Tensor& t, const at::Tensor& host, DType dtype,
+                                    ReduceOp op, const std::string& key,
+                                    const std::string& dropped) {
+  try {
+    const std::optional<c10::Stream> stream =
+        lane.staged() ? lane.worker_stream(t.device()) : std::nullopt;
+    // The staging copies and the inner (NCCL) operations run on the worker's
+    // stream, never queued behind the user's work on the default stream.
+    c10::OptionalStreamGuard guard(stream);
+    try {
+      Communicator& comm =
+          lane.ensure_comm(lane_cfg_, timeout_, lane.staged() ? lane.device : std::nullopt);
+      if (!dropped.empty()) comm.drop_state(dropped);  // free it now, not at eviction
+      const at::Tensor& buf = lane.staged() ? host : t;
+      comm.allreduce(buf.data_ptr(), static_cast<size_t>(t.numel()), dtype, op,
+                     key.empty() ? nullptr : key.c_str());
+      // non_blocking=false: the result is in t when copy_ returns, so
+      // before the work completes.
+      if (lane.staged()) t.copy_(host);
+    } catch (const std::exception& e) {
+      work->fail(as_compcoll_error(e));
+      return;
+    }
+    work->complete();  // with the stream current: a device future's events are on it
+  } catch (const std::exception& e) {
+    work->fail(as_compcoll_error(e));  // no stream for the device
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
+  const c10::Device device = device_of(tensors);
+  Lane& lane = lane_for(device);
   DType dtype;
   ReduceOp op;
-  if (!is_candidate(tensors, opts, &dtype, &op)) {
-    return delegate(c10d::OpType::ALLREDUCE, "compcoll:all_reduce", tensors,
-                    [this, tensors, opts]() mutable { return inner_->allreduce(tensors, opts); });
+  if (!is_candidate(lane, tensors, opts, &dtype, &op)) {
+    return delegate(device, c10d::OpType::ALLREDUCE, "compcoll:all_reduce", tensors,
+                    [tensors, opts](c10d::Backend& in) mutable {
+                      return in.allreduce(tensors, opts);
+                    });
   }
   at::Tensor t = tensors[0];
+  const bool compress =
+      cfg_.compression_enabled() && static_cast<size_t>(t.numel()) >= cfg_.min_elems;
+  if (lane.staged() && !compress) {
+    // Kept dense by the policy: the inner backend's own allreduce (exact,
+    // AVG included), without the two staging copies. Counted.
+    lane.count_direct(
+        ring_allreduce_bytes(static_cast<size_t>(t.numel()) * dtype_size(dtype), getSize()));
+    return delegate(device, c10d::OpType::ALLREDUCE, "compcoll:all_reduce", tensors,
+                    [tensors, opts](c10d::Backend& in) mutable {
+                      return in.allreduce(tensors, opts);
+                    });
+  }
+  at::Tensor host;
+  if (lane.staged()) {
+    lane.inner();  // built on the first operation, on this thread (it may take the GIL)
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      CC_CHECK(!lane.device || *lane.device == t.device(), kInvalidArgument, "rank ", getRank(),
+               ": the compcoll ", lane.name(), " communicator of this process group works on ",
+               lane.device->str(), "; an allreduce of a tensor on ", t.device().str(),
+               " cannot join it (use one device per rank: torch.cuda.set_device)");
+    }
+    // The snapshot, now: the caller's current stream has finished with t
+    // when it returns. Not under the queue lock (it waits for the device).
+    host = stage_to_host(t);
+  }
   auto work = c10::make_intrusive<CompcollWork>(getRank(), c10d::OpType::ALLREDUCE,
                                                 "compcoll:all_reduce", tensors);
   {
     std::lock_guard<std::mutex> lock(mu_);
     CC_CHECK(!stopping_, kInvalidArgument, "allreduce on a torch backend that has shut down");
+    if (lane.staged() && !lane.device) lane.device = t.device();
     // Keys are assigned in submission order, on the caller's thread, while
     // the tensor is certainly alive. Tensors the policy keeps dense (the
     // algorithm is dense, or fewer than COMPCOLL_MIN_ELEMS elements) need
     // no state and get no slot.
     SlotAssignment a{"", SlotEvent::kSame, 0};
-    if (cfg_.compression_enabled() && static_cast<size_t>(t.numel()) >= cfg_.min_elems) {
-      a = slots_.assign(t);
-    }
+    if (compress) a = lane.slots.assign(t);
     if (a.event == SlotEvent::kFresh || a.event == SlotEvent::kResized) {
       // A warning, not info: dropping a residual must never be silent.
       log_.warn("error-feedback state ", a.key, ": a new buffer of ", t.numel(),
@@ -303,16 +441,8 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
       log_.trace("error-feedback state ", a.key, " for ", t.numel(), " elements: ",
                  slot_event_name(a.event));
     }
-    queue_.push_back([this, work, t, dtype, op, key = a.key, dropped = a.dropped_key] {
-      try {
-        if (!dropped.empty()) comm_->drop_state(dropped);  // free it now, not at eviction
-        comm_->allreduce(t.data_ptr(), static_cast<size_t>(t.numel()), dtype, op,
-                         key.empty() ? nullptr : key.c_str());
-      } catch (const std::exception& e) {
-        work->fail(as_compcoll_error(e));
-        return;
-      }
-      work->complete();
+    queue_.push_back([this, &lane, work, t, host, dtype, op, key = a.key, dropped = a.dropped_key] {
+      run_candidate(lane, work, t, host, dtype, op, key, dropped);
     });
   }
   work_cv_.notify_one();
@@ -321,156 +451,171 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce_sparse(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  return delegate(c10d::OpType::_ALLREDUCE_SPARSE, "compcoll:all_reduce_sparse", tensors,
-                  [this, tensors, opts]() mutable { return inner_->allreduce_sparse(tensors, opts); });
+  return delegate(device_of(tensors), c10d::OpType::_ALLREDUCE_SPARSE,
+                  "compcoll:all_reduce_sparse", tensors,
+                  [tensors, opts](c10d::Backend& in) mutable {
+                    return in.allreduce_sparse(tensors, opts);
+                  });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  return delegate(
-      c10d::OpType::ALLREDUCE_COALESCED, "compcoll:all_reduce_coalesced", tensors,
-      [this, tensors, opts]() mutable { return inner_->allreduce_coalesced(tensors, opts); });
+  return delegate(device_of(tensors), c10d::OpType::ALLREDUCE_COALESCED,
+                  "compcoll:all_reduce_coalesced", tensors,
+                  [tensors, opts](c10d::Backend& in) mutable {
+                    return in.allreduce_coalesced(tensors, opts);
+                  });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                           const c10d::BroadcastOptions& opts) {
-  return delegate(c10d::OpType::BROADCAST, "compcoll:broadcast", tensors,
-                  [this, tensors, opts]() mutable { return inner_->broadcast(tensors, opts); });
+  return delegate(device_of(tensors), c10d::OpType::BROADCAST, "compcoll:broadcast", tensors,
+                  [tensors, opts](c10d::Backend& in) mutable {
+                    return in.broadcast(tensors, opts);
+                  });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::ReduceOptions& opts) {
-  return delegate(c10d::OpType::REDUCE, "compcoll:reduce", tensors,
-                  [this, tensors, opts]() mutable { return inner_->reduce(tensors, opts); });
+  return delegate(device_of(tensors), c10d::OpType::REDUCE, "compcoll:reduce", tensors,
+                  [tensors, opts](c10d::Backend& in) mutable { return in.reduce(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  std::vector<at::Tensor> flat;
-  for (const auto& v : outputs) flat.insert(flat.end(), v.begin(), v.end());
-  return delegate(c10d::OpType::ALLGATHER, "compcoll:all_gather", flat,
-                  [this, outputs, inputs, opts]() mutable {
-                    return inner_->allgather(outputs, inputs, opts);
+  std::vector<at::Tensor> flat = flatten(outputs);
+  return delegate(device_of(inputs, flat), c10d::OpType::ALLGATHER, "compcoll:all_gather", flat,
+                  [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.allgather(outputs, inputs, opts);
                   });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  return delegate(c10d::OpType::_ALLGATHER_BASE, "compcoll:_all_gather_base", {output},
-                  [this, output, input, opts]() mutable {
-                    return inner_->_allgather_base(output, input, opts);
+  return delegate(input.device(), c10d::OpType::_ALLGATHER_BASE, "compcoll:_all_gather_base",
+                  {output}, [output, input, opts](c10d::Backend& in) mutable {
+                    return in._allgather_base(output, input, opts);
                   });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  std::vector<at::Tensor> flat;
-  for (const auto& v : output_lists) flat.insert(flat.end(), v.begin(), v.end());
-  return delegate(c10d::OpType::ALLGATHER_COALESCED, "compcoll:all_gather_coalesced", flat,
-                  [this, output_lists, inputs, opts]() mutable {
-                    return inner_->allgather_coalesced(output_lists, inputs, opts);
+  std::vector<at::Tensor> flat = flatten(output_lists);
+  return delegate(device_of(inputs, flat), c10d::OpType::ALLGATHER_COALESCED,
+                  "compcoll:all_gather_coalesced", flat,
+                  [output_lists, inputs, opts](c10d::Backend& in) mutable {
+                    return in.allgather_coalesced(output_lists, inputs, opts);
                   });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  return delegate(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
+  return delegate(device_of(inputs, outputs), c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
                   "compcoll:all_gather_into_tensor_coalesced", outputs,
-                  [this, outputs, inputs, opts]() mutable {
-                    return inner_->allgather_into_tensor_coalesced(outputs, inputs, opts);
+                  [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.allgather_into_tensor_coalesced(outputs, inputs, opts);
                   });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
-  std::vector<at::Tensor> flat;
-  for (const auto& v : outputs) flat.insert(flat.end(), v.begin(), v.end());
-  return delegate(c10d::OpType::GATHER, "compcoll:gather", flat,
-                  [this, outputs, inputs, opts]() mutable {
-                    return inner_->gather(outputs, inputs, opts);
+  std::vector<at::Tensor> flat = flatten(outputs);
+  return delegate(device_of(inputs, flat), c10d::OpType::GATHER, "compcoll:gather", flat,
+                  [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.gather(outputs, inputs, opts);
                   });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
-  return delegate(c10d::OpType::SCATTER, "compcoll:scatter", outputs,
-                  [this, outputs, inputs, opts]() mutable {
-                    return inner_->scatter(outputs, inputs, opts);
+  return delegate(device_of(outputs), c10d::OpType::SCATTER, "compcoll:scatter", outputs,
+                  [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.scatter(outputs, inputs, opts);
                   });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  return delegate(c10d::OpType::REDUCE_SCATTER, "compcoll:reduce_scatter", outputs,
-                  [this, outputs, inputs, opts]() mutable {
-                    return inner_->reduce_scatter(outputs, inputs, opts);
+  return delegate(device_of(outputs), c10d::OpType::REDUCE_SCATTER, "compcoll:reduce_scatter",
+                  outputs, [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.reduce_scatter(outputs, inputs, opts);
                   });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  return delegate(c10d::OpType::_REDUCE_SCATTER_BASE, "compcoll:_reduce_scatter_base", {output},
-                  [this, output, input, opts]() mutable {
-                    return inner_->_reduce_scatter_base(output, input, opts);
+  return delegate(input.device(), c10d::OpType::_REDUCE_SCATTER_BASE,
+                  "compcoll:_reduce_scatter_base", {output},
+                  [output, input, opts](c10d::Backend& in) mutable {
+                    return in._reduce_scatter_base(output, input, opts);
                   });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  return delegate(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+  return delegate(device_of(inputs, outputs), c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
                   "compcoll:reduce_scatter_tensor_coalesced", outputs,
-                  [this, outputs, inputs, opts]() mutable {
-                    return inner_->reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+                  [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.reduce_scatter_tensor_coalesced(outputs, inputs, opts);
                   });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
     std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
-  return delegate(c10d::OpType::ALLTOALL_BASE, "compcoll:all_to_all_single", {output},
-                  [this, output, input, output_splits, input_splits, opts]() mutable {
-                    return inner_->alltoall_base(output, input, output_splits, input_splits,
-                                                 opts);
+  return delegate(input.device(), c10d::OpType::ALLTOALL_BASE, "compcoll:all_to_all_single",
+                  {output},
+                  [output, input, output_splits, input_splits, opts](c10d::Backend& in) mutable {
+                    return in.alltoall_base(output, input, output_splits, input_splits, opts);
                   });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllToAllOptions& opts) {
-  return delegate(c10d::OpType::ALLTOALL, "compcoll:all_to_all", outputs,
-                  [this, outputs, inputs, opts]() mutable {
-                    return inner_->alltoall(outputs, inputs, opts);
+  return delegate(device_of(inputs, outputs), c10d::OpType::ALLTOALL, "compcoll:all_to_all",
+                  outputs, [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.alltoall(outputs, inputs, opts);
                   });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::send(std::vector<at::Tensor>& tensors, int dst,
                                                      int tag) {
-  return delegate(c10d::OpType::SEND, "compcoll:send", tensors,
-                  [this, tensors, dst, tag]() mutable { return inner_->send(tensors, dst, tag); });
+  return delegate(device_of(tensors), c10d::OpType::SEND, "compcoll:send", tensors,
+                  [tensors, dst, tag](c10d::Backend& in) mutable {
+                    return in.send(tensors, dst, tag);
+                  });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::recv(std::vector<at::Tensor>& tensors, int src,
                                                      int tag) {
-  return delegate(c10d::OpType::RECV, "compcoll:recv", tensors,
-                  [this, tensors, src, tag]() mutable { return inner_->recv(tensors, src, tag); });
+  return delegate(device_of(tensors), c10d::OpType::RECV, "compcoll:recv", tensors,
+                  [tensors, src, tag](c10d::Backend& in) mutable {
+                    return in.recv(tensors, src, tag);
+                  });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::recvAnysource(std::vector<at::Tensor>& tensors,
                                                               int tag) {
-  return delegate(c10d::OpType::RECVANYSOURCE, "compcoll:recv_any_source", tensors,
-                  [this, tensors, tag]() mutable { return inner_->recvAnysource(tensors, tag); });
+  return delegate(device_of(tensors), c10d::OpType::RECVANYSOURCE, "compcoll:recv_any_source",
+                  tensors, [tensors, tag](c10d::Backend& in) mutable {
+                    return in.recvAnysource(tensors, tag);
+                  });
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::barrier(const c10d::BarrierOptions& opts) {
-  return delegate(c10d::OpType::BARRIER, "compcoll:barrier", {},
-                  [this, opts]() mutable { return inner_->barrier(opts); });
+  // torch says which device the barrier is for (dist.barrier() picks cpu for
+  // a group with a cpu backend); none: cpu, Gloo.
+  const c10::Device device = opts.device.value_or(c10::Device(c10::kCPU));
+  return delegate(device, c10d::OpType::BARRIER, "compcoll:barrier", {},
+                  [opts](c10d::Backend& in) mutable { return in.barrier(opts); });
 }
 
 void CompcollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
@@ -479,25 +624,41 @@ void CompcollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
 }
 
 void CompcollBackend::setTimeout(std::chrono::milliseconds timeout) {
-  inner_->setTimeout(timeout);
+  // The inner backends' (a device lane's when it is built); compcoll's own
+  // waits keep the timeout the group was created with.
+  host_->set_timeout(timeout);
+  if (device_) device_->set_timeout(timeout);
 }
 
 void CompcollBackend::setGroupUid(const std::string& pg_uid) {
   c10d::Backend::setGroupUid(pg_uid);
-  inner_->setGroupUid(pg_uid);
+  host_->set_group_uid(pg_uid);
+  if (device_) device_->set_group_uid(pg_uid);
 }
 
 void CompcollBackend::setBoundDeviceId(std::optional<at::Device> device) {
   c10d::Backend::setBoundDeviceId(device);
-  inner_->setBoundDeviceId(device);
+  host_->set_bound_device(device);
+  if (device_) device_->set_bound_device(device);
 }
 
 void CompcollBackend::eagerConnectSingleDevice(at::Device device) {
-  inner_->eagerConnectSingleDevice(device);
+  // An explicit request: builds the device lane's inner backend now.
+  lane_for(device).inner()->eagerConnectSingleDevice(device);
+}
+
+c10d::ErrorType CompcollBackend::getError() {
+  const c10d::ErrorType e = inner_->getError();
+  if (e != c10d::ErrorType::SUCCESS || !device_) return e;
+  auto built = device_->built_inner();
+  return built ? built->getError() : e;
 }
 
 void CompcollBackend::abort() {
   inner_->abort();
+  if (device_) {
+    if (auto built = device_->built_inner()) built->abort();
+  }
 }
 
 void CompcollBackend::shutdown() {
@@ -507,6 +668,9 @@ void CompcollBackend::shutdown() {
     log_.warn("finishing the torch backend at shutdown failed: ", e.what());
   }
   inner_->shutdown();
+  if (device_) {
+    if (auto built = device_->built_inner()) built->shutdown();
+  }
 }
 
 }  // namespace compcoll::torch_integration

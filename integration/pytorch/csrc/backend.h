@@ -1,30 +1,60 @@
-// CompcollBackend: a c10d backend ("compcoll", device cpu) that wraps an inner
-// Gloo backend and compresses eligible allreduces with compcoll.
+// CompcollBackend: a c10d backend ("compcoll", devices cpu and cuda) that
+// wraps inner torch backends and compresses eligible allreduces with
+// compcoll. torch registers one backend object for every device of the
+// group, so this one object serves both kinds of tensor, each through a
+// lane (lane.h):
 //
-//   candidate   an allreduce of one dense, contiguous CPU tensor of float32,
-//               float16 or bfloat16 with SUM or AVG. Candidates go to the
-//               Communicator, whose policy compresses those of at least
-//               COMPCOLL_MIN_ELEMS elements and sends the rest through the
-//               exact dense path (so the stats count every gradient call).
-//   delegated   everything else (other dtypes and ops, CUDA or sparse
-//               tensors, broadcast, allgather, reduce_scatter, alltoall,
-//               send/recv, barrier, ...): the same call on the inner backend.
+//   host lane    cpu tensors, over the inner Gloo backend.
+//   device lane  cuda tensors, over an inner NCCL backend built on first use
+//                (only when the creator was given its factory: CUDA and NCCL
+//                available, group created as "compcoll"). Without a device
+//                lane, cuda tensors go to the inner Gloo, uncompressed.
+//
+//   candidate   an allreduce of one dense, contiguous tensor of float32,
+//               float16 or bfloat16 with SUM or AVG, on its lane's device
+//               type. Candidates go to the lane's Communicator, whose policy
+//               compresses those of at least COMPCOLL_MIN_ELEMS elements and
+//               sends the rest through the exact dense path (so the stats
+//               count every gradient call). On the device lane a candidate
+//               to compress is host-staged: copied to host memory at
+//               submission, on the caller's thread and current stream (so
+//               whatever that stream did to the tensor before the call is in
+//               the copy); the CPU codecs run on the worker; payloads travel
+//               over NCCL through staging tensors on the device; the result
+//               is copied back (synchronously, on the worker's own stream)
+//               before the work completes. A device candidate the policy
+//               keeps dense is delegated to NCCL's allreduce as it is (no
+//               staging) and counted as a direct call in the stats.
+//   delegated   everything else (other dtypes and ops, sparse tensors,
+//               broadcast, allgather, reduce_scatter, alltoall, send/recv,
+//               barrier, ...): the same call on the lane's inner backend.
 //   worker      one thread per backend runs candidates (and the operations
-//               queued behind them) in submission order. Gloo matches
-//               messages by the order in which operations are issued, and
-//               every rank submits in the same order, so issuing every inner
-//               operation in submission order keeps the ranks in lockstep.
-//               A delegated operation is issued directly by the caller when
-//               the worker is idle and nothing is queued (under the queue
-//               lock), else queued; its inner work completes our work.
+//               queued behind them) in submission order, whatever their
+//               lane. Gloo and NCCL match operations by the order in which
+//               they are issued, and every rank submits in the same order, so
+//               issuing every inner operation in submission order keeps each
+//               inner backend in lockstep across ranks (one queue for both
+//               lanes: each inner backend sees its operations in submission
+//               order, and a lane's Communicator is made by the worker at its
+//               first candidate, at the same point of that order on every
+//               rank). A delegated operation is issued directly by the caller
+//               when the worker is idle and nothing is queued (under the
+//               queue lock), else queued. A queued operation on device
+//               tensors records an event on the caller's current stream at
+//               submission; the worker makes its own stream wait for it,
+//               issues the operation with that stream current, waits for the
+//               inner work and synchronises the stream before completing.
 //   work        candidates and queued operations return a CompcollWork whose
 //               future completes on the worker (or on Gloo's thread) with the
 //               output tensors, or with the compcoll error; wait() rethrows.
-//   keys        error-feedback state keys come from BufferSlots (see
-//               buffer_slots.h): buffer identity, robust to DDP's rebuild.
+//   keys        error-feedback state keys come from each lane's BufferSlots
+//               (see buffer_slots.h): buffer identity, robust to DDP's
+//               rebuild.
 //
 // finish() (called at destruction and, from Python, at interpreter exit)
-// drains the queue and has the Communicator write COMPCOLL_STATS_FILE.
+// drains the queue, finishes the lanes' Communicators and writes one
+// COMPCOLL_STATS_FILE per rank: totals over the lanes, and each lane's own
+// under "devices".
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -40,18 +70,30 @@
 #include <vector>
 
 #include "integration/pytorch/csrc/buffer_slots.h"
+#include "integration/pytorch/csrc/lane.h"
+#include "integration/pytorch/csrc/work.h"
 #include "plugin/communicator.h"
 #include "plugin/config.h"
 #include "plugin/logging.h"
 
 namespace compcoll::torch_integration {
 
+// The device lane a backend gets: the device type it serves, the lane's
+// name (stats, queries) and the factory of its inner backend. No factory:
+// no device lane.
+struct DeviceLaneSpec {
+  c10::DeviceType type = c10::DeviceType::CUDA;
+  std::string name;
+  Lane::Factory factory;
+};
+
 class CompcollBackend final : public c10d::Backend {
  public:
   // Collective over inner: reads the COMPCOLL_* configuration (rank and size
-  // are inner's) and builds the Communicator, which agrees on it.
-  // timeout: the process group's timeout; every inner wait honours it.
-  CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout);
+  // are inner's) and builds the host lane's Communicator, which agrees on
+  // it. timeout: the process group's timeout; every inner wait honours it.
+  CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
+                  DeviceLaneSpec device_lane = {});
   ~CompcollBackend() override;
 
   const std::string getBackendName() const override { return "compcoll"; }
@@ -113,49 +155,67 @@ class CompcollBackend final : public c10d::Backend {
   void setGroupUid(const std::string& pg_uid) override;
   void setBoundDeviceId(std::optional<at::Device> device) override;
   void eagerConnectSingleDevice(at::Device device) override;
-  c10d::ErrorType getError() override { return inner_->getError(); }
+  c10d::ErrorType getError() override;
   void abort() override;
   void shutdown() override;
 
   // compcoll's own surface (Python: compcoll._C).
   const c10::intrusive_ptr<c10d::Backend>& inner() const { return inner_; }
+  // The inner backend of the lane named lane ("cpu", "cuda"), null while it
+  // has not been built; never builds it.
+  c10::intrusive_ptr<c10d::Backend> inner_of(const std::string& lane) const;
+  // The device lane's name, or "" without one.
+  std::string device_lane() const { return device_ ? device_->name() : std::string(); }
   const Config& config() const { return cfg_; }
   // Drains the queue and writes the stats file; idempotent.
   void finish();
-  // The Communicator's stats as JSON (the stats file's content), taken on
-  // the worker after everything submitted so far.
+  // The stats as JSON (the stats file's content, see merged_stats_json),
+  // taken on the worker after everything submitted so far.
   std::string stats_json();
-  std::vector<SlotInfo> slots();
-  std::vector<BufferSlots::TraceEntry> key_trace();
+  std::vector<SlotInfo> slots(const std::string& lane);
+  std::vector<BufferSlots::TraceEntry> key_trace(const std::string& lane);
+  // Error-feedback states held by every lane's Communicator.
   size_t state_entries();
 
   // Builds a backend (collective, see the constructor) and records it for
   // live().
   static c10::intrusive_ptr<CompcollBackend> create(c10::intrusive_ptr<c10d::Backend> inner,
-                                                    std::chrono::milliseconds timeout);
+                                                    std::chrono::milliseconds timeout,
+                                                    DeviceLaneSpec device_lane = {});
   // Every live backend of this process (for the exit hook).
   static std::vector<c10::intrusive_ptr<CompcollBackend>> live();
 
  private:
   using Task = std::function<void()>;
 
+  // Issues issue(inner) on the lane serving device, in submission order.
   template <typename Issue>
-  c10::intrusive_ptr<c10d::Work> delegate(c10d::OpType type, const char* title,
-                                          std::vector<at::Tensor> outputs, Issue issue);
+  c10::intrusive_ptr<c10d::Work> delegate(c10::Device device, c10d::OpType type,
+                                          const char* title, std::vector<at::Tensor> outputs,
+                                          Issue issue);
+  Lane& lane_for(c10::Device device);
+  Lane& lane_named(const std::string& name) const;
+  // The worker's part of a candidate: reduce (host, or t in place), copy a
+  // staged result back into t, complete work.
+  void run_candidate(Lane& lane, const c10::intrusive_ptr<CompcollWork>& work, const at::Tensor& t,
+                     const at::Tensor& host, DType dtype, ReduceOp op, const std::string& key,
+                     const std::string& dropped);
   // Runs fn on the worker after everything queued before it and waits for
   // it (at most the timeout); rethrows its exception.
   void run_on_worker(const std::function<void()>& fn);
   void drain();
   void worker_loop();
   void stop_worker();
-  bool is_candidate(const std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts,
-                    DType* dtype, ReduceOp* op) const;
+  bool is_candidate(const Lane& lane, const std::vector<at::Tensor>& tensors,
+                    const c10d::AllreduceOptions& opts, DType* dtype, ReduceOp* op) const;
 
-  c10::intrusive_ptr<c10d::Backend> inner_;
+  c10::intrusive_ptr<c10d::Backend> inner_;  // the host lane's (Gloo)
   std::chrono::milliseconds timeout_;
   Config cfg_;
+  Config lane_cfg_;  // cfg_ for the lanes' Communicators: the backend writes the stats file
   Logger log_;
-  std::unique_ptr<Communicator> comm_;  // used on the worker thread only
+  std::unique_ptr<Lane> host_;
+  std::unique_ptr<Lane> device_;  // null without a device lane
 
   std::mutex mu_;  // guards everything below
   std::condition_variable work_cv_;
@@ -164,7 +224,6 @@ class CompcollBackend final : public c10d::Backend {
   bool busy_ = false;
   bool stopping_ = false;
   bool finished_ = false;
-  BufferSlots slots_;
   std::thread worker_;
 };
 

@@ -8,19 +8,109 @@
 #include "collectives/registry.h"
 #include "integration/pytorch/csrc/backend.h"
 #include "integration/pytorch/csrc/reference.h"
+#include "integration/pytorch/csrc/torch_comm.h"
 #include "plugin/config.h"
 
 namespace py = pybind11;
 using compcoll::torch_integration::BufferSlots;
 using compcoll::torch_integration::CompcollBackend;
+using compcoll::torch_integration::DeviceLaneSpec;
+using compcoll::torch_integration::Lane;
 
 namespace {
+
+bool python_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+// A Python callable the backend calls from its own threads: every call and
+// the final release take the GIL (at interpreter teardown the reference is
+// leaked instead: taking the GIL then is not safe).
+Lane::Factory backend_factory(py::function fn) {
+  std::shared_ptr<py::object> holder(new py::object(std::move(fn)), [](py::object* p) {
+    if (Py_IsInitialized() && !python_finalizing()) {
+      py::gil_scoped_acquire gil;
+      delete p;
+    } else {
+      p->release();
+      delete p;
+    }
+  });
+  return [holder]() -> c10::intrusive_ptr<c10d::Backend> {
+    py::gil_scoped_acquire gil;
+    try {
+      return (*holder)().cast<c10::intrusive_ptr<c10d::Backend>>();
+    } catch (py::error_already_set& e) {
+      throw std::runtime_error(e.what());  // made while the GIL is held
+    } catch (const py::cast_error& e) {
+      throw std::runtime_error(std::string("the factory did not return a c10d backend: ") +
+                               e.what());
+    }
+  };
+}
 
 c10::intrusive_ptr<CompcollBackend> as_compcoll(const c10::intrusive_ptr<c10d::Backend>& b) {
   auto c = c10::dynamic_intrusive_pointer_cast<CompcollBackend>(b);
   TORCH_CHECK(c, "compcoll: backend ", b ? b->getBackendName() : "None",
               " is not a compcoll backend");
   return c;
+}
+
+// Test hook: every Comm call of a TorchComm over inner (staging device
+// staging, or none), with rank-dependent payloads; tests/python checks the
+// results and that staging changes nothing, byte counts included.
+py::dict exercise_torch_comm(const c10::intrusive_ptr<c10d::Backend>& inner,
+                             std::chrono::milliseconds timeout, std::optional<at::Device> staging) {
+  using compcoll::Bytes;
+  using compcoll::kUnboundedPart;
+  std::vector<Bytes> gathered, empty_gathered, exchanged;
+  std::vector<float> sums(5);
+  std::vector<int64_t> isums(3);
+  Bytes bcast(9, 0);
+  uint64_t bytes = 0;
+  {
+    py::gil_scoped_release nogil;
+    compcoll::torch_integration::TorchComm comm(inner, timeout, staging);
+    const int rank = comm.rank(), P = comm.size();
+    const auto parts = [](const compcoll::Gathered& g) {
+      std::vector<Bytes> out;
+      for (int r = 0; r < g.parts(); ++r) out.emplace_back(g.part(r).begin(), g.part(r).end());
+      return out;
+    };
+    const Bytes mine(3 * rank, static_cast<uint8_t>(rank));
+    gathered = parts(comm.allgatherv(mine, kUnboundedPart));
+    empty_gathered = parts(comm.allgatherv({}, kUnboundedPart));
+    std::vector<Bytes> send(P);
+    for (int j = 0; j < P; ++j) send[j].assign((rank + j) % 3, static_cast<uint8_t>(10 * rank + j));
+    exchanged = comm.alltoallv(send, kUnboundedPart);
+    std::fill(sums.begin(), sums.end(), float(rank + 1));
+    comm.allreduce(sums.data(), sums.size(), compcoll::DType::kFloat32, compcoll::ReduceOp::kSum);
+    std::fill(isums.begin(), isums.end(), int64_t(rank));
+    comm.allreduce(isums.data(), isums.size(), compcoll::DType::kInt64, compcoll::ReduceOp::kSum);
+    if (rank == P - 1) std::fill(bcast.begin(), bcast.end(), 7);
+    comm.broadcast(bcast.data(), bcast.size(), P - 1);
+    comm.barrier();
+    bytes = comm.bytes_sent();
+  }
+  const auto lists = [](const std::vector<Bytes>& v) {
+    py::list out;
+    for (const Bytes& b : v) out.append(py::cast(std::vector<int>(b.begin(), b.end())));
+    return out;
+  };
+  py::dict d;
+  d["allgatherv"] = lists(gathered);
+  d["empty_allgatherv"] = lists(empty_gathered);
+  d["alltoallv"] = lists(exchanged);
+  d["allreduce"] = sums;
+  d["allreduce_int64"] = isums;
+  d["broadcast"] = std::vector<int>(bcast.begin(), bcast.end());
+  d["barrier"] = true;
+  d["bytes_sent"] = bytes;
+  return d;
 }
 
 }  // namespace
@@ -31,11 +121,32 @@ PYBIND11_MODULE(_C, m) {
 
   m.def(
       "create_backend",
-      [](const c10::intrusive_ptr<c10d::Backend>& inner, std::chrono::milliseconds timeout) {
-        return c10::intrusive_ptr<c10d::Backend>(CompcollBackend::create(inner, timeout));
+      [](const c10::intrusive_ptr<c10d::Backend>& inner, std::chrono::milliseconds timeout,
+         std::optional<std::string> device_lane, std::optional<py::function> device_factory) {
+        DeviceLaneSpec spec;
+        if (device_lane) {
+          TORCH_CHECK(device_factory, "compcoll: a device lane needs a device_factory");
+          if (*device_lane == "cuda") {
+            spec.type = c10::DeviceType::CUDA;
+          } else if (*device_lane == "staged_cpu") {  // tests: the staged path on cpu tensors
+            spec.type = c10::DeviceType::CPU;
+          } else {
+            TORCH_CHECK(false, "compcoll: unknown device lane '", *device_lane,
+                        "' (cuda, staged_cpu)");
+          }
+          spec.name = *device_lane;
+          spec.factory = backend_factory(std::move(*device_factory));
+        }
+        py::gil_scoped_release nogil;  // collective: other threads may need the GIL meanwhile
+        return c10::intrusive_ptr<c10d::Backend>(
+            CompcollBackend::create(inner, timeout, std::move(spec)));
       },
-      py::arg("inner"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
-      "Wraps an inner (Gloo) backend; collective: every rank of the group calls it.");
+      py::arg("inner"), py::arg("timeout"), py::arg("device_lane") = py::none(),
+      py::arg("device_factory") = py::none(),
+      "Wraps an inner (Gloo) backend; collective: every rank of the group calls it. "
+      "device_lane ('cuda', or 'staged_cpu' for tests) with device_factory (a callable "
+      "returning the inner backend for those tensors, called on their first operation) "
+      "adds a host-staged lane for that device.");
 
   m.def("is_compcoll", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return static_cast<bool>(c10::dynamic_intrusive_pointer_cast<CompcollBackend>(b));
@@ -64,10 +175,23 @@ PYBIND11_MODULE(_C, m) {
       [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->state_entries(); },
       py::call_guard<py::gil_scoped_release>());
   m.def("algo", [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->config().algo; });
-  m.def("inner", [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->inner(); });
-  m.def("slots", [](const c10::intrusive_ptr<c10d::Backend>& b) {
+  m.def(
+      "inner",
+      [](const c10::intrusive_ptr<c10d::Backend>& b, const std::string& lane) {
+        return as_compcoll(b)->inner_of(lane);  // None while it has not been built
+      },
+      py::arg("backend"), py::arg("lane") = "cpu");
+  m.def(
+      "device_lane",
+      [](const c10::intrusive_ptr<c10d::Backend>& b) -> std::optional<std::string> {
+        std::string name = as_compcoll(b)->device_lane();
+        if (name.empty()) return std::nullopt;
+        return name;
+      },
+      "The device lane's name ('cuda', 'staged_cpu'), or None.");
+  m.def("slots", [](const c10::intrusive_ptr<c10d::Backend>& b, const std::string& lane) {
     py::list out;
-    for (const auto& s : as_compcoll(b)->slots()) {
+    for (const auto& s : as_compcoll(b)->slots(lane)) {
       py::dict d;
       d["key"] = s.key;
       d["numel"] = s.numel;
@@ -78,14 +202,16 @@ PYBIND11_MODULE(_C, m) {
       out.append(d);
     }
     return out;
-  });
-  m.def("key_trace", [](const c10::intrusive_ptr<c10d::Backend>& b) {
+  }, py::arg("backend"), py::arg("lane") = "cpu");
+  m.def("key_trace", [](const c10::intrusive_ptr<c10d::Backend>& b, const std::string& lane) {
     py::list out;
-    for (const BufferSlots::TraceEntry& e : as_compcoll(b)->key_trace()) {
+    for (const BufferSlots::TraceEntry& e : as_compcoll(b)->key_trace(lane)) {
       out.append(py::make_tuple(e.key, e.numel, compcoll::torch_integration::slot_event_name(e.event)));
     }
     return out;
-  });
+  }, py::arg("backend"), py::arg("lane") = "cpu");
+  m.def("_exercise_torch_comm", &exercise_torch_comm, py::arg("inner"), py::arg("timeout"),
+        py::arg("staging") = py::none(), "Test hook: every Comm call through a TorchComm.");
   m.def("algorithm_names", [] { return compcoll::algorithm_names(); });
   m.def("config_variables", [] {
     py::list out;

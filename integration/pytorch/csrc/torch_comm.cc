@@ -68,11 +68,32 @@ uint64_t tree_broadcast_bytes(int rank, int size, int root, uint64_t bytes) {
   return children * bytes;
 }
 
-TorchComm::TorchComm(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout)
-    : inner_(std::move(inner)), timeout_(timeout) {
+TorchComm::TorchComm(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
+                     std::optional<c10::Device> staging)
+    : inner_(std::move(inner)), timeout_(timeout), staging_(staging) {
   CC_CHECK(inner_, kInvalidArgument, "TorchComm needs an inner backend");
   rank_ = inner_->getRank();
   size_ = inner_->getSize();
+  inner_name_ = inner_->getBackendName();
+}
+
+at::Tensor TorchComm::to_inner(const at::Tensor& host) const {
+  if (!staging_) return host;
+  at::Tensor staged = at::empty(host.sizes(), host.options().device(*staging_));
+  staged.copy_(host);  // on the current stream; the inner backend orders itself after it
+  return staged;
+}
+
+at::Tensor TorchComm::inner_empty(int64_t n, c10::ScalarType dtype) const {
+  auto options = at::TensorOptions().dtype(dtype);
+  return at::empty({n}, staging_ ? options.device(*staging_) : options);
+}
+
+at::Tensor TorchComm::to_host(const at::Tensor& t) const {
+  if (!staging_) return t;
+  at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
+  host.copy_(t);  // non_blocking=false: complete on return
+  return host;
 }
 
 void TorchComm::check_usable(const char* what) const {
@@ -87,8 +108,8 @@ void TorchComm::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* wha
   } catch (const std::exception& e) {
     broken_ = std::string(what) + ": " + e.what();
     CC_THROW(kTransport, "rank ", rank_, "/", size_, ": ", what,
-             " through the inner gloo process group failed (timeout ", timeout_.count(),
-             " ms): ", e.what());
+             " through the inner ", inner_name_, " process group failed (timeout ",
+             timeout_.count(), " ms): ", e.what());
   }
 }
 
@@ -101,7 +122,7 @@ void TorchComm::run(const char* what, Issue&& issue) {
   } catch (const std::exception& e) {
     broken_ = std::string(what) + ": " + e.what();
     CC_THROW(kTransport, "rank ", rank_, "/", size_, ": ", what,
-             " could not be issued on the inner gloo process group: ", e.what());
+             " could not be issued on the inner ", inner_name_, " process group: ", e.what());
   }
   wait(work, what);
 }
@@ -120,9 +141,11 @@ Gathered TorchComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
   const int P = size_;
   at::Tensor mine = int64_tensor(1);
   mine.data_ptr<int64_t>()[0] = static_cast<int64_t>(send.size());
-  at::Tensor sizes = int64_tensor(P);
-  run("allgatherv (sizes)", [&] { return inner_->_allgather_base(sizes, mine); });
+  at::Tensor mine_in = to_inner(mine);
+  at::Tensor sizes_in = inner_empty(P, at::kLong);
+  run("allgatherv (sizes)", [&] { return inner_->_allgather_base(sizes_in, mine_in); });
   bytes_sent_ += uint64_t(P - 1) * sizeof(int64_t);
+  const at::Tensor sizes = to_host(sizes_in);
 
   const int64_t* sz = sizes.data_ptr<int64_t>();
   Gathered out;
@@ -143,9 +166,11 @@ Gathered TorchComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
   uint8_t* in_p = in.data_ptr<uint8_t>();
   if (!send.empty()) std::memcpy(in_p, send.data(), send.size());
   std::memset(in_p + send.size(), 0, static_cast<size_t>(padded) - send.size());
-  at::Tensor all = byte_tensor(padded * P);
-  run("allgatherv (payloads)", [&] { return inner_->_allgather_base(all, in); });
+  at::Tensor in_inner = to_inner(in);
+  at::Tensor all_inner = inner_empty(padded * P, at::kByte);
+  run("allgatherv (payloads)", [&] { return inner_->_allgather_base(all_inner, in_inner); });
   bytes_sent_ += uint64_t(P - 1) * uint64_t(padded);
+  const at::Tensor all = to_host(all_inner);
 
   out.data.resize(out.offsets[P]);
   const uint8_t* all_p = all.data_ptr<uint8_t>();
@@ -162,13 +187,15 @@ std::vector<Bytes> TorchComm::alltoallv(const std::vector<Bytes>& send, size_t m
   for (const Bytes& b : send) check_own_part(b.size(), max_part, "alltoallv");
   check_usable("alltoallv");
   at::Tensor send_sizes = int64_tensor(P);
-  at::Tensor recv_sizes = int64_tensor(P);
   int64_t* ss = send_sizes.data_ptr<int64_t>();
   for (int j = 0; j < P; ++j) ss[j] = static_cast<int64_t>(send[j].size());
+  at::Tensor send_sizes_in = to_inner(send_sizes);
+  at::Tensor recv_sizes_in = inner_empty(P, at::kLong);
   std::vector<int64_t> equal_out, equal_in;  // empty split lists: one element per rank
   run("alltoallv (sizes)",
-      [&] { return inner_->alltoall_base(recv_sizes, send_sizes, equal_out, equal_in); });
+      [&] { return inner_->alltoall_base(recv_sizes_in, send_sizes_in, equal_out, equal_in); });
   bytes_sent_ += uint64_t(P - 1) * sizeof(int64_t);
+  const at::Tensor recv_sizes = to_host(recv_sizes_in);
 
   const int64_t* rs = recv_sizes.data_ptr<int64_t>();
   std::vector<int64_t> in_splits(ss, ss + P), out_splits(rs, rs + P);
@@ -176,7 +203,6 @@ std::vector<Bytes> TorchComm::alltoallv(const std::vector<Bytes>& send, size_t m
   const int64_t send_total = std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0});
   const int64_t recv_total = std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0});
   at::Tensor in = byte_tensor(send_total);
-  at::Tensor out = byte_tensor(recv_total);
   uint8_t* in_p = in.data_ptr<uint8_t>();
   for (int j = 0; j < P; ++j) {
     if (!send[j].empty()) std::memcpy(in_p, send[j].data(), send[j].size());
@@ -184,7 +210,11 @@ std::vector<Bytes> TorchComm::alltoallv(const std::vector<Bytes>& send, size_t m
   }
   // The inner backend may take (move from) the split vectors: hand it copies.
   std::vector<int64_t> out_arg = out_splits, in_arg = in_splits;
-  run("alltoallv (payloads)", [&] { return inner_->alltoall_base(out, in, out_arg, in_arg); });
+  at::Tensor in_inner = to_inner(in);
+  at::Tensor out_inner = inner_empty(recv_total, at::kByte);
+  run("alltoallv (payloads)",
+      [&] { return inner_->alltoall_base(out_inner, in_inner, out_arg, in_arg); });
+  const at::Tensor out = to_host(out_inner);
   for (int j = 0; j < P; ++j) {
     if (j != rank_) bytes_sent_ += send[j].size();
   }
@@ -202,12 +232,14 @@ void TorchComm::allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   const c10d::ReduceOp top = to_torch_op(op);  // argument errors before any traffic
   check_usable("allreduce");
   if (count == 0) return;  // collective: every rank has the same count
-  std::vector<at::Tensor> t{at::from_blob(buf, {static_cast<int64_t>(count)},
-                                          at::TensorOptions().dtype(to_scalar_type(dtype)))};
+  const at::Tensor host = at::from_blob(buf, {static_cast<int64_t>(count)},
+                                        at::TensorOptions().dtype(to_scalar_type(dtype)));
+  std::vector<at::Tensor> t{to_inner(host)};
   c10d::AllreduceOptions opts;
   opts.reduceOp = top;
   opts.timeout = timeout_;
   run("allreduce", [&] { return inner_->allreduce(t, opts); });
+  if (staging_) host.copy_(t[0]);
   bytes_sent_ += ring_allreduce_bytes(count * dtype_size(dtype), size_);
 }
 
@@ -216,16 +248,27 @@ void TorchComm::broadcast(void* buf, size_t bytes, int root) {
            " is not a rank of ", size_);
   check_usable("broadcast");
   if (bytes == 0) return;
-  std::vector<at::Tensor> t{at::from_blob(buf, {static_cast<int64_t>(bytes)},
-                                          at::TensorOptions().dtype(at::kByte))};
+  const at::Tensor host = at::from_blob(buf, {static_cast<int64_t>(bytes)},
+                                        at::TensorOptions().dtype(at::kByte));
+  std::vector<at::Tensor> t{to_inner(host)};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   opts.timeout = timeout_;
   run("broadcast", [&] { return inner_->broadcast(t, opts); });
+  if (staging_) host.copy_(t[0]);
   bytes_sent_ += tree_broadcast_bytes(rank_, size_, root, bytes);
 }
 
 void TorchComm::barrier() {
+  if (staging_) {
+    // A one-element allreduce on the staging device: an inner barrier would
+    // pick its own device (NCCL guesses one when none is bound).
+    std::vector<at::Tensor> t{inner_empty(1, at::kInt).zero_()};
+    c10d::AllreduceOptions opts;
+    opts.timeout = timeout_;
+    run("barrier", [&] { return inner_->allreduce(t, opts); });
+    return;
+  }
   c10d::BarrierOptions opts;
   opts.timeout = timeout_;
   run("barrier", [&] { return inner_->barrier(opts); });

@@ -1,7 +1,16 @@
-// TorchComm: the Comm seam over an inner torch c10d backend (ProcessGroupGloo
-// created by the PyTorch backend), so the Python extension never loads a
-// second copy of Gloo: every byte compcoll sends travels through torch's own
-// Gloo.
+// TorchComm: the Comm seam over an inner torch c10d backend (the
+// ProcessGroupGloo or ProcessGroupNCCL created by the PyTorch backend), so
+// the Python extension never loads a second copy of Gloo or NCCL: every byte
+// compcoll sends travels through torch's own.
+//
+// Staging device: the seam passes host memory. Without a staging device the
+// inner backend gets cpu tensors over that memory (Gloo). With one, every
+// inner operation takes tensors on that device: the host bytes are copied
+// into freshly allocated staging tensors on the thread's current stream, the
+// inner operation runs on them, and what it produced is copied back to host
+// memory (a synchronous copy: complete when the call returns). NCCL needs
+// the device (the lane's cuda device); "cpu" makes real copies through the
+// same code, which is how the tests run the staging path without a GPU.
 //
 // How each seam call maps onto the inner backend (every call waits for its
 // inner work with the communicator's timeout):
@@ -23,7 +32,10 @@
 // 2(P-1)/P of the buffer (ring_allreduce_bytes, the same reference the
 // compression ratio is quoted against); broadcast counts the payload once
 // per child of this rank in a binomial tree rooted at root; barrier counts 0.
-// Gloo's message headers are not counted.
+// Gloo's message headers are not counted. Over NCCL the same formulas are
+// used: they describe the reference algorithms, not whichever one NCCL picks
+// (a ring all-gather sends exactly these bytes). With a staging device,
+// barrier is an allreduce of one int32 and still counts 0.
 //
 // After the first failure the communicator is broken: every further call
 // throws kTransport, as the seam requires. Used by one thread at a time (the
@@ -34,6 +46,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "collectives/comm.h"
@@ -42,7 +55,8 @@ namespace compcoll::torch_integration {
 
 class TorchComm final : public Comm {
  public:
-  TorchComm(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout);
+  TorchComm(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
+            std::optional<c10::Device> staging = std::nullopt);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -55,6 +69,7 @@ class TorchComm final : public Comm {
   void barrier() override;
 
   uint64_t bytes_sent() const override { return bytes_sent_; }
+  const std::optional<c10::Device>& staging() const { return staging_; }
 
  private:
   // Waits for an inner work item; converts any failure into kTransport and
@@ -64,6 +79,13 @@ class TorchComm final : public Comm {
   template <typename Issue>
   void run(const char* what, Issue&& issue);
   void check_usable(const char* what) const;
+  // host (cpu) as the inner backend takes it: itself, or a copy on the
+  // staging device.
+  at::Tensor to_inner(const at::Tensor& host) const;
+  // An uninitialised output of n elements where the inner backend takes it.
+  at::Tensor inner_empty(int64_t n, c10::ScalarType dtype) const;
+  // An inner output in host memory: itself, or a completed copy.
+  at::Tensor to_host(const at::Tensor& t) const;
   // Breaks the communicator (kTransport) when a peer announced a negative
   // size or more than max_part (see Comm::allgatherv).
   void refuse_part(int peer, int64_t announced, size_t max_part);
@@ -72,6 +94,8 @@ class TorchComm final : public Comm {
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
+  std::optional<c10::Device> staging_;
+  std::string inner_name_;  // "gloo", "nccl": for messages
   uint64_t bytes_sent_ = 0;
   std::string broken_;
 };

@@ -4,12 +4,26 @@
 
 namespace compcoll::torch_integration {
 
+namespace {
+
+// The devices of the outputs that are not on the cpu (all of one type: an
+// operation's tensors share a device).
+std::vector<c10::Device> device_outputs(const std::vector<at::Tensor>& outputs) {
+  std::vector<c10::Device> devices;
+  for (const at::Tensor& t : outputs) {
+    if (t.defined() && !t.is_cpu()) devices.push_back(t.device());
+  }
+  return devices;
+}
+
+}  // namespace
+
 CompcollWork::CompcollWork(int rank, c10d::OpType type, const char* profiling_title,
                            std::vector<at::Tensor> outputs)
     : c10d::Work(rank, type, profiling_title),
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+          c10::ListType::create(c10::TensorType::get()), device_outputs(outputs_))) {}
 
 void CompcollWork::complete() { complete_with(c10::IValue(outputs_), outputs_); }
 

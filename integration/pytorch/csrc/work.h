@@ -4,6 +4,13 @@
 // callbacks on that future, so communication overlaps the backward pass).
 // A failure completes both with the exception: wait() rethrows it and the
 // future's callbacks see it.
+//
+// Outputs on a device (cuda) make the future device-aware: completing it
+// records an event on the completing thread's current stream for each
+// device, and future.wait() / then() callbacks order themselves after those
+// events (as with ProcessGroupNCCL's futures). The backend completes device
+// works only after the outputs are written and its stream synchronised, and
+// with that stream current, so the events are already complete.
 #pragma once
 
 #include <ATen/core/ivalue.h>

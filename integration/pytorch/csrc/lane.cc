@@ -1,0 +1,205 @@
+#include "integration/pytorch/csrc/lane.h"
+
+#include <Python.h>
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <sstream>
+#include <stdexcept>
+
+#include "compcoll/error.h"
+#include "integration/pytorch/csrc/torch_comm.h"
+
+namespace compcoll::torch_integration {
+
+void without_gil(const std::function<void()>& fn) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    PyThreadState* state = PyEval_SaveThread();
+    try {
+      fn();
+    } catch (...) {
+      PyEval_RestoreThread(state);
+      throw;
+    }
+    PyEval_RestoreThread(state);
+  } else {
+    fn();
+  }
+}
+
+Lane::Lane(std::string name, c10::DeviceType type, c10::intrusive_ptr<c10d::Backend> inner)
+    : name_(std::move(name)), type_(type), staged_(false), inner_(std::move(inner)) {
+  CC_CHECK(inner_, kInvalidArgument, "lane ", name_, " needs an inner backend");
+}
+
+Lane::Lane(std::string name, c10::DeviceType type, Factory factory)
+    : name_(std::move(name)), type_(type), staged_(true), factory_(std::move(factory)) {
+  CC_CHECK(factory_ != nullptr, kInvalidArgument, "lane ", name_, " needs a backend factory");
+}
+
+Lane::~Lane() {
+  comm_.reset();  // before the inner backend it talks through
+}
+
+c10::intrusive_ptr<c10d::Backend> Lane::built_inner() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return inner_;
+}
+
+c10::intrusive_ptr<c10d::Backend> Lane::inner() {
+  Factory factory;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!inner_ && building_) {  // another thread is building it
+      lock.unlock();
+      without_gil([&] {
+        std::unique_lock<std::mutex> l(mu_);
+        built_cv_.wait(l, [&] { return inner_ || !building_; });
+      });
+      lock.lock();
+    }
+    if (inner_) return inner_;
+    building_ = true;
+    factory = factory_;
+  }
+  c10::intrusive_ptr<c10d::Backend> built;
+  try {
+    // No lock held: the factory takes the GIL, and a thread holding the GIL
+    // may be waiting for one of our locks.
+    built = factory();
+    CC_CHECK(built, kInternal, "the ", name_, " inner backend factory returned nothing");
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      building_ = false;
+    }
+    built_cv_.notify_all();
+    CC_THROW(kTransport, "the inner backend for ", name_, " tensors could not be built: ",
+             e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inner_ = built;
+    building_ = false;
+    if (pending_timeout_) inner_->setTimeout(*pending_timeout_);
+    if (pending_uid_) inner_->setGroupUid(*pending_uid_);
+    if (pending_bound_) inner_->setBoundDeviceId(*pending_bound_);
+    factory_ = nullptr;
+  }
+  built_cv_.notify_all();
+  factory = nullptr;  // the last reference to the factory (it releases its Python callable)
+  return built;
+}
+
+void Lane::set_timeout(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_timeout_ = timeout;
+  if (inner_) inner_->setTimeout(timeout);
+}
+
+void Lane::set_group_uid(const std::string& uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_uid_ = uid;
+  if (inner_) inner_->setGroupUid(uid);
+}
+
+void Lane::set_bound_device(std::optional<at::Device> device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_bound_ = device;
+  if (inner_) inner_->setBoundDeviceId(device);
+}
+
+Communicator& Lane::ensure_comm(const Config& cfg, std::chrono::milliseconds timeout,
+                                std::optional<c10::Device> staging) {
+  if (comm_) return *comm_;
+  CC_CHECK(comm_error_.empty(), kTransport, "the compcoll communicator for ", name_,
+           " tensors could not be created earlier; the process group must be rebuilt (",
+           comm_error_, ")");
+  try {
+    comm_ = std::make_unique<Communicator>(std::make_unique<TorchComm>(inner(), timeout, staging),
+                                           cfg);
+  } catch (const std::exception& e) {
+    comm_error_ = e.what();
+    throw;
+  }
+  return *comm_;
+}
+
+void Lane::count_direct(uint64_t bytes) {
+  direct_calls_.fetch_add(1);
+  direct_bytes_.fetch_add(bytes);
+}
+
+std::optional<c10::Stream> Lane::worker_stream(c10::Device d) {
+  if (d.is_cpu()) return std::nullopt;
+  auto it = streams_.find(d.index());
+  if (it == streams_.end()) {
+    const c10::impl::VirtualGuardImpl impl(d.type());
+    it = streams_.emplace(d.index(), impl.getStreamFromGlobalPool(d, /*isHighPriority=*/false))
+             .first;
+  }
+  return it->second;
+}
+
+at::Tensor stage_to_host(const at::Tensor& t) {
+  auto options = at::TensorOptions().dtype(t.scalar_type()).device(at::kCPU);
+  if (!t.is_cpu()) options = options.pinned_memory(true);
+  at::Tensor host = at::empty(t.sizes(), options);
+  host.copy_(t);  // non_blocking=false: complete (the caller's stream synchronised) on return
+  return host;
+}
+
+std::string merged_stats_json(int rank, int world_size, const std::string& algo,
+                              const std::vector<const Lane*>& lanes) {
+  struct Sums {
+    uint64_t calls = 0, compressed = 0, dense = 0, wire = 0, state = 0, direct = 0;
+    double ms = 0.0;
+  };
+  const auto write = [&](std::ostringstream& os, const Sums& x) {
+    os << "\"rank\": " << rank << ", \"world_size\": " << world_size << ", \"algo\": \"" << algo
+       << "\", \"calls\": " << x.calls << ", \"compressed_calls\": " << x.compressed
+       << ", \"dense_bytes\": " << x.dense << ", \"wire_bytes\": " << x.wire
+       << ", \"ratio\": " << (x.wire ? double(x.dense) / double(x.wire) : 0.0)
+       << ", \"time_ms\": " << x.ms << ", \"state_bytes\": " << x.state;
+  };
+  Sums total;
+  std::ostringstream devices;
+  bool first = true;
+  for (const Lane* lane : lanes) {
+    if (lane == nullptr) continue;
+    const Communicator* c = lane->comm();
+    Sums x;
+    if (c != nullptr) {
+      const Stats& s = c->stats();
+      x.calls = s.calls();
+      x.compressed = s.compressed_calls();
+      x.dense = s.dense_bytes();
+      x.wire = s.wire_bytes();
+      x.ms = s.total_ms();
+      x.state = c->state_bytes();
+    }
+    x.direct = lane->direct_calls();
+    if (c == nullptr && x.direct == 0) continue;
+    x.calls += x.direct;
+    x.dense += lane->direct_bytes();
+    x.wire += lane->direct_bytes();
+    total.calls += x.calls;
+    total.compressed += x.compressed;
+    total.dense += x.dense;
+    total.wire += x.wire;
+    total.ms += x.ms;
+    total.state += x.state;
+    devices << (first ? "" : ", ") << "\"" << lane->name() << "\": {";
+    write(devices, x);
+    devices << ", \"direct_calls\": " << x.direct << "}";
+    first = false;
+  }
+  std::ostringstream os;
+  os << "{";
+  write(os, total);
+  os << ", \"devices\": {" << devices.str() << "}}";
+  return os.str();
+}
+
+}  // namespace compcoll::torch_integration
