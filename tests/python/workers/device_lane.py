@@ -242,13 +242,17 @@ def check_exact():
         dist.all_to_all_single(a2a_ref, a2a_in, out_splits, in_splits, group=GLOO)
         record("all_to_all_single", a2a, a2a_ref)
         if world > 1:
+            # a ring, even ranks sending first: NCCL's point-to-point kernels
+            # of one pair run in issue order, so all-send-first can deadlock
             nxt, prv = (rank + 1) % world, (rank - 1) % world
             got = torch.empty(500, device=DEV)
-            reqs = dist.batch_isend_irecv([
-                dist.P2POp(dist.isend, torch.full((500,), float(rank), device=DEV), nxt, group=g),
-                dist.P2POp(dist.irecv, got, prv, group=g)])
-            for r in reqs:
-                r.wait()
+            mine = torch.full((500,), float(rank), device=DEV)
+            if rank % 2 == 0:
+                dist.send(mine, nxt, group=g)
+                dist.recv(got, prv, group=g)
+            else:
+                dist.recv(got, prv, group=g)
+                dist.send(mine, nxt, group=g)
             record("send_recv", got, torch.full((500,), float(prv)))
         objs = [None] * world
         dist.all_gather_object(objs, {"rank": rank}, group=g)
