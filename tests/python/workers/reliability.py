@@ -1,0 +1,98 @@
+"""Reliability checks through the compcoll backend (see test_reliability.py).
+
+usage: reliability.py MODE
+  nonfinite  for every algorithm of TEST_ALGOS: rank 1 puts NaN, +Inf and
+             -Inf into its gradient; every rank reports where its output is
+             non-finite, then runs clean steps and reports whether they are
+             finite and identical across ranks
+  killed     COMPCOLL_ALGO (from the environment) on the default group with
+             a TEST_TIMEOUT_S process-group timeout; rank TEST_VICTIM
+             SIGKILLs itself after TEST_KILL_AFTER allreduces; survivors
+             report how long after their last completed call the error came
+             and what it said
+"""
+import os
+import signal
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from common import emit
+
+MODE = sys.argv[1]
+torch.set_num_threads(1)
+N = 50_000
+BAD = {"nan": 7, "posinf": 1234, "neginf": 40_000}
+
+
+def gradient(rank, step):
+    g = torch.Generator().manual_seed(7 * step + rank)
+    return torch.randn(N, generator=g) * 1e-2
+
+
+def nonfinite():
+    import compcoll  # noqa: F401  registers "compcoll"
+    dist.init_process_group("gloo", init_method="env://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = {}
+    for algo in os.environ["TEST_ALGOS"].split(","):
+        os.environ["COMPCOLL_ALGO"] = algo
+        group = dist.new_group(backend="compcoll")
+        x = gradient(rank, 0)
+        if rank == 1:
+            x[BAD["nan"]] = float("nan")
+            x[BAD["posinf"]] = float("inf")
+            x[BAD["neginf"]] = float("-inf")
+        dist.all_reduce(x, group=group)
+        res = {
+            "nan_at": torch.nonzero(torch.isnan(x)).flatten().tolist(),
+            "posinf_at": torch.nonzero(torch.isposinf(x)).flatten().tolist(),
+            "neginf_at": torch.nonzero(torch.isneginf(x)).flatten().tolist(),
+        }
+        clean_finite, clean_identical, clean_err = True, True, 0.0
+        for step in range(1, 4):
+            y = gradient(rank, step)
+            want = sum(gradient(r, step) for r in range(world))
+            dist.all_reduce(y, group=group)
+            clean_finite &= bool(torch.isfinite(y).all())
+            mine = y.clone()
+            others = [torch.empty_like(y) for _ in range(world)]
+            dist.all_gather(others, mine, group=group)
+            clean_identical &= all(torch.equal(o, mine) for o in others)
+            clean_err = float((y - want).norm() / want.norm())
+        res.update(clean_finite=clean_finite, clean_identical=clean_identical,
+                   clean_rel_err=clean_err)
+        out[algo] = res
+        dist.destroy_process_group(group)
+    emit(out)
+    dist.destroy_process_group()
+
+
+def killed():
+    timeout_s = float(os.environ["TEST_TIMEOUT_S"])
+    victim = int(os.environ["TEST_VICTIM"])
+    kill_after = int(os.environ["TEST_KILL_AFTER"])
+    dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=timeout_s))
+    rank = dist.get_rank()
+    backend = dist.group.WORLD._get_backend(torch.device("cpu")).name()
+    last_ok = time.monotonic()
+    calls = 0
+    try:
+        for step in range(100_000):  # bounded; the victim ends it long before
+            if rank == victim and step == kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+            x = gradient(rank, step)
+            dist.all_reduce(x)
+            calls += 1
+            last_ok = time.monotonic()
+    except Exception as e:  # noqa: BLE001  the error is the result
+        emit({"rank": rank, "backend": backend, "calls": calls,
+              "error_after_s": time.monotonic() - last_ok, "error": str(e)[:2000]})
+        os._exit(0)  # the group is broken; skip its teardown
+    emit({"rank": rank, "backend": backend, "calls": calls, "error": None})
+
+
+{"nonfinite": nonfinite, "killed": killed}[MODE]()
