@@ -158,10 +158,20 @@ run_python() {
     --no-build-isolation --no-deps --target "$dir/site" ./ ||
     { echo "run-sanitizers: sanitized PyTorch extension build FAILED"; return 1; }
   local build_s=$(( $(date +%s) - t0 ))
-  local asan_rt
-  asan_rt=$("$SAN_CXX" -print-file-name=libasan.so)
+  local asan_rt py
+  # libstdc++ is preloaded right after the ASan runtime: python does not
+  # link it, and ASan resolves its C++ exception interceptor (__cxa_throw)
+  # when it starts; without libstdc++ loaded by then, the first exception
+  # thrown in the extension stops the process with "CHECK failed ...
+  # real___cxa_throw".
+  asan_rt="$("$SAN_CXX" -print-file-name=libasan.so):$("$SAN_CXX" -print-file-name=libstdc++.so.6)"
+  # The interpreter itself, not a wrapper script (pyenv's python3 is a bash
+  # shim, which must not run with the ASan runtime preloaded).
+  py=$(python3 -c 'import sys; print(sys.executable)')
+  export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:report_error_type=1:suppressions=$SUPP/ubsan.supp"
   # The extension must be the one under test, not the regular install.
-  PYTHONPATH="$dir/site" LD_PRELOAD="$asan_rt" python3 - <<'PY' || return 1
+  PYTHONPATH="$dir/site" LD_PRELOAD="$asan_rt" "$py" - <<'PY' || return 1
 import compcoll._C as c, sys
 path = c.__file__
 assert "build-python-san" in path, f"the sanitized extension is not the one imported: {path}"
@@ -170,11 +180,9 @@ print("run-sanitizers: python imports", path)
 PY
   local t1
   t1=$(date +%s)
-  PYTHONPATH="$dir/site" LD_PRELOAD="$asan_rt" \
-  ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0" \
-  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:report_error_type=1:suppressions=$SUPP/ubsan.supp" \
-    python3 -m pytest -q tests/python || rc=$?
+  PYTHONPATH="$dir/site" LD_PRELOAD="$asan_rt" "$py" -m pytest -q tests/python || rc=$?
   echo "run-sanitizers: python (asan+ubsan extension) build ${build_s} s, tests $(( $(date +%s) - t1 )) s, rc $rc"
+  unset ASAN_OPTIONS UBSAN_OPTIONS
   return $rc
 }
 
