@@ -145,12 +145,17 @@ std::vector<Bytes> GlooComm::alltoallv(const std::vector<Bytes>& send, size_t ma
   }
   call.wait_all();
 
+  // Every announcement is checked before any payload is posted: a refusal
+  // sends nothing further.
+  for (int peer = 0; peer < size_; ++peer) {
+    const uint64_t announced = in_sizes[static_cast<size_t>(peer)];
+    if (peer != rank_ && announced > max_part) call.fail(oversized_part_message(peer, announced, max_part));
+  }
   std::vector<Bytes> out(p);
   out[static_cast<size_t>(rank_)] = send[static_cast<size_t>(rank_)];
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     const size_t pr = static_cast<size_t>(peer);
-    if (in_sizes[pr] > max_part) call.fail(oversized_part_message(peer, in_sizes[pr], max_part));
     try {
       out[pr].resize(static_cast<size_t>(in_sizes[pr]));
     } catch (const std::exception& e) {  // bad_alloc, length_error
