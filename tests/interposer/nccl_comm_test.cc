@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "collectives/lent_comm.h"
 #include "compcoll/error.h"
 #include "plugin/communicator.h"
 #include "tests/interposer/standin.h"
@@ -168,22 +169,7 @@ TEST(NcclComm, CompressedAlgorithmsRunThroughACommunicatorOverNccl) {
       cfg.params.density = 0.01;
       cfg.params.csc_chunk = 1024;
       cfg.params.csc_fraction = 0.1;
-      struct Lent : Comm {  // the Communicator owns its Comm; lend it ours
-        explicit Lent(Comm& c) : c(c) {}
-        int rank() const override { return c.rank(); }
-        int size() const override { return c.size(); }
-        std::chrono::milliseconds timeout() const override { return c.timeout(); }
-        Gathered allgatherv(std::span<const uint8_t> s, size_t m) override { return c.allgatherv(s, m); }
-        std::vector<Bytes> alltoallv(const std::vector<Bytes>& s, size_t m) override {
-          return c.alltoallv(s, m);
-        }
-        void allreduce(void* b, size_t n, DType d, ReduceOp o) override { c.allreduce(b, n, d, o); }
-        void broadcast(void* b, size_t n, int r) override { c.broadcast(b, n, r); }
-        void barrier() override { c.barrier(); }
-        uint64_t bytes_sent() const override { return c.bytes_sent(); }
-        Comm& c;
-      };
-      Communicator cc(std::make_unique<Lent>(c), cfg);
+      Communicator cc(std::make_unique<LentComm>(c), cfg);  // the Communicator owns its Comm
       std::vector<float> g(50000);
       for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(float(i) * 0.37f + float(c.rank()));
       cc.allreduce(g.data(), g.size(), DType::kFloat32, ReduceOp::kSum, "g");
