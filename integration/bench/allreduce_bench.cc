@@ -62,6 +62,13 @@ int allreduce_main(int argc, char** argv, int first) {
   const std::string link = args.str(
       "link", "", "run each rank in its own network namespace on a bridge, links shaped to RATE "
                   "(e.g. 1gbit, 10gbit; needs root); see docs/networks.md");
+  const long long ranks_per_host = args.integer(
+      "ranks-per-host", 1,
+      "with --link: N ranks share each network namespace (a \"host\"; --ranks must be a multiple "
+      "of N). With --link every row gains host_tx_bytes: the most bytes any namespace's interface "
+      "sent per timed call, from the kernel's counters (incl. TCP/IP headers, ACKs and a few "
+      "hundred bytes of the benchmark's own fences). Without --link all ranks share the machine's "
+      "loopback with everything else, so no host_tx_bytes is reported");
   const bool json = args.flag("json", "print the JSON list of the CLI contract");
   const std::string plot = args.str("plot", "", "also draw time vs size per algorithm into this PNG "
                                                 "(python3 with matplotlib)");
@@ -72,6 +79,14 @@ int allreduce_main(int argc, char** argv, int first) {
   }
   CC_CHECK(ranks >= 1, kInvalidArgument, "--ranks must be >= 1");
   CC_CHECK(iters >= 1, kInvalidArgument, "--iters must be >= 1");
+  CC_CHECK(ranks_per_host >= 1, kInvalidArgument, "--ranks-per-host must be >= 1, not ",
+           ranks_per_host);
+  CC_CHECK(ranks % ranks_per_host == 0, kInvalidArgument, "--ranks ", ranks,
+           " is not a multiple of --ranks-per-host ", ranks_per_host,
+           " (every host gets the same number of ranks)");
+  CC_CHECK(ranks_per_host == 1 || !link.empty(), kInvalidArgument,
+           "--ranks-per-host needs --link (hosts are network namespaces)");
+  const int hosts = ranks / static_cast<int>(ranks_per_host);
   for (const auto& a : split_list(algos)) find_algorithm(a);  // reject unknown names up front
   const Config cfg = load_config();                            // and bad COMPCOLL_* values
   kill_children_on_signals();  // Ctrl-C stops the ranks too (first, then the network)
@@ -80,7 +95,7 @@ int allreduce_main(int argc, char** argv, int first) {
     CC_CHECK(rendezvous.empty() || rendezvous.rfind("file://", 0) == 0, kInvalidArgument,
              "--link: ranks in their namespaces cannot reach the host's loopback; use the default "
              "FileStore or a file:// --rendezvous");
-    net = std::make_unique<ShapedNetwork>(ranks, parse_link_rate(link));
+    net = std::make_unique<ShapedNetwork>(hosts, parse_link_rate(link));
     ShapedNetwork::install_teardown_on_signals();  // Ctrl-C removes the namespaces too
   }
 
@@ -95,9 +110,11 @@ int allreduce_main(int argc, char** argv, int first) {
   for (int r = 0; r < ranks; ++r) {
     std::vector<std::string> a;
     if (net) {
-      // Rank r runs inside its namespace and binds its tcp device there.
-      a = net->exec_prefix(r);
-      a.insert(a.end(), {"/usr/bin/env", "COMPCOLL_HOSTNAME=" + net->address(r)});
+      // Rank r runs inside its host's namespace and binds its tcp device
+      // there; the host's first rank meters its interface.
+      const int host = r / static_cast<int>(ranks_per_host);
+      a = net->exec_prefix(host);
+      a.insert(a.end(), {"/usr/bin/env", "COMPCOLL_HOSTNAME=" + net->address(host)});
     }
     a.insert(a.end(), {exe, "worker", "--rank", std::to_string(r), "--ranks",
                                   std::to_string(ranks), "--rendezvous", spec, "--algo", algos,
@@ -111,6 +128,9 @@ int allreduce_main(int argc, char** argv, int first) {
     if (!sizes.empty()) {
       a.push_back("--sizes");
       a.push_back(sizes);
+    }
+    if (net) {
+      a.insert(a.end(), {"--tx-iface", "eth0", "--ranks-per-host", std::to_string(ranks_per_host)});
     }
     children.push_back(spawn(a, r, dir + "/rank" + std::to_string(r) + ".log"));
     watch_child(children.back().pid);
@@ -130,8 +150,9 @@ int allreduce_main(int argc, char** argv, int first) {
     return 1;
   }
   if (net && !json) {
-    std::cout << "# link: " << ranks << " network namespaces on a bridge, every link shaped with tbf to "
-              << net->rate().text << " (198.18.0.0/24)\n";
+    std::cout << "# link: " << hosts << " network namespaces (" << ranks_per_host
+              << " rank(s) each) on a bridge, every link shaped with tbf to " << net->rate().text
+              << " (198.18.0.0/24)\n";
   }
   std::cout << read_file(json ? out : out + ".txt") << std::flush;
   if (!plot.empty()) {

@@ -25,6 +25,7 @@
 #include "integration/bench/allreduce_bench.h"
 #include "integration/bench/args.h"
 #include "integration/bench/gradients.h"
+#include "integration/bench/host_counters.h"
 #include "integration/bench/json.h"
 #include "integration/bench/report.h"
 #include "plugin/config.h"
@@ -41,18 +42,20 @@ double ms_since(Clock::time_point t0) {
 }
 
 // All local ranks share one monotonic clock, so instead of timing from the
-// (skewed) exit of a barrier, rank 0 names a start instant a few
+// (skewed) exit of a barrier, the ranks agree on a start instant a few
 // milliseconds ahead and every rank sleeps until it: a call's time is then
 // from that common start to this rank's finish, and the slowest rank's time
-// is the collective's.
+// is the collective's. The instant is the latest of every rank's "now + 3
+// ms" (a MAX allreduce), so it lies after every rank has finished its
+// untimed work of the previous call (copies, the running sum). Had one rank
+// picked it alone, a rank still busy with that work would start late and
+// its lateness would be billed to the call: with more ranks than cores that
+// made the same Gloo ring look 0.5-1.3x as fast as itself from row to row.
 Clock::time_point common_start(Comm& comm) {
-  int64_t start_ns = 0;
-  if (comm.rank() == 0) {
-    start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   (Clock::now() + std::chrono::milliseconds(3)).time_since_epoch())
-                   .count();
-  }
-  comm.broadcast(&start_ns, sizeof start_ns, 0);
+  int64_t start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         (Clock::now() + std::chrono::milliseconds(3)).time_since_epoch())
+                         .count();
+  comm.allreduce(&start_ns, 1, DType::kInt64, ReduceOp::kMax);
   const Clock::time_point start{std::chrono::nanoseconds(start_ns)};
   std::this_thread::sleep_until(start);
   return start;
@@ -112,6 +115,10 @@ int worker_main(int argc, char** argv, int first) {
   const GradientKind kind = parse_gradient_kind(args.str("gradient", "gaussian", "input"));
   const auto seed = static_cast<uint64_t>(args.integer("seed", 1, "random seed"));
   const bool skip_baseline = args.flag("skip-dense-baseline", "do not time Gloo's own allreduce");
+  const std::string tx_iface =
+      args.str("tx-iface", "", "meter this interface's tx bytes per timed call (host_tx_bytes)");
+  const int ranks_per_host = static_cast<int>(
+      args.integer("ranks-per-host", 1, "ranks [h*N, (h+1)*N) share host h (one meter reads)"));
   std::string usage;
   if (!args.finish(&usage)) {
     std::cout << usage;
@@ -136,7 +143,24 @@ int worker_main(int argc, char** argv, int first) {
   opts.hostname = cfg.hostname;
   opts.timeout = cfg.timeout;
   opts.prefix = "bench";
+  CC_CHECK(ranks_per_host >= 1 && ranks % ranks_per_host == 0, kInvalidArgument,
+           "--ranks-per-host ", ranks_per_host, " does not divide --ranks ", ranks);
+  // One reader per host: the host's first rank. Opened before connecting, so
+  // a missing interface fails before any traffic.
+  std::unique_ptr<HostTxMeter> meter;
+  if (!tx_iface.empty()) meter = std::make_unique<HostTxMeter>(tx_iface, rank % ranks_per_host == 0);
   auto comm = connect_gloo(opts);
+  int hosts = 0;  // distinct host identities, as the hierarchy would find them
+  if (meter) {
+    const std::string id = default_host_identity();
+    const Gathered ids = comm->allgatherv({reinterpret_cast<const uint8_t*>(id.data()), id.size()}, 4096);
+    std::vector<std::string> seen;
+    for (int r = 0; r < ids.parts(); ++r) {
+      std::string s(reinterpret_cast<const char*>(ids.part(r).data()), ids.part(r).size());
+      if (std::find(seen.begin(), seen.end(), s) == seen.end()) seen.push_back(s);
+    }
+    hosts = static_cast<int>(seen.size());
+  }
 
   // Sizes to sweep (elements); --sizes wins over --count.
   std::vector<size_t> counts;
@@ -182,6 +206,7 @@ int worker_main(int argc, char** argv, int first) {
       std::vector<double> running;
       std::vector<double> times;
       uint64_t wire = 0;
+      uint64_t host_tx = 0;  // this host's interface over the timed calls (reader only)
       std::vector<float> out;
     };
     std::vector<Run> runs(names.size());
@@ -196,10 +221,23 @@ int worker_main(int argc, char** argv, int first) {
         const size_t a = (turn + static_cast<size_t>(it + warmup)) % names.size();
         Run& run = runs[a];
         std::copy(grad.begin(), grad.begin() + count, buf.begin());
+        // Metered calls are fenced by barriers (host_counters.h): whatever
+        // ran before (warm-up, the Gloo baseline, another algorithm) is off
+        // the wire when the counter is read, and all of this call is on it
+        // at the second read. The fences are outside the timed interval.
+        const bool metered = meter && it >= 0;
+        if (metered) {
+          comm->barrier();
+          meter->begin();
+        }
         const auto t0 = common_start(*comm);
         const uint64_t before = comm->bytes_sent();
         algos_built[a]->allreduce(*comm, buf.data(), count, /*average=*/false, *run.state);
         const double ms = ms_since(t0);
+        if (metered) {
+          comm->barrier();
+          run.host_tx += meter->end();
+        }
         if (it >= 0) {
           run.times.push_back(ms);
           run.wire += comm->bytes_sent() - before;
@@ -229,6 +267,15 @@ int worker_main(int argc, char** argv, int first) {
       r.rel_error = exact_norm > 0 ? std::sqrt(err) / exact_norm : std::sqrt(err);
       r.running_rel_error = exact_norm > 0 ? std::sqrt(run_err) / (calls * exact_norm) : 0.0;
       r.identical = identical_everywhere(*comm, run.out);
+      if (meter) {
+        // The busiest host: non-readers contribute 0 to the MAX.
+        int64_t tx = static_cast<int64_t>(run.host_tx);
+        comm->allreduce(&tx, 1, DType::kInt64, ReduceOp::kMax);
+        r.has_host_tx = true;
+        r.host_tx_bytes = iters > 0 ? static_cast<uint64_t>(tx) / static_cast<uint64_t>(iters) : 0;
+        r.ranks_per_host = ranks_per_host;
+        r.hosts = hosts;
+      }
       results.push_back(r);
     }
     std::fprintf(stderr, "compcoll-bench worker rank %d: %s done\n", rank, algos.c_str());

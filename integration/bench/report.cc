@@ -1,10 +1,22 @@
 #include "integration/bench/report.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "integration/bench/json.h"
 
 namespace compcoll::bench {
+namespace {
+
+// "n/a" where the ratio is undefined (see AllreduceResult::ratio).
+std::string ratio_text(double ratio) {
+  if (std::isnan(ratio)) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", ratio);
+  return buf;
+}
+
+}  // namespace
 
 std::string results_json(const std::vector<AllreduceResult>& results) {
   std::vector<JsonObject> items;
@@ -24,6 +36,11 @@ std::string results_json(const std::vector<AllreduceResult>& results) {
         .add("running_rel_error", r.running_rel_error)
         .add("identical", r.identical);
     if (!r.decision.empty()) j.add("decision", r.decision);
+    if (r.has_host_tx) {
+      j.add("host_tx_bytes", static_cast<unsigned long long>(r.host_tx_bytes))
+          .add("ranks_per_host", r.ranks_per_host)
+          .add("hosts", r.hosts);
+    }
     items.push_back(j);
   }
   return json_list(items);
@@ -38,24 +55,42 @@ std::string results_table(const std::vector<AllreduceResult>& results) {
                 "(slowest rank); dense = Gloo's own allreduce in the same run\n",
                 results[0].ranks, results[0].iters);
   out += line;
-  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %7s %10s %8s %8s %10s %8s %12s %8s %9s %9s %5s\n",
+  // With --link, host_tx(B) closes each row: the busiest namespace's
+  // interface, per call (from the kernel's counters, see host_counters.h).
+  const bool host_tx = results[0].has_host_tx;
+  if (host_tx) {
+    std::snprintf(line, sizeof line,
+                  "# %d ranks per host (network namespace), %d hosts; host_tx = bytes the busiest "
+                  "host's interface sent per call\n",
+                  results[0].ranks_per_host, results[0].hosts);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %7s %10s %8s %8s %10s %8s %12s %8s %9s %9s %5s",
                 "size(B)", "count", "type", "redop", "algo", "time(ms)", "algbw", "busbw",
                 "dense(ms)", "speedup", "wire(B)", "ratio", "rel_err", "run_err", "same");
   out += line;
-  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %7s %10s %8s %8s %10s %8s %12s %8s %9s %9s %5s\n",
+  out += host_tx ? "   host_tx(B)\n" : "\n";
+  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %7s %10s %8s %8s %10s %8s %12s %8s %9s %9s %5s",
                 "", "(elements)", "", "", "", "", "(GB/s)", "(GB/s)", "", "(x)", "(per rank)", "(x)",
                 "(L2 rel)", "(L2 rel)", "");
   out += line;
+  out += host_tx ? "   (per host)\n" : "\n";
   for (const auto& r : results) {
     const double bytes = double(r.count) * 4.0;
     const double algbw = r.time_ms > 0 ? bytes / (r.time_ms * 1e6) : 0.0;
     const double busbw = algbw * (r.ranks > 1 ? 2.0 * (r.ranks - 1) / r.ranks : 0.0);
     std::snprintf(line, sizeof line,
-                  " %12.0f %10zu %6s %5s %7s %10.2f %8.3f %8.3f %10.2f %8.2f %12llu %8.1f %9.2e %9.2e %5s\n",
+                  " %12.0f %10zu %6s %5s %7s %10.2f %8.3f %8.3f %10.2f %8.2f %12llu %8s %9.2e %9.2e %5s",
                   bytes, r.count, "float", "sum", r.algo.c_str(), r.time_ms, algbw, busbw,
                   r.dense_time_ms, r.speedup(), static_cast<unsigned long long>(r.wire_bytes),
-                  r.ratio(), r.rel_error, r.running_rel_error, r.identical ? "yes" : "NO");
+                  ratio_text(r.ratio()).c_str(), r.rel_error, r.running_rel_error,
+                  r.identical ? "yes" : "NO");
     out += line;
+    if (host_tx) {
+      std::snprintf(line, sizeof line, " %12llu", static_cast<unsigned long long>(r.host_tx_bytes));
+      out += line;
+    }
+    out += "\n";
     if (!r.decision.empty()) out += "#   auto chose " + r.decision + "\n";
   }
   return out;

@@ -2,6 +2,7 @@
 // list of DESIGN.md's contract and an nccl-tests-style table.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,8 +22,18 @@ struct AllreduceResult {
   double running_rel_error = 0.0;  // sum over all calls vs calls * exact sum
   bool identical = false;      // all ranks bitwise equal
   std::string decision;        // auto: what the last call chose and why
+  // With --link only (host_counters.h): the most bytes any namespace's
+  // interface sent per timed call, and how the ranks were placed.
+  bool has_host_tx = false;
+  uint64_t host_tx_bytes = 0;
+  int ranks_per_host = 1;
+  int hosts = 0;               // distinct host identities the ranks reported
 
-  double ratio() const { return wire_bytes ? double(dense_wire_bytes) / double(wire_bytes) : 0.0; }
+  // Dense bytes / wire bytes; NaN (JSON null, "n/a" in the table) when a
+  // dense allreduce would send nothing: one rank, or zero elements.
+  double ratio() const {
+    return dense_wire_bytes && wire_bytes ? double(dense_wire_bytes) / double(wire_bytes) : NAN;
+  }
   double speedup() const { return time_ms > 0 ? dense_time_ms / time_ms : 0.0; }
 };
 

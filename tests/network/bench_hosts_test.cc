@@ -1,0 +1,230 @@
+// `compcoll-bench allreduce --link RATE --ranks-per-host N`: N ranks per
+// network namespace ("host"), and host_tx_bytes, the busiest namespace's
+// interface bytes per timed call from the kernel's counters
+// (integration/bench/host_counters.h). The runs need root (namespaces) and
+// skip themselves otherwise; argument errors and the counter reader do not.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compcoll/error.h"
+#include "integration/bench/host_counters.h"
+#include "tests/support/process_util.h"
+
+namespace compcoll::bench {
+namespace {
+
+using compcoll::testing::ChildSet;
+using compcoll::testing::exit_code;
+using compcoll::testing::read_file;
+using compcoll::testing::spawn;
+using compcoll::testing::TempDir;
+
+const std::string kBench = COMPCOLL_BENCH;
+
+struct BenchRun {
+  int code = -1;
+  std::string out;
+};
+
+BenchRun run_bench(const std::vector<std::string>& args, int limit_s = 180) {
+  TempDir dir;
+  std::vector<std::string> argv{kBench, "allreduce"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const std::string out = dir.path() + "/bench.out";
+  ChildSet children;
+  const pid_t pid = children.add(spawn(argv, out));
+  const auto status = children.wait(pid, std::chrono::seconds(limit_s));
+  EXPECT_TRUE(status.has_value()) << "compcoll-bench did not finish in " << limit_s << " s";
+  return {status ? exit_code(*status) : -1, read_file(out)};
+}
+
+// The JSON rows of one run, each as key -> raw value text. The benchmark
+// writes one flat object per row; this reads exactly that shape.
+std::vector<std::map<std::string, std::string>> rows_of(const std::string& json) {
+  std::vector<std::map<std::string, std::string>> rows;
+  size_t pos = 0;
+  while ((pos = json.find('{', pos)) != std::string::npos) {
+    const size_t end = json.find('}', pos);
+    if (end == std::string::npos) break;
+    std::map<std::string, std::string> row;
+    size_t p = pos + 1;
+    while (p < end) {
+      const size_t k0 = json.find('"', p);
+      if (k0 == std::string::npos || k0 >= end) break;
+      const size_t k1 = json.find('"', k0 + 1);
+      const size_t colon = json.find(':', k1);
+      size_t v0 = json.find_first_not_of(' ', colon + 1), v1;
+      if (json[v0] == '"') {
+        v1 = json.find('"', v0 + 1) + 1;
+      } else {
+        v1 = json.find_first_of(",}", v0);
+      }
+      row[json.substr(k0 + 1, k1 - k0 - 1)] = json.substr(v0, v1 - v0);
+      p = v1;
+    }
+    rows.push_back(row);
+    pos = end + 1;
+  }
+  return rows;
+}
+
+double num(const std::map<std::string, std::string>& row, const std::string& key) {
+  const auto it = row.find(key);
+  EXPECT_NE(it, row.end()) << "no \"" << key << "\" in the row";
+  return it == row.end() ? -1.0 : std::strtod(it->second.c_str(), nullptr);
+}
+
+std::string skip_reason() {
+  if (geteuid() != 0) return "needs root for network namespaces (--link)";
+  if (access("/usr/sbin/ip", X_OK) != 0 && access("/sbin/ip", X_OK) != 0)
+    return "iproute2 (ip) is not installed";
+  return "";
+}
+
+// Namespaces of ours still present (the benchmark must remove all it made).
+std::vector<std::string> our_namespaces() {
+  std::vector<std::string> found;
+  if (DIR* d = opendir("/run/netns")) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.rfind("compcoll-", 0) == 0) found.push_back(name);
+    }
+    closedir(d);
+  }
+  return found;
+}
+
+// ---------------------------------------------------------------------------
+// No root needed.
+
+TEST(HostCounters, ParsesTxBytesOfTheNamedInterface) {
+  const std::string text =
+      "Inter-|   Receive                                                |  Transmit\n"
+      " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs "
+      "drop fifo colls carrier compressed\n"
+      "    lo:  123456     100    0    0    0     0          0         0   654321     101    0 "
+      "   0    0     0       0          0\n"
+      "  eth0: 9876543210 7000 0 0 0 0 0 0 18446744073709551000 8000 0 0 0 0 0 0\n";
+  EXPECT_EQ(parse_tx_bytes(text, "lo"), 654321u);
+  EXPECT_EQ(parse_tx_bytes(text, "eth0"), 18446744073709551000ull);
+  try {
+    parse_tx_bytes(text, "eth1");
+    FAIL() << "a missing interface must be an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'eth1'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_tx_bytes(text, "et"), Error);  // a prefix is not the interface
+}
+
+TEST(HostCounters, ReadsTheSameCounterAsSysfs) {
+  // Loopback of this namespace; the counter only grows, so sysfs before <=
+  // ours <= sysfs after.
+  auto sysfs = [] {
+    std::ifstream f("/sys/class/net/lo/statistics/tx_bytes");
+    unsigned long long v = 0;
+    f >> v;
+    return v;
+  };
+  const unsigned long long before = sysfs();
+  const uint64_t ours = interface_tx_bytes("lo");
+  const unsigned long long after = sysfs();
+  EXPECT_LE(before, ours);
+  EXPECT_LE(ours, after);
+}
+
+TEST(BenchHosts, RanksNotAMultipleOfRanksPerHostIsAClearError) {
+  const BenchRun r = run_bench({"--ranks", "5", "--ranks-per-host", "2", "--link", "1gbit",
+                                "--count", "1000", "--algo", "dense"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--ranks 5 is not a multiple of --ranks-per-host 2"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("\"algo\""), std::string::npos) << "no results after an argument error";
+}
+
+TEST(BenchHosts, RanksPerHostNeedsLinkAndIsPositive) {
+  BenchRun r = run_bench({"--ranks", "4", "--ranks-per-host", "2", "--count", "1000"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--ranks-per-host needs --link"), std::string::npos) << r.out;
+  r = run_bench({"--ranks", "4", "--ranks-per-host", "0", "--link", "1gbit", "--count", "1000"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--ranks-per-host must be >= 1"), std::string::npos) << r.out;
+}
+
+TEST(BenchHosts, WithoutLinkRowsHaveNoHostTxBytes) {
+  const BenchRun r = run_bench({"--ranks", "2", "--count", "20000", "--algo", "dense", "--iters",
+                                "1", "--json"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"algo\": \"dense\""), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("host_tx_bytes"), std::string::npos) << r.out;
+}
+
+// ---------------------------------------------------------------------------
+// Namespaces (root).
+
+// 4 ranks on 2 hosts. Gloo's ring visits the ranks in order, so exactly one
+// rank per host sends to the other host: the host's interface carries one
+// rank's ring bytes, 2 (P-1)/P * 4n, plus headers. dgc's payloads go from
+// each of the host's 2 ranks to the 2 ranks of the other host (2 of their 3
+// peers), i.e. about 4/3 of one rank's wire_bytes; the same-host payloads
+// go over loopback and must not show.
+TEST(BenchHosts, TwoRanksPerHostSendTheRingBytesOfOneRankPerHost) {
+  if (!skip_reason().empty()) GTEST_SKIP() << skip_reason();
+  const long long n = 1 << 20;
+  const BenchRun r = run_bench({"--ranks", "4", "--ranks-per-host", "2", "--link", "1gbit",
+                                "--count", std::to_string(n), "--algo", "dense,dgc", "--iters", "3",
+                                "--json"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto rows = rows_of(r.out);
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  const double ring = 2.0 * 3 / 4 * 4.0 * double(n);
+  for (const auto& row : rows) {
+    EXPECT_EQ(num(row, "ranks_per_host"), 2) << r.out;
+    // Ranks of one namespace share the default host identity; the two
+    // namespaces differ.
+    EXPECT_EQ(num(row, "hosts"), 2) << r.out;
+    EXPECT_EQ(row.at("identical"), "true") << r.out;
+  }
+  const double dense_tx = num(rows[0], "host_tx_bytes");
+  EXPECT_GE(dense_tx, 0.98 * ring) << r.out;
+  EXPECT_LE(dense_tx, 1.15 * ring) << r.out;
+  const double dgc_tx = num(rows[1], "host_tx_bytes");
+  const double dgc_expected = 4.0 / 3.0 * num(rows[1], "wire_bytes");
+  EXPECT_GE(dgc_tx, 0.9 * dgc_expected) << r.out;
+  EXPECT_LE(dgc_tx, 1.8 * dgc_expected) << r.out;
+  EXPECT_LT(dgc_tx, 0.05 * dense_tx) << r.out;
+  EXPECT_TRUE(our_namespaces().empty()) << "left behind: " << our_namespaces().front();
+}
+
+// One rank per host (the default): every rank's bytes are its host's.
+// The fences around the metered calls do not disturb the timed ones, and
+// the table shows the column.
+TEST(BenchHosts, OneRankPerHostAndTheTableShowsHostTx) {
+  if (!skip_reason().empty()) GTEST_SKIP() << skip_reason();
+  const long long n = 1 << 19;
+  const BenchRun r = run_bench({"--ranks", "3", "--link", "1gbit", "--count", std::to_string(n),
+                                "--algo", "dense", "--iters", "2"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("host_tx(B)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 ranks per host (network namespace), 3 hosts"), std::string::npos)
+      << r.out;
+  // The last column of the dense row ("... float   sum   dense ...").
+  const size_t row = r.out.find(" sum   dense ");
+  ASSERT_NE(row, std::string::npos) << r.out;
+  const std::string line = r.out.substr(row, r.out.find('\n', row) - row);
+  const double tx = std::strtod(line.substr(line.find_last_of(' ') + 1).c_str(), nullptr);
+  const double ring = 2.0 * 2 / 3 * 4.0 * double(n);
+  EXPECT_GE(tx, 0.98 * ring) << line;
+  EXPECT_LE(tx, 1.15 * ring) << line;
+}
+
+}  // namespace
+}  // namespace compcoll::bench
