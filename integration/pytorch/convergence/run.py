@@ -1,0 +1,172 @@
+"""compcoll's convergence suite: every task x every algorithm, plain DDP on
+"gloo", compression from the environment only. One command:
+
+    python3 integration/pytorch/convergence/run.py                 # full: 200 / 1000 steps
+    python3 integration/pytorch/convergence/run.py --quick         # smoke: 20 / 60 steps
+    python3 integration/pytorch/convergence/run.py --tasks lm --algos dense,dgc \
+        --env COMPCOLL_WARMUP_STEPS=100 --label warmup100 --out /tmp/conv
+
+Each run launches --ranks processes of train.py (like torchrun: RANK,
+WORLD_SIZE, MASTER_ADDR/PORT) with COMPCOLL_ALGO=<algo> (unset for dense:
+plain Gloo, no compcoll at all), COMPCOLL_STATS_FILE and the --env settings.
+Every algorithm of a task sees the same seed, initial weights and batches.
+Writes OUT/results.json, OUT/results.md (loss and metric at the short and the
+long horizon, relative to dense; compression ratio from the stats files;
+wall time) and OUT/loss.png (training loss against step).
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import report  # noqa: E402
+
+ALGOS = ["dense", "dgc", "sbc", "sdagc", "csc", "onebit"]
+TASK_NAMES = ["lm", "cnn", "mixed"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(task, algo, args, run_dir):
+    """Runs one task with one algorithm on args.ranks processes; returns the
+    merged result, or raises with the failing rank's output."""
+    os.makedirs(run_dir, exist_ok=True)
+    port = free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("COMPCOLL_")}
+    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(args.ranks),
+                GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    if algo != "dense":
+        base.update(COMPCOLL_ALGO=algo, COMPCOLL_STATS_FILE=os.path.join(run_dir, "stats{rank}.json"))
+        base.update(args.env)
+    cmd = [sys.executable, os.path.join(HERE, "train.py"), "--task", task, "--steps", str(args.long),
+           "--eval-at", f"{args.short},{args.long}", "--seed", str(args.seed), "--out", run_dir]
+    procs, logs = [], []
+    t0 = time.perf_counter()
+    for r in range(args.ranks):
+        log = open(os.path.join(run_dir, f"log{r}.txt"), "w")
+        logs.append(log)
+        procs.append(subprocess.Popen(cmd, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)),
+                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+    deadline = time.monotonic() + args.run_timeout
+    failed = None
+    for r, pr in enumerate(procs):
+        try:
+            rc = pr.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        if rc != 0 and failed is None:
+            failed = (r, rc)
+            for other in procs:  # one rank down: the others would wait for it
+                if other.poll() is None:
+                    os.killpg(other.pid, signal.SIGKILL)
+    for log in logs:
+        log.close()
+    wall = time.perf_counter() - t0
+    if failed:
+        with open(os.path.join(run_dir, f"log{failed[0]}.txt")) as f:
+            tail = f.read()[-3000:]
+        raise RuntimeError(f"{task}/{algo}: rank {failed[0]} ended with {failed[1]}:\n{tail}")
+    return merge(task, algo, args, run_dir, wall)
+
+
+def merge(task, algo, args, run_dir, wall):
+    ranks = []
+    for r in range(args.ranks):
+        with open(os.path.join(run_dir, f"rank{r}.json")) as f:
+            ranks.append(json.load(f))
+    steps = len(ranks[0]["losses"])
+    curve = [sum(rk["losses"][i] for rk in ranks) / len(ranks) for i in range(steps)]
+    out = {"task": task, "algo": algo, "label": args.label, "env": args.env if algo != "dense" else {},
+           "ranks": args.ranks, "short": args.short, "long": args.long,
+           "evals": ranks[0]["evals"], "train_s": max(rk["train_s"] for rk in ranks),
+           "wall_s": wall, "curve": curve}
+    if algo == "dense":
+        out.update(ratio=1.0, compressed_calls=0, calls=None)
+    else:
+        stats = []
+        for r in range(args.ranks):
+            with open(os.path.join(run_dir, f"stats{r}.json")) as f:
+                stats.append(json.load(f))
+        dense_b = sum(s["dense_bytes"] for s in stats)
+        wire_b = sum(s["wire_bytes"] for s in stats)
+        out.update(ratio=dense_b / wire_b if wire_b else 0.0,
+                   compressed_calls=stats[0]["compressed_calls"], calls=stats[0]["calls"])
+    return out
+
+
+def parse_env(items):
+    env = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.startswith("COMPCOLL_"):
+            raise SystemExit(f"--env {item}: expected COMPCOLL_NAME=VALUE")
+        env[k] = v
+    return env
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tasks", default=",".join(TASK_NAMES))
+    p.add_argument("--algos", default=",".join(ALGOS))
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--short", type=int, default=200, help="short horizon (steps)")
+    p.add_argument("--long", type=int, default=1000, help="long horizon (steps); the run length")
+    p.add_argument("--quick", action="store_true", help="smoke test: short 20, long 60 steps")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--env", action="append", default=[], metavar="COMPCOLL_X=V",
+                   help="extra setting for the compressed runs (repeatable)")
+    p.add_argument("--label", default="defaults", help="name of this configuration in the report")
+    p.add_argument("--out", default="convergence-out")
+    p.add_argument("--run-timeout", type=float, default=1800.0, help="seconds per run")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.short, args.long = 20, 60
+    if not 1 <= args.short <= args.long:
+        p.error(f"need 1 <= --short ({args.short}) <= --long ({args.long})")
+    args.env = parse_env(args.env)
+    tasks, algos = args.tasks.split(","), args.algos.split(",")
+    for t in tasks:
+        if t not in TASK_NAMES:
+            p.error(f"unknown task {t!r} (tasks: {', '.join(TASK_NAMES)})")
+
+    os.makedirs(args.out, exist_ok=True)
+    results = []
+    t0 = time.perf_counter()
+    for task in tasks:
+        for algo in algos:
+            run_dir = os.path.join(args.out, "runs", task, algo)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            res = launch(task, algo, args, run_dir)
+            results.append(res)
+            ev = res["evals"]
+            print(f"{task:>5} {algo:>7}: loss@{args.short} {ev[str(args.short)]['loss']:.4f}  "
+                  f"loss@{args.long} {ev[str(args.long)]['loss']:.4f}  "
+                  f"metric@{args.long} {ev[str(args.long)]['metric']:.4f}  ratio {res['ratio']:.1f}x  "
+                  f"train {res['train_s']:.1f} s", flush=True)
+    print(f"{len(results)} runs in {time.perf_counter() - t0:.0f} s")
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(report.summary(results), f, indent=1)
+    with open(os.path.join(args.out, "curves.json"), "w") as f:
+        json.dump([{k: r[k] for k in ("task", "algo", "curve")} for r in results], f)
+    table = report.markdown(results)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(table)
+    print(table)
+    report.plot(results, os.path.join(args.out, "loss.png"))
+    print(f"wrote {args.out}/results.json, results.md, loss.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
