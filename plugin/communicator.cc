@@ -7,6 +7,8 @@
 #include "collectives/dispatch.h"
 #include "collectives/registry.h"
 #include "compcoll/error.h"
+#include "transport/shm_group.h"
+#include "transport/shm_host.h"
 
 namespace compcoll {
 namespace {
@@ -26,12 +28,42 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
   CC_CHECK(comm_ != nullptr, kInvalidArgument, "a communicator needs a transport");
   const std::string description = cfg_.agreement_description();
   ensure_agreement(*comm_, description);
-  algo_->attach(*comm_);
+  setup_hierarchy();
+  if (hier_) {
+    hier_->leader_phase([&](Comm& leaders) { algo_->attach(leaders); });
+  } else {
+    algo_->attach(*comm_);
+  }
   log_.info("communicator of ", comm_->size(), " ranks, algo ", cfg_.algo, ", config hash ",
             std::hex, config_hash(description), std::dec, " (", description, ")");
 }
 
 Communicator::~Communicator() { finish(); }
+
+void Communicator::setup_hierarchy() {
+  // Only compressed calls take the hierarchy; with compression off there is
+  // nothing to set up (and no traffic for it).
+  if (cfg_.hierarchy == "off" || !cfg_.compression_enabled()) return;
+  HostLayout layout = exchange_host_layout(*comm_, host_id(cfg_.host_id));
+  const bool several_hosts = layout.hosts() > 1;
+  const bool shared_host = layout.max_local_size() > 1;
+  const bool use = cfg_.hierarchy == "host" || (several_hosts && shared_host);
+  if (!use) {
+    log_.info("host hierarchy off (COMPCOLL_HIERARCHY=auto: ",
+              several_hosts ? "every host has one rank" : "all ranks share one host", "; ",
+              layout.describe(), ")");
+    return;
+  }
+  const int me = comm_->rank();
+  const bool leader = layout.is_leader(me);
+  const int hosts = layout.hosts();
+  const std::string described = layout.describe();
+  std::unique_ptr<LocalGroup> local = connect_local_group(*comm_, layout);
+  hier_ = std::make_unique<Hierarchy>(*comm_, std::move(layout), std::move(local));
+  log_.info("host hierarchy on (COMPCOLL_HIERARCHY=", cfg_.hierarchy, "): ", described, "; this rank ",
+            leader ? "leads its host and keeps the error-feedback state" : "follows its host's leader",
+            "; ", cfg_.algo, " runs between ", hosts, hosts == 1 ? " leader" : " leaders");
+}
 
 void Communicator::finish() {
   if (finished_) return;
@@ -63,9 +95,13 @@ void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, 
   StateKey skey{key ? key : "", reinterpret_cast<uintptr_t>(buf), count, dtype};
   const std::string skey_text = skey.str();
   CodecState* state = nullptr;
-  if (route.compressed) {
+  // Under the hierarchy only leaders compress, so only they keep state, sized
+  // for the leaders' communicator.
+  const bool hierarchical = route.compressed && hier_ != nullptr;
+  if (route.compressed && (!hierarchical || hier_->is_leader())) {
     bool created = false;
-    state = &states_.get(skey, count, [&] { return algo_->make_state(count, comm_->size()); },
+    const int algo_world = hierarchical ? hier_->layout().hosts() : comm_->size();
+    state = &states_.get(skey, count, [&] { return algo_->make_state(count, algo_world); },
                          &created);
     if (created) log_.trace("new error-feedback state for ", skey_text, " (", count, " elements)");
   }
@@ -81,7 +117,11 @@ void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, 
   }
   const uint64_t before = comm_->bytes_sent();
   try {
-    run_allreduce(*comm_, *algo_, route, buf, count, dtype, op, state);
+    if (hierarchical) {
+      run_hierarchical(*hier_, *algo_, buf, count, dtype, op, state);
+    } else {
+      run_allreduce(*comm_, *algo_, route, buf, count, dtype, op, state);
+    }
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kInvalidArgument) broken_ = e.what();
     throw;

@@ -10,6 +10,13 @@
 //   state     looked up by the caller's key, else (address, count, dtype).
 //   errors    any failure marks the communicator broken: later calls throw,
 //             saying it must be rebuilt.
+//   hierarchy with COMPCOLL_HIERARCHY (host, or auto when some host has
+//             several ranks and there are several hosts), compressed calls
+//             take the host hierarchy (collectives/hierarchical.h): a dense
+//             sum over shared memory inside each host, the algorithm between
+//             one leader per host, the result shared back. Error-feedback
+//             state then lives on the leaders only. The dense route stays
+//             flat (exact, the transport's own allreduce).
 //
 // Creating one is collective: every rank connects and then exchanges its
 // effective configuration; a mismatch fails every rank before any data moves.
@@ -21,6 +28,7 @@
 
 #include "collectives/algorithm.h"
 #include "collectives/comm.h"
+#include "collectives/hierarchical.h"
 #include "plugin/config.h"
 #include "plugin/logging.h"
 #include "plugin/state_store.h"
@@ -56,6 +64,8 @@ class Communicator {
   size_t state_entries() const { return states_.entries(); }
   size_t state_bytes() const { return states_.memory_bytes(); }
   Comm& comm() { return *comm_; }
+  // The host hierarchy compressed calls take; null when they run flat.
+  const Hierarchy* hierarchy() const { return hier_.get(); }
 
   // Writes the stats file (if configured) and the summary line; called by
   // the destructor, idempotent.
@@ -64,6 +74,7 @@ class Communicator {
  private:
   Config cfg_;
   std::unique_ptr<Comm> comm_;
+  std::unique_ptr<Hierarchy> hier_;  // over *comm_, so declared (and destroyed) after it
   std::unique_ptr<Algorithm> algo_;
   StateStore states_;
   Stats stats_;
@@ -72,6 +83,9 @@ class Communicator {
   std::unordered_map<std::string, std::string> decisions_;  // key -> auto's last logged choice
   std::string broken_;
   bool finished_ = false;
+
+  // Collective (creation): decides COMPCOLL_HIERARCHY and builds hier_.
+  void setup_hierarchy();
 };
 
 }  // namespace compcoll

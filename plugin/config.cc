@@ -184,6 +184,20 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_TIMEOUT_MS", VarType::kInt, "30000", ">= 1",
      "limit of every collective call and of rendezvous, in milliseconds",
      CC_APPLY { cfg.timeout = std::chrono::milliseconds(int_at_least(var, value, 1, kIntMax)); }},
+    {"COMPCOLL_HIERARCHY", VarType::kEnum, "auto", "off|host|auto",
+     "two-level host hierarchy for compressed calls: each host's ranks sum densely over shared "
+     "memory, one leader per host runs COMPCOLL_ALGO between hosts and shares the result back "
+     "(error feedback on the leaders only; docs/scaling.md); host = always, auto = when some host "
+     "has several ranks and there are several hosts",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.hierarchy = value;
+     }},
+    {"COMPCOLL_HOST_ID", VarType::kString, "", "any non-empty string",
+     "this rank's host for COMPCOLL_HIERARCHY; ranks with equal ids must share /dev/shm; unset = "
+     "the kernel's boot id and the network namespace (hostnames are not enough: namespaces "
+     "share them)",
+     CC_APPLY { cfg.host_id = value; }},
     {"COMPCOLL_DEBUG", VarType::kEnum, "WARN", "WARN|INFO|TRACE",
      "log level of 'compcoll INFO ...' lines on stderr (like NCCL_DEBUG)",
      CC_APPLY {
@@ -246,7 +260,8 @@ Config load_config(const EnvLookup& env) {
 }
 
 std::string Config::agreement_description() const {
-  return "algo=" + algo + ";min_elems=" + std::to_string(min_elems) + ";" + params.canonical();
+  return "algo=" + algo + ";min_elems=" + std::to_string(min_elems) + ";hierarchy=" + hierarchy +
+         ";" + params.canonical();
 }
 
 }  // namespace compcoll

@@ -28,6 +28,10 @@ struct Config {
   int rank = -1;           // -1: not given
   int world_size = -1;
   std::chrono::milliseconds timeout{30000};
+  // COMPCOLL_HIERARCHY (off|host|auto) and COMPCOLL_HOST_ID (this rank's host
+  // id; "" = detected, see transport/shm_host.h): the two-level host hierarchy.
+  std::string hierarchy = "auto";
+  std::string host_id;
   LogLevel debug = LogLevel::kWarn;
   std::string stats_file;
   std::string nccl_library = "libnccl.so.2";  // the NCCL interposer's real NCCL

@@ -1,0 +1,71 @@
+#include "collectives/hierarchical.h"
+
+#include <vector>
+
+#include "compcoll/error.h"
+#include "compression/half.h"
+
+namespace compcoll {
+
+Hierarchy::Hierarchy(Comm& world, HostLayout layout, std::unique_ptr<LocalGroup> local)
+    : world_(world), layout_(std::move(layout)), local_(std::move(local)) {
+  CC_CHECK_EQ(layout_.world(), world.size(), kInternal, "the host layout covers ", layout_.world(),
+              " ranks of a ", world.size(), "-rank world");
+  const int r = world.rank();
+  CC_CHECK_EQ(local_ ? local_->local_size() : 1, layout_.local_size(r), kInternal,
+              "rank ", r, ": the local group's size differs from the layout's");
+  if (layout_.is_leader(r)) leaders_ = std::make_unique<LeaderComm>(world, layout_.leaders());
+}
+
+Hierarchy::~Hierarchy() = default;
+
+void Hierarchy::leader_phase(const std::function<void(Comm& leaders)>& fn) {
+  if (leaders_) {
+    fn(*leaders_);
+    leaders_->release();
+  } else {
+    LeaderComm::follow(world_);
+  }
+}
+
+CallInfo Hierarchy::allreduce(const Algorithm& algo, float* buf, size_t n, bool average,
+                              CodecState* state) {
+  CC_CHECK(buf != nullptr || n == 0, kInvalidArgument, "allreduce of ", n,
+           " elements from a null buffer");
+  CC_CHECK(!leaders_ || state != nullptr, kInternal,
+           "a host leader's compressed allreduce without error-feedback state");
+  const auto timeout = world_.timeout();
+  CallInfo info;
+  try {
+    if (local_) local_->reduce_to_leader(buf, n, timeout);
+    leader_phase([&](Comm& leaders) {
+      // SUM between hosts: the world size, not the number of hosts, divides.
+      info = algo.allreduce(leaders, buf, n, false, *state);
+      if (average) scale_in_place(buf, n, world_.size());
+    });
+    if (local_) local_->broadcast_from_leader(buf, n, timeout);
+  } catch (const std::exception& e) {
+    if (local_) local_->abort(e.what());
+    throw;
+  }
+  return info;
+}
+
+CallInfo run_hierarchical(Hierarchy& h, const Algorithm& algo, void* buf, size_t count,
+                          DType dtype, ReduceOp op, CodecState* state) {
+  CC_CHECK(op == ReduceOp::kSum || op == ReduceOp::kAvg, kInternal,
+           "the hierarchical compressed route takes SUM or AVG");
+  const bool average = op == ReduceOp::kAvg;
+  if (dtype == DType::kFloat32) return h.allreduce(algo, static_cast<float*>(buf), count, average, state);
+  CC_CHECK(dtype == DType::kFloat16 || dtype == DType::kBFloat16, kInternal,
+           "the hierarchical compressed route takes float32, float16 or bfloat16");
+  auto* p = static_cast<uint16_t*>(buf);
+  std::vector<float> f(count);
+  const bool bf16 = dtype == DType::kBFloat16;
+  for (size_t i = 0; i < count; ++i) f[i] = bf16 ? bf16_to_float(p[i]) : half_to_float(p[i]);
+  const CallInfo info = h.allreduce(algo, f.data(), count, average, state);
+  for (size_t i = 0; i < count; ++i) p[i] = bf16 ? float_to_bf16(f[i]) : float_to_half(f[i]);
+  return info;
+}
+
+}  // namespace compcoll

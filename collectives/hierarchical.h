@@ -1,0 +1,102 @@
+// The two-level host hierarchy (COMPCOLL_HIERARCHY): a compressed allreduce
+// in three steps.
+//
+//   1. local reduce   the ranks of a host sum their gradients densely into
+//                     the host's leader over a LocalGroup (shared memory,
+//                     transport/shm_group.h), not over the network;
+//   2. leader phase   the leaders, one per host, run the configured algorithm
+//                     (any of them, unchanged) on their host sums over a
+//                     LeaderComm (leader_comm.h); the other ranks follow;
+//   3. share back     each leader copies the result to its host's ranks.
+//
+// Why it pays: a host's ranks put one compressed payload per host on the
+// network instead of one each, only leaders spend time compressing, and the
+// local step moves memory, not packets.
+//
+// Error-feedback state lives on the leaders only: the leader is the one rank
+// of a host that compresses, so the residual is the host sum's residual (what
+// the host as a whole has not yet sent), sized for the leader communicator
+// (onebit's server error by the number of hosts). Followers hold none: what
+// they contribute enters the host sum at once and is never partly held back
+// on their side. Leadership is fixed for the communicator's lifetime (the
+// lowest world rank of each host); a layout change means a new communicator,
+// which starts with empty residuals like any rebuilt communicator.
+//
+// Arithmetic: the algorithm sums the host sums (SUM); AVG divides the result
+// by the world size on the leaders before it is shared, so every rank gets
+// the same bits. Local clipping (COMPCOLL_CLIP) applies to the host sum with
+// the number of hosts as the algorithm's world size. Non-finite values in any
+// rank's gradient reach the host sum and hence the output.
+//
+// Failures: every local wait is bounded by the world timeout; a local peer
+// that dies or fails is named in the error; a rank failing in any step aborts
+// its local group so that its host's ranks fail at once, and ranks of other
+// hosts fail through the world Comm within its timeout.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "collectives/algorithm.h"
+#include "collectives/host_layout.h"
+#include "collectives/leader_comm.h"
+
+namespace compcoll {
+
+// The ranks of one host and a fast way to move float32 buffers among them.
+// Every method is collective over the host's ranks, and every wait ends
+// within `timeout` with kTransport naming the local peer it waited for.
+class LocalGroup {
+ public:
+  virtual ~LocalGroup() = default;
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
+  // The leader's (local rank 0's) buf becomes the sum of every local rank's
+  // buf, added in local-rank order; the others' buf is left as it was. All
+  // local ranks pass the same n (a different n is kMismatch).
+  virtual void reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout) = 0;
+  // Every local rank's buf becomes the leader's buf.
+  virtual void broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout) = 0;
+  // Marks the group failed, so that local peers waiting on this rank fail
+  // now, naming it and `why`, instead of at their timeout. Never throws.
+  virtual void abort(const std::string& why) noexcept = 0;
+};
+
+class Hierarchy {
+ public:
+  // world: the communicator of all ranks (outlives this object). local: the
+  // host's group, null when this rank is alone on its host.
+  Hierarchy(Comm& world, HostLayout layout, std::unique_ptr<LocalGroup> local);
+  ~Hierarchy();
+
+  const HostLayout& layout() const { return layout_; }
+  bool is_leader() const { return leaders_ != nullptr; }
+  // The leaders' communicator; null on followers.
+  LeaderComm* leaders() { return leaders_.get(); }
+
+  // Collective over the world: leaders run fn on the leaders' communicator,
+  // the others follow until the leaders are done.
+  void leader_phase(const std::function<void(Comm& leaders)>& fn);
+
+  // Collective: in-place allreduce of n float32 over the world (SUM, or AVG
+  // when average) through the three steps. state: the leader's error
+  // feedback (made by algo.make_state(n, layout().hosts())); null on
+  // followers. Returns the algorithm's CallInfo on leaders, zeros elsewhere.
+  CallInfo allreduce(const Algorithm& algo, float* buf, size_t n, bool average, CodecState* state);
+
+ private:
+  Comm& world_;
+  HostLayout layout_;
+  std::unique_ptr<LocalGroup> local_;
+  std::unique_ptr<LeaderComm> leaders_;
+};
+
+// The hierarchical counterpart of run_allreduce (dispatch.h) for the
+// compressed route: float32 in place; fp16/bf16 through an fp32 copy (so the
+// host sum and the residuals are fp32). op is SUM or AVG.
+CallInfo run_hierarchical(Hierarchy& h, const Algorithm& algo, void* buf, size_t count,
+                          DType dtype, ReduceOp op, CodecState* state);
+
+}  // namespace compcoll

@@ -1,0 +1,236 @@
+#include "collectives/leader_comm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "compcoll/error.h"
+#include "compression/half.h"
+
+namespace compcoll {
+namespace {
+
+constexpr uint8_t kDone = 0;
+constexpr uint8_t kMore = 1;
+
+// Element-wise acc = acc (op) in. MIN/MAX propagate NaN (a non-finite value
+// is never dropped by a comparison); integer SUM/PROD wrap (unsigned math).
+template <typename T>
+T combine(T a, T b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return a + b;
+    case ReduceOp::kProd: return a * b;
+    case ReduceOp::kMin:
+      if constexpr (std::is_floating_point_v<T>) {
+        if (std::isnan(a) || std::isnan(b)) return std::isnan(a) ? a : b;
+      }
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      if constexpr (std::is_floating_point_v<T>) {
+        if (std::isnan(a) || std::isnan(b)) return std::isnan(a) ? a : b;
+      }
+      return std::max(a, b);
+    default: break;
+  }
+  CC_THROW(kInvalidArgument, "the leaders' allreduce takes SUM, PROD, MIN or MAX, not ",
+           reduce_op_name(op));
+}
+
+template <typename T>
+void reduce_typed(uint8_t* acc, const uint8_t* in, size_t n, ReduceOp op) {
+  for (size_t i = 0; i < n; ++i) {
+    T a, b;
+    std::memcpy(&a, acc + i * sizeof(T), sizeof(T));
+    std::memcpy(&b, in + i * sizeof(T), sizeof(T));
+    const T c = combine(a, b, op);
+    std::memcpy(acc + i * sizeof(T), &c, sizeof(T));
+  }
+}
+
+template <typename U>
+void reduce_wrapping(uint8_t* acc, const uint8_t* in, size_t n, ReduceOp op) {
+  if (op == ReduceOp::kSum || op == ReduceOp::kProd) return reduce_typed<U>(acc, in, n, op);
+  using S = std::make_signed_t<U>;
+  reduce_typed<S>(acc, in, n, op);
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void reduce_half(uint8_t* acc, const uint8_t* in, size_t n, ReduceOp op) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t a, b;
+    std::memcpy(&a, acc + 2 * i, 2);
+    std::memcpy(&b, in + 2 * i, 2);
+    const uint16_t c = FromFloat(combine(ToFloat(a), ToFloat(b), op));
+    std::memcpy(acc + 2 * i, &c, 2);
+  }
+}
+
+void reduce_into(uint8_t* acc, const uint8_t* in, size_t n, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::kFloat32: return reduce_typed<float>(acc, in, n, op);
+    case DType::kFloat64: return reduce_typed<double>(acc, in, n, op);
+    case DType::kFloat16: return reduce_half<half_to_float, float_to_half>(acc, in, n, op);
+    case DType::kBFloat16: return reduce_half<bf16_to_float, float_to_bf16>(acc, in, n, op);
+    case DType::kInt32:
+      if (op == ReduceOp::kSum || op == ReduceOp::kProd) return reduce_typed<uint32_t>(acc, in, n, op);
+      return reduce_typed<int32_t>(acc, in, n, op);
+    case DType::kInt64: return reduce_wrapping<uint64_t>(acc, in, n, op);
+    case DType::kUInt8: return reduce_typed<uint8_t>(acc, in, n, op);
+    case DType::kInt8: return reduce_wrapping<uint8_t>(acc, in, n, op);
+  }
+  CC_THROW(kInvalidArgument, "the leaders' allreduce got an unknown dtype");
+}
+
+// Shard j of `count` elements over `parts`: balanced, the first count % parts
+// shards one element longer.
+size_t shard_begin(size_t count, size_t parts, size_t j) {
+  return count / parts * j + std::min(j, count % parts);
+}
+
+}  // namespace
+
+LeaderComm::LeaderComm(Comm& world, std::vector<int> leaders)
+    : world_(world), leaders_(std::move(leaders)), index_of_(static_cast<size_t>(world.size()), -1) {
+  CC_CHECK(!leaders_.empty() && leaders_[0] == 0, kInternal,
+           "the leaders must start with world rank 0");
+  for (size_t j = 0; j < leaders_.size(); ++j) {
+    const int w = leaders_[j];
+    CC_CHECK(w >= 0 && w < world.size() && index_of_[static_cast<size_t>(w)] < 0, kInternal,
+             "leader ", j, " is world rank ", w, ": outside the world or repeated");
+    index_of_[static_cast<size_t>(w)] = static_cast<int>(j);
+  }
+  index_ = index_of_[static_cast<size_t>(world.rank())];
+  CC_CHECK(index_ >= 0, kInternal, "world rank ", world.rank(), " is not a leader");
+}
+
+std::vector<Bytes> LeaderComm::exchange(std::vector<Bytes> to, size_t max_part, uint8_t token) {
+  const int P = world_.size();
+  std::vector<Bytes> send(static_cast<size_t>(P));
+  for (size_t j = 0; j < leaders_.size(); ++j) send[static_cast<size_t>(leaders_[j])] = std::move(to[j]);
+  if (world_.rank() == 0) {
+    for (int r = 0; r < P; ++r) {
+      if (index_of_[static_cast<size_t>(r)] < 0) send[static_cast<size_t>(r)] = Bytes{token};
+    }
+  }
+  // The tokens are one byte: the world call's bound covers them even when
+  // the leader-level call sends nothing.
+  std::vector<Bytes> got = world_.alltoallv(send, std::max<size_t>(max_part, 1));
+  std::vector<Bytes> out(leaders_.size());
+  for (int r = 0; r < P; ++r) {
+    const int j = index_of_[static_cast<size_t>(r)];
+    Bytes& part = got[static_cast<size_t>(r)];
+    if (j < 0) {
+      CC_CHECK(part.empty(), kTransport, "rank ", world_.rank(), ": rank ", r,
+               " is not a host leader but sent ", part.size(), " bytes during a leader exchange");
+      continue;
+    }
+    CC_CHECK_LE(part.size(), max_part, kTransport, "rank ", world_.rank(), ": leader rank ", r,
+                " sent ", part.size(), " bytes, more than the call's bound of ", max_part);
+    out[static_cast<size_t>(j)] = std::move(part);
+  }
+  return out;
+}
+
+Gathered LeaderComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
+  check_own_part(send.size(), max_part, "allgatherv");
+  std::vector<Bytes> to(leaders_.size());
+  for (size_t j = 0; j < to.size(); ++j) to[j].assign(send.begin(), send.end());
+  std::vector<Bytes> got = exchange(std::move(to), max_part, kMore);
+  Gathered out;
+  out.offsets.assign(got.size() + 1, 0);
+  for (size_t j = 0; j < got.size(); ++j) out.offsets[j + 1] = out.offsets[j] + got[j].size();
+  out.data.resize(out.offsets.back());
+  for (size_t j = 0; j < got.size(); ++j) {
+    if (!got[j].empty()) std::memcpy(out.data.data() + out.offsets[j], got[j].data(), got[j].size());
+  }
+  return out;
+}
+
+std::vector<Bytes> LeaderComm::alltoallv(const std::vector<Bytes>& send, size_t max_part) {
+  CC_CHECK_EQ(send.size(), leaders_.size(), kInvalidArgument,
+              "the leaders' alltoallv needs one payload per leader");
+  for (const Bytes& b : send) check_own_part(b.size(), max_part, "alltoallv");
+  return exchange(send, max_part, kMore);
+}
+
+void LeaderComm::allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  CC_CHECK(op != ReduceOp::kAvg, kInvalidArgument,
+           "the leaders' allreduce takes SUM, PROD, MIN or MAX; AVG is the caller's division");
+  CC_CHECK(buf != nullptr || count == 0, kInvalidArgument, "allreduce of ", count,
+           " elements from a null buffer");
+  const size_t H = leaders_.size();
+  if (H == 1) return;
+  const size_t es = dtype_size(dtype);
+  auto* bytes = static_cast<uint8_t*>(buf);
+  const auto begin = [&](size_t j) { return shard_begin(count, H, j); };
+  const size_t largest = (count / H + (count % H ? 1 : 0)) * es;
+
+  // Round 1: shard j of every leader's buffer to leader j.
+  std::vector<Bytes> to(H);
+  for (size_t j = 0; j < H; ++j) to[j].assign(bytes + begin(j) * es, bytes + begin(j + 1) * es);
+  std::vector<Bytes> got = exchange(std::move(to), largest, kMore);
+  const size_t me = static_cast<size_t>(index_);
+  const size_t mine = (begin(me + 1) - begin(me)) * es;
+  for (size_t j = 0; j < H; ++j) {
+    CC_CHECK_EQ(got[j].size(), mine, kTransport, "rank ", world_.rank(), ": leader ", j,
+                " sent a shard of ", got[j].size(), " bytes for a ", mine, "-byte shard");
+  }
+  // In leader order, so the shard's bits do not depend on who reduces it.
+  Bytes acc = std::move(got[0]);
+  for (size_t j = 1; j < H; ++j) reduce_into(acc.data(), got[j].data(), mine / es, dtype, op);
+
+  // Round 2: every reduced shard to everyone.
+  std::vector<Bytes> all(H, acc);
+  got = exchange(std::move(all), largest, kMore);
+  for (size_t j = 0; j < H; ++j) {
+    const size_t len = (begin(j + 1) - begin(j)) * es;
+    CC_CHECK_EQ(got[j].size(), len, kTransport, "rank ", world_.rank(), ": leader ", j,
+                " sent a reduced shard of ", got[j].size(), " bytes for a ", len, "-byte shard");
+    if (len) std::memcpy(bytes + begin(j) * es, got[j].data(), len);
+  }
+}
+
+void LeaderComm::broadcast(void* buf, size_t bytes, int root) {
+  CC_CHECK(root >= 0 && root < size(), kInvalidArgument, "broadcast root ", root,
+           " is outside the ", size(), " leaders");
+  CC_CHECK(buf != nullptr || bytes == 0, kInvalidArgument, "broadcast of ", bytes,
+           " bytes from a null buffer");
+  std::vector<Bytes> to(leaders_.size());
+  if (index_ == root) {
+    const auto* p = static_cast<const uint8_t*>(buf);
+    for (size_t j = 0; j < to.size(); ++j) {
+      if (static_cast<int>(j) != root) to[j].assign(p, p + bytes);
+    }
+  }
+  std::vector<Bytes> got = exchange(std::move(to), bytes, kMore);
+  if (index_ == root) return;
+  Bytes& part = got[static_cast<size_t>(root)];
+  CC_CHECK_EQ(part.size(), bytes, kTransport, "rank ", world_.rank(), ": the broadcast root sent ",
+              part.size(), " bytes for a ", bytes, "-byte broadcast");
+  if (bytes) std::memcpy(buf, part.data(), bytes);
+}
+
+void LeaderComm::barrier() { exchange(std::vector<Bytes>(leaders_.size()), 0, kMore); }
+
+void LeaderComm::release() { exchange(std::vector<Bytes>(leaders_.size()), 0, kDone); }
+
+void LeaderComm::follow(Comm& world) {
+  const int P = world.size();
+  // Each round is one world call, bounded by the world's timeout; the
+  // leaders decide how many there are.
+  while (true) {
+    std::vector<Bytes> got = world.alltoallv(std::vector<Bytes>(static_cast<size_t>(P)), 1);
+    for (int r = 1; r < P; ++r) {
+      CC_CHECK(got[static_cast<size_t>(r)].empty(), kTransport, "rank ", world.rank(),
+               ": rank ", r, " sent ", got[static_cast<size_t>(r)].size(),
+               " bytes to a rank that is not a host leader");
+    }
+    const Bytes& token = got[0];
+    CC_CHECK(token.size() == 1 && (token[0] == kDone || token[0] == kMore), kTransport, "rank ",
+             world.rank(), ": rank 0 sent a ", token.size(),
+             "-byte control token during a leader phase (expected 1 byte, 0 or 1)");
+    if (token[0] == kDone) return;
+  }
+}
+
+}  // namespace compcoll

@@ -1,0 +1,108 @@
+// A rank killed mid-call at each level of the hierarchy, with ranks as real
+// processes (compcoll_hierarchy_rank) on three emulated hosts {0,1} {2,3}
+// {4,5}: every survivor must fail with a transport error within the timeout
+// plus a little, never hang, and a local peer of a dead rank names it.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tests/support/process_util.h"
+
+namespace compcoll {
+namespace {
+
+using namespace compcoll::testing;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kRank = COMPCOLL_HIERARCHY_RANK;
+constexpr long long kTimeoutMs = 3000;
+// Process scheduling on a loaded 2-core machine, on top of the timeout.
+constexpr long long kSlackMs = 2000;
+
+struct Outcome {
+  std::vector<std::string> logs;
+  std::vector<int> codes;     // exit codes; 999 = still running at the limit
+  double worst_ms = 0;        // latest survivor exit after the victim died
+};
+
+Outcome run_with_victim(const std::string& level, int victim, const std::string& algo) {
+  TempDir dir;
+  ChildSet children;
+  const int world = 6;
+  const long long kill_call = 8;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pids.push_back(children.add(spawn(
+        {kRank, "--rank", std::to_string(r), "--size", std::to_string(world), "--hosts",
+         "0,0,1,1,2,2", "--rendezvous", "file://" + dir.path() + "/store", "--algo", algo,
+         "--count", "200000", "--calls", "100000", "--timeout-ms", std::to_string(kTimeoutMs),
+         "--kill-level", level, "--kill-rank", std::to_string(victim), "--kill-call",
+         std::to_string(kill_call)},
+        dir.path() + "/out" + std::to_string(r))));
+  }
+  Outcome out;
+  out.codes.assign(world, 999);
+  const auto vstatus = children.wait(pids[size_t(victim)], milliseconds(120000));
+  const auto died_at = Clock::now();
+  EXPECT_TRUE(vstatus.has_value()) << "the victim never reached call " << kill_call << ": "
+                                   << read_file(dir.path() + "/out" + std::to_string(victim));
+  if (vstatus) {
+    out.codes[size_t(victim)] = exit_code(*vstatus);
+    EXPECT_EQ(out.codes[size_t(victim)], -SIGKILL) << read_file(dir.path() + "/out" + std::to_string(victim));
+  }
+  for (int r = 0; r < world; ++r) {
+    if (r == victim) continue;
+    const auto left = milliseconds(kTimeoutMs + kSlackMs) -
+                      std::chrono::duration_cast<milliseconds>(Clock::now() - died_at);
+    const auto status = children.wait(pids[size_t(r)], std::max(left, milliseconds(1)));
+    if (status) out.codes[size_t(r)] = exit_code(*status);
+    out.worst_ms = std::max(out.worst_ms,
+                            std::chrono::duration<double, std::milli>(Clock::now() - died_at).count());
+  }
+  children.kill_all();
+  for (int r = 0; r < world; ++r) out.logs.push_back(read_file(dir.path() + "/out" + std::to_string(r)));
+  return out;
+}
+
+void expect_survivors_failed(const Outcome& o, int victim) {
+  std::printf("[ info ] survivors exited within %.0f ms of the victim's death\n", o.worst_ms);
+  for (size_t r = 0; r < o.codes.size(); ++r) {
+    if (int(r) == victim) continue;
+    const size_t e = o.logs[r].find("error ");
+    if (e != std::string::npos) std::printf("[ info ] rank %zu: %s", r, o.logs[r].substr(e).c_str());
+    EXPECT_EQ(o.codes[r], 3) << "rank " << r << " (999 = still running " << kTimeoutMs + kSlackMs
+                             << " ms after the kill):\n" << o.logs[r];
+    EXPECT_NE(o.logs[r].find("error call 8 kind transport"), std::string::npos) << o.logs[r];
+  }
+  EXPECT_LT(o.worst_ms, double(kTimeoutMs + kSlackMs));
+}
+
+// A follower (rank 3, host 1) dies as its local reduce starts: its leader
+// (rank 2) names it as dead; everyone else fails through the world.
+TEST(HierarchyFaults, AFollowerKilledInTheLocalReduceFailsEverySurvivorInTime) {
+  const Outcome o = run_with_victim("local", 3, "dgc");
+  expect_survivors_failed(o, 3);
+  EXPECT_NE(o.logs[2].find("local peer world rank 3 (local rank 1"), std::string::npos) << o.logs[2];
+  EXPECT_NE(o.logs[2].find("died"), std::string::npos) << o.logs[2];
+}
+
+// A leader (rank 2, host 1) dies in its first exchange between hosts: its
+// follower, following over the world, and the other hosts all fail in time.
+TEST(HierarchyFaults, ALeaderKilledBetweenHostsFailsEverySurvivorInTime) {
+  const Outcome o = run_with_victim("leaders", 2, "dgc");
+  expect_survivors_failed(o, 2);
+}
+
+TEST(HierarchyFaults, ALeaderKilledInOnebitsExchangeFailsEverySurvivorInTime) {
+  const Outcome o = run_with_victim("leaders", 4, "onebit");
+  expect_survivors_failed(o, 4);
+}
+
+}  // namespace
+}  // namespace compcoll

@@ -1,0 +1,469 @@
+#include "transport/shm_group.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <random>
+#include <sstream>
+
+#include "compcoll/error.h"
+
+namespace compcoll {
+
+using Counter = std::atomic<uint32_t>;
+static_assert(Counter::is_always_lock_free && sizeof(Counter) == sizeof(uint32_t),
+              "futex words must be plain lock-free 32-bit atomics");
+
+namespace {
+
+constexpr uint64_t kMagic = 0x636f6d70636f6c6cull;  // "compcoll"
+constexpr uint32_t kVersion = 1;
+constexpr int kSpins = 256;
+// How often a sleeping wait looks at whether the awaited peer still runs.
+constexpr auto kLivenessEvery = std::chrono::milliseconds(50);
+constexpr size_t kReasonBytes = 480;
+
+uint64_t pid_namespace() {
+  struct stat st {};
+  return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+void futex_wait(const Counter* word, uint32_t seen, std::chrono::nanoseconds left) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(left.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(left.count() % 1000000000);
+  // Not FUTEX_PRIVATE: the word is shared between processes. EAGAIN (the
+  // value already moved), EINTR and ETIMEDOUT all mean "look again".
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void futex_wake(Counter* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
+struct alignas(64) ShmGroup::Slot {
+  Counter arrive{0};
+  Counter reduced{0};
+  Counter consumed{0};
+  std::atomic<uint64_t> count{0};  // the call's element count, checked across ranks
+  int32_t pid = 0;
+  uint64_t pidns = 0;
+  char reason[kReasonBytes] = {};  // written once, before `failed` names this rank
+};
+
+struct alignas(64) ShmGroup::Header {
+  uint64_t magic = 0;
+  uint32_t version = 0;
+  uint32_t local_size = 0;
+  uint64_t chunk_floats = 0;
+  alignas(64) Counter result{0};
+  alignas(64) Counter failed{0};  // 0, or the local rank + 1 that failed first
+};
+
+namespace {
+
+size_t header_bytes(size_t local_size) {
+  return align_up(sizeof(ShmGroup::Header) + local_size * sizeof(ShmGroup::Slot), 4096);
+}
+
+size_t segment_bytes(size_t local_size, size_t chunk) {
+  return header_bytes(local_size) + (local_size + 1) * chunk * sizeof(float);
+}
+
+}  // namespace
+
+ShmGroup::ShmGroup(const ShmGroupOptions& o, int fd, size_t bytes, void* base, bool owner)
+    : name_(o.name),
+      local_rank_(o.local_rank),
+      world_ranks_(o.world_ranks),
+      chunk_(o.chunk_floats),
+      fd_(fd),
+      bytes_(bytes),
+      base_(base),
+      owner_(owner),
+      named_(owner) {}
+
+ShmGroup::Slot& ShmGroup::slot(int l) const {
+  auto* first = reinterpret_cast<Slot*>(static_cast<uint8_t*>(base_) + sizeof(Header));
+  return first[l];
+}
+
+float* ShmGroup::data(int l) const {
+  auto* d = static_cast<uint8_t*>(base_) + header_bytes(world_ranks_.size());
+  return reinterpret_cast<float*>(d) + static_cast<size_t>(l) * chunk_;
+}
+
+namespace {
+
+void check_options(const ShmGroupOptions& o) {
+  CC_CHECK(o.name.size() > 1 && o.name[0] == '/' && o.name.find('/', 1) == std::string::npos,
+           kInvalidArgument, "shared-memory name '", o.name, "' must be '/' and a file name");
+  CC_CHECK(o.world_ranks.size() >= 2 && o.local_rank >= 0 &&
+               o.local_rank < static_cast<int>(o.world_ranks.size()),
+           kInvalidArgument, "local rank ", o.local_rank, " of a ", o.world_ranks.size(),
+           "-rank host group");
+  CC_CHECK(o.chunk_floats >= 1, kInvalidArgument, "the shared-memory chunk must hold an element");
+}
+
+void* map(int fd, size_t bytes, const std::string& name) {
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    close(fd);
+    CC_THROW(kTransport, "cannot map the shared-memory segment ", name, " (", bytes,
+             " bytes): ", std::strerror(err));
+  }
+  return base;
+}
+
+}  // namespace
+
+std::unique_ptr<ShmGroup> ShmGroup::create(const ShmGroupOptions& o) {
+  check_options(o);
+  CC_CHECK_EQ(o.local_rank, 0, kInvalidArgument, "only a host's leader creates its segment");
+  const size_t L = o.world_ranks.size();
+  const size_t bytes = segment_bytes(L, o.chunk_floats);
+  const int fd = shm_open(o.name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  CC_CHECK(fd >= 0, kTransport, "cannot create the shared-memory segment ", o.name,
+           " for the host hierarchy: ", std::strerror(errno));
+  // Reserve the memory now: tmpfs would otherwise hand out pages lazily and
+  // kill us with SIGBUS mid-call when /dev/shm is full.
+  const int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (err != 0) {
+    close(fd);
+    shm_unlink(o.name.c_str());
+    CC_THROW(kTransport, "cannot reserve ", bytes >> 20, " MiB of shared memory (", o.name,
+             ") for the host hierarchy of ", L, " local ranks: ", std::strerror(err),
+             "; enlarge /dev/shm (containers: --shm-size) or set COMPCOLL_HIERARCHY=off");
+  }
+  void* base = nullptr;
+  try {
+    base = map(fd, bytes, o.name);
+  } catch (...) {
+    shm_unlink(o.name.c_str());
+    throw;
+  }
+  std::unique_ptr<ShmGroup> g(new ShmGroup(o, fd, bytes, base, true));
+  auto* h = new (base) Header();
+  for (size_t l = 0; l < L; ++l) new (&g->slot(static_cast<int>(l))) Slot();
+  h->version = kVersion;
+  h->local_size = static_cast<uint32_t>(L);
+  h->chunk_floats = o.chunk_floats;
+  g->slot(0).pid = static_cast<int32_t>(getpid());
+  g->slot(0).pidns = pid_namespace();
+  std::atomic_thread_fence(std::memory_order_release);
+  h->magic = kMagic;
+  return g;
+}
+
+std::unique_ptr<ShmGroup> ShmGroup::open(const ShmGroupOptions& o) {
+  check_options(o);
+  const int fd = shm_open(o.name.c_str(), O_RDWR, 0);
+  CC_CHECK(fd >= 0, kTransport, "cannot open the shared-memory segment ", o.name,
+           " that the host's leader (world rank ", o.world_ranks[0], ") created: ",
+           std::strerror(errno),
+           ". Ranks with the same host id must share /dev/shm; check COMPCOLL_HOST_ID "
+           "or set COMPCOLL_HIERARCHY=off");
+  struct stat st {};
+  const size_t expected = segment_bytes(o.world_ranks.size(), o.chunk_floats);
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != expected) {
+    close(fd);
+    CC_THROW(kTransport, "the shared-memory segment ", o.name, " has ",
+             static_cast<long long>(st.st_size), " bytes, not the ", expected,
+             " this rank expects (another program's segment, or ranks built differently)");
+  }
+  void* base = map(fd, expected, o.name);
+  std::unique_ptr<ShmGroup> g(new ShmGroup(o, fd, expected, base, false));
+  const auto* h = static_cast<const Header*>(base);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  CC_CHECK(h->magic == kMagic && h->version == kVersion && h->local_size == o.world_ranks.size() &&
+               h->chunk_floats == o.chunk_floats,
+           kTransport, "the shared-memory segment ", o.name,
+           " does not have the layout this rank expects (local size ", h->local_size, " vs ",
+           o.world_ranks.size(), ", chunk ", h->chunk_floats, " vs ", o.chunk_floats, ")");
+  Slot& mine = g->slot(o.local_rank);
+  mine.pid = static_cast<int32_t>(getpid());
+  mine.pidns = pid_namespace();
+  return g;
+}
+
+ShmGroup::~ShmGroup() {
+  // Peers still waiting on this rank (only after a failure elsewhere) fail
+  // now instead of at their timeout.
+  abort("left the communicator");
+  unlink_name();
+  munmap(base_, bytes_);
+  close(fd_);
+}
+
+void ShmGroup::unlink_name() noexcept {
+  if (owner_ && named_) shm_unlink(name_.c_str());
+  named_ = false;
+}
+
+std::string ShmGroup::peer_name(int l) const {
+  return detail::concat("world rank ", world_ranks_[static_cast<size_t>(l)], " (local rank ", l,
+                        ", pid ", slot(l).pid, ")");
+}
+
+void ShmGroup::abort(const std::string& why) noexcept {
+  if (aborted_) return;
+  aborted_ = true;
+  auto* h = static_cast<Header*>(base_);
+  Slot& mine = slot(local_rank_);
+  const size_t n = std::min(why.size(), kReasonBytes - 1);
+  std::memcpy(mine.reason, why.data(), n);
+  mine.reason[n] = '\0';
+  uint32_t none = 0;
+  h->failed.compare_exchange_strong(none, static_cast<uint32_t>(local_rank_ + 1),
+                                    std::memory_order_acq_rel);
+  futex_wake(&h->result);
+  for (int l = 0; l < local_size(); ++l) {
+    futex_wake(&slot(l).arrive);
+    futex_wake(&slot(l).reduced);
+    futex_wake(&slot(l).consumed);
+  }
+}
+
+void ShmGroup::throw_if_failed() const {
+  const auto* h = static_cast<const Header*>(base_);
+  const uint32_t f = h->failed.load(std::memory_order_acquire);
+  if (f == 0) return;
+  const int l = static_cast<int>(f) - 1;
+  CC_CHECK(l != local_rank_, kTransport, "world rank ", world_ranks_[size_t(local_rank_)],
+           ": this host's shared-memory group failed earlier; the communicator must be rebuilt");
+  CC_THROW(kTransport, "world rank ", world_ranks_[size_t(local_rank_)], ": local peer ",
+           peer_name(l), " failed: ", std::string(slot(l).reason));
+}
+
+void ShmGroup::fail(ErrorKind kind, const std::string& what) {
+  const std::string msg =
+      detail::concat("world rank ", world_ranks_[size_t(local_rank_)], " (host hierarchy): ", what);
+  abort(msg);
+  throw Error(kind, msg);
+}
+
+bool ShmGroup::peer_gone(int l) const {
+  const Slot& s = slot(l);
+  if (s.pid <= 0 || s.pid == getpid() || s.pidns != pid_namespace()) return false;
+  if (kill(s.pid, 0) != 0) return errno == ESRCH;
+  // Killed but not yet reaped by its parent: a zombie no longer runs.
+  std::ifstream stat("/proc/" + std::to_string(s.pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() &&
+         (line[close + 2] == 'Z' || line[close + 2] == 'X');
+}
+
+void ShmGroup::await(const void* counter, uint32_t round, int peer, const char* step,
+                     Clock::time_point deadline, std::chrono::milliseconds timeout) {
+  const auto* word = static_cast<const Counter*>(counter);
+  auto next_check = Clock::time_point::min();
+  for (int i = 0;; ++i) {
+    const uint32_t v = word->load(std::memory_order_acquire);
+    if (static_cast<int32_t>(v - round) >= 0) return;  // wrap-safe "v >= round"
+    const auto* h = static_cast<const Header*>(base_);
+    if (h->failed.load(std::memory_order_acquire) != 0) {
+      // A peer that failed or left after publishing this round is no reason
+      // to fail: look at the counter again, now ordered after the flag.
+      if (static_cast<int32_t>(word->load(std::memory_order_acquire) - round) >= 0) return;
+      try {
+        throw_if_failed();
+      } catch (const Error& e) {
+        fail(ErrorKind::kTransport, e.what());
+      }
+    }
+    if (i < kSpins) {
+      cpu_relax();
+      continue;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      fail(ErrorKind::kTransport,
+           detail::concat("local peer ", peer_name(peer), " did not ", step, " within the ",
+                          timeout.count(), " ms timeout"));
+    }
+    if (now >= next_check) {
+      next_check = now + kLivenessEvery;
+      if (peer_gone(peer)) {
+        fail(ErrorKind::kTransport, detail::concat("local peer ", peer_name(peer),
+                                                   " died (its process is gone) before it could ",
+                                                   step));
+      }
+    }
+    futex_wait(word, v, std::min<Clock::duration>(deadline - now, kLivenessEvery));
+  }
+}
+
+void ShmGroup::publish(void* counter, uint32_t round) {
+  auto* word = static_cast<Counter*>(counter);
+  word->store(round, std::memory_order_release);
+  futex_wake(word);
+}
+
+void ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout) {
+  CC_CHECK(!aborted_, kTransport, "world rank ", world_ranks_[size_t(local_rank_)],
+           ": this host's shared-memory group failed earlier; the communicator must be rebuilt");
+  const auto deadline = Clock::now() + timeout;
+  const int L = local_size();
+  const size_t rounds = std::max<size_t>(1, (n + chunk_ - 1) / chunk_);
+  Slot& me = slot(local_rank_);
+  me.count.store(n, std::memory_order_relaxed);
+  for (size_t k = 0; k < rounds; ++k) {
+    const uint32_t round = ++round_;
+    const size_t off = k * chunk_;
+    const size_t len = std::min(chunk_, n - std::min(n, off));
+    if (len) std::memcpy(data(local_rank_), buf + off, len * sizeof(float));
+    publish(&me.arrive, round);
+    for (int l = 0; l < L; ++l) {
+      if (l == local_rank_) continue;
+      await(&slot(l).arrive, round, l, "arrive at the local reduce", deadline, timeout);
+      const uint64_t theirs = slot(l).count.load(std::memory_order_relaxed);
+      if (k == 0 && theirs != n) {
+        fail(ErrorKind::kMismatch, detail::concat("local peer ", peer_name(l), " reduces ", theirs,
+                                                  " elements, this rank ", n,
+                                                  " (every rank must pass the same count)"));
+      }
+    }
+    // My segment of the chunk, summed over the slots in local-rank order.
+    const size_t lo = len * static_cast<size_t>(local_rank_) / static_cast<size_t>(L);
+    const size_t hi = len * static_cast<size_t>(local_rank_ + 1) / static_cast<size_t>(L);
+    float* out = data(L);
+    const float* a = data(0);
+    const float* b = data(1);
+    for (size_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
+    for (int l = 2; l < L; ++l) {
+      const float* c = data(l);
+      for (size_t i = lo; i < hi; ++i) out[i] += c[i];
+    }
+    publish(&me.reduced, round);
+    const bool last = k + 1 == rounds;
+    if (local_rank_ == 0 || !last) {
+      for (int l = 0; l < L; ++l) {
+        if (l != local_rank_) await(&slot(l).reduced, round, l, "finish its part of the local reduce", deadline, timeout);
+      }
+    }
+    if (local_rank_ == 0 && len) std::memcpy(buf + off, out, len * sizeof(float));
+  }
+}
+
+void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout) {
+  CC_CHECK(!aborted_, kTransport, "world rank ", world_ranks_[size_t(local_rank_)],
+           ": this host's shared-memory group failed earlier; the communicator must be rebuilt");
+  const auto deadline = Clock::now() + timeout;
+  const int L = local_size();
+  auto* h = static_cast<Header*>(base_);
+  const size_t rounds = std::max<size_t>(1, (n + chunk_ - 1) / chunk_);
+  for (size_t k = 0; k < rounds; ++k) {
+    const uint32_t round = ++round_;
+    const size_t off = k * chunk_;
+    const size_t len = std::min(chunk_, n - std::min(n, off));
+    float* r = data(L);
+    if (local_rank_ == 0) {
+      if (k > 0) {
+        for (int l = 1; l < L; ++l) {
+          await(&slot(l).consumed, round - 1, l, "read the shared result", deadline, timeout);
+        }
+      }
+      if (len) std::memcpy(r, buf + off, len * sizeof(float));
+      publish(&h->result, round);
+    } else {
+      await(&h->result, round, 0, "share the result", deadline, timeout);
+      if (len) std::memcpy(buf + off, r, len * sizeof(float));
+      publish(&slot(local_rank_).consumed, round);
+    }
+  }
+}
+
+namespace {
+
+// Every rank says whether its step worked; any failure becomes an error on
+// every rank, naming the ranks that failed.
+void agree_on_setup(Comm& world, const std::string& my_error) {
+  constexpr size_t kMaxMessage = 1024;
+  const std::string mine = my_error.substr(0, kMaxMessage);
+  const Gathered all =
+      world.allgatherv({reinterpret_cast<const uint8_t*>(mine.data()), mine.size()}, kMaxMessage);
+  std::ostringstream failures;
+  for (int r = 0; r < all.parts(); ++r) {
+    const auto p = all.part(r);
+    if (!p.empty()) {
+      failures << (failures.tellp() > 0 ? "; " : "") << "rank " << r << ": "
+               << std::string(reinterpret_cast<const char*>(p.data()), p.size());
+    }
+  }
+  CC_CHECK(failures.tellp() == 0, kTransport,
+           "the host hierarchy's shared memory could not be set up (set COMPCOLL_HIERARCHY=off "
+           "to run without it): ",
+           failures.str());
+}
+
+}  // namespace
+
+std::unique_ptr<LocalGroup> connect_local_group(Comm& world, const HostLayout& layout,
+                                                size_t chunk_floats) {
+  uint64_t nonce = 0;
+  if (world.rank() == 0) {
+    std::random_device rd;
+    nonce = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  }
+  world.broadcast(&nonce, sizeof nonce, 0);
+  const int me = world.rank();
+  const int host = layout.host_of[static_cast<size_t>(me)];
+  ShmGroupOptions o;
+  char name[64];
+  std::snprintf(name, sizeof name, "/compcoll-%016llx-h%d", static_cast<unsigned long long>(nonce), host);
+  o.name = name;
+  o.local_rank = layout.local_rank(me);
+  o.world_ranks = layout.members[static_cast<size_t>(host)];
+  o.chunk_floats = chunk_floats;
+  const bool grouped = o.world_ranks.size() > 1;
+
+  std::unique_ptr<ShmGroup> group;
+  std::string error;
+  if (grouped && o.local_rank == 0) {
+    try {
+      group = ShmGroup::create(o);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree_on_setup(world, error);
+  if (grouped && o.local_rank > 0) {
+    try {
+      group = ShmGroup::open(o);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree_on_setup(world, error);
+  if (group) group->unlink_name();  // everyone has it mapped
+  return group;
+}
+
+}  // namespace compcoll

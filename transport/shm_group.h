@@ -1,0 +1,127 @@
+// ShmGroup: the ranks of one host moving float32 buffers through one POSIX
+// shared-memory segment, the local step of the host hierarchy
+// (collectives/hierarchical.h). Works for ranks that are processes and for
+// ranks that are threads of one process.
+//
+// Segment (made by the host's leader, local rank 0):
+//   header   per local rank a cache line of counters (arrive, reduced,
+//            consumed), its pid and pid namespace, and an abort reason; one
+//            `result` counter; a `failed` word (0, or the failing local rank+1)
+//   slots    L input slots and one result slot R of chunk_floats floats each
+// A call moves its buffer in rounds of at most chunk_floats elements; every
+// local rank counts rounds identically, and a counter set to the round number
+// says a step of that round is done.
+//
+// reduce_to_leader, per round: every rank copies its chunk into its slot and
+//   sets `arrive`; once all have arrived, local rank l sums segment l of the
+//   chunk over all slots, in local-rank order, into R and sets `reduced`; the
+//   leader waits for every `reduced` and copies R out (a reduce-scatter
+//   inside the host, so the summing is spread over the host's ranks). Ranks
+//   also wait for every `reduced` before the next round of a multi-round call,
+//   so no slot is overwritten while it is read.
+// broadcast_from_leader, per round: the leader copies its chunk into R (after
+//   every rank `consumed` the previous round) and sets `result`; the others
+//   copy it out and set `consumed`.
+// Nothing from one call is still read when the next call writes: a rank
+// arrives in call c+1 only after it finished call c.
+//
+// Waits: spin briefly, then sleep on a futex of the counter; every wait ends
+// at the call's deadline (the communicator timeout) with kTransport naming the
+// local peer (world rank, local rank, pid) and the step it did not reach. A
+// peer whose process is gone (SIGKILL included) is named at once, within
+// ~50 ms: each wait checks that the awaited peer still runs. A rank that
+// fails for any reason sets `failed` and wakes everyone, so its host's ranks
+// fail at once with its reason instead of at their timeout; so does a rank
+// that destroys its group.
+//
+// Lifetime: the name (in /dev/shm) exists only while the group is being set
+// up: the leader removes it once every local rank has mapped the segment,
+// so a crash later leaves nothing behind; the memory goes when the last rank
+// unmaps it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/hierarchical.h"
+
+namespace compcoll {
+
+// Elements per round by default: 4 Mi float32 (16 MiB per slot), so the
+// segment of a host of L ranks takes (L + 1) * 16 MiB of /dev/shm.
+inline constexpr size_t kShmDefaultChunkFloats = size_t{1} << 22;
+
+struct ShmGroupOptions {
+  std::string name;              // "/compcoll-...": unique per communicator and host
+  int local_rank = 0;
+  std::vector<int> world_ranks;  // the host's world ranks by local rank (for messages)
+  size_t chunk_floats = kShmDefaultChunkFloats;
+};
+
+class ShmGroup final : public LocalGroup {
+ public:
+  // The leader (local rank 0): creates the segment (refusing an existing
+  // name) and reserves its memory, so a /dev/shm too small is an error here,
+  // not a SIGBUS later. Throws kTransport naming the name and the cause.
+  static std::unique_ptr<ShmGroup> create(const ShmGroupOptions& options);
+  // The others, after the leader's create: map the segment and check it.
+  static std::unique_ptr<ShmGroup> open(const ShmGroupOptions& options);
+  ~ShmGroup() override;
+
+  ShmGroup(const ShmGroup&) = delete;
+  ShmGroup& operator=(const ShmGroup&) = delete;
+
+  // Leader: removes the segment's name (idempotent; the mappings stay).
+  void unlink_name() noexcept;
+  const std::string& name() const { return name_; }
+
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return static_cast<int>(world_ranks_.size()); }
+  void reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout) override;
+  void broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout) override;
+  void abort(const std::string& why) noexcept override;
+
+  struct Header;  // the segment's layout (shm_group.cc)
+  struct Slot;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  ShmGroup(const ShmGroupOptions& options, int fd, size_t bytes, void* base, bool owner);
+
+  Slot& slot(int l) const;
+  float* data(int l) const;  // l == local_size(): the result slot R
+  std::string peer_name(int l) const;
+  // Waits until the counter reaches `round`; throws as described above.
+  void await(const void* counter, uint32_t round, int peer, const char* step,
+             Clock::time_point deadline, std::chrono::milliseconds timeout);
+  void throw_if_failed() const;
+  [[noreturn]] void fail(ErrorKind kind, const std::string& what);
+  bool peer_gone(int l) const;
+  void publish(void* counter, uint32_t round);
+
+  std::string name_;
+  int local_rank_;
+  std::vector<int> world_ranks_;
+  size_t chunk_;
+  int fd_;
+  size_t bytes_;
+  void* base_;
+  bool owner_;
+  bool named_;
+  bool aborted_ = false;
+  uint32_t round_ = 0;
+};
+
+// Collective over `world`: each host with more than one rank gets a segment
+// made by its leader, named from a random nonce of world rank 0 (unique per
+// communicator); the name is removed once all the host's ranks mapped it.
+// Returns this rank's group, or null when it is alone on its host. A rank
+// that cannot create or open its segment makes every rank fail (kTransport,
+// naming that rank and the cause).
+std::unique_ptr<LocalGroup> connect_local_group(Comm& world, const HostLayout& layout,
+                                                size_t chunk_floats = kShmDefaultChunkFloats);
+
+}  // namespace compcoll

@@ -1,0 +1,32 @@
+#include "transport/shm_host.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "compcoll/error.h"
+
+namespace compcoll {
+
+std::string detect_host_id() {
+  const char* boot_path = "/proc/sys/kernel/random/boot_id";
+  std::ifstream f(boot_path);
+  std::string boot;
+  std::getline(f, boot);
+  CC_CHECK(!boot.empty(), kUnsupported, "cannot read ", boot_path,
+           " to tell hosts apart; set COMPCOLL_HOST_ID (equal on ranks that share a machine "
+           "and a network namespace) or COMPCOLL_HIERARCHY=off");
+  struct stat st {};
+  CC_CHECK(stat("/proc/self/ns/net", &st) == 0, kUnsupported,
+           "cannot stat /proc/self/ns/net to tell network namespaces apart (", std::strerror(errno),
+           "); set COMPCOLL_HOST_ID or COMPCOLL_HIERARCHY=off");
+  return boot + "/net:" + std::to_string(static_cast<unsigned long long>(st.st_ino));
+}
+
+std::string host_id(const std::string& override_id) {
+  return override_id.empty() ? detect_host_id() : override_id;
+}
+
+}  // namespace compcoll
