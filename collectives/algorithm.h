@@ -17,6 +17,13 @@
 
 namespace compcoll {
 
+// How dgc and sdagc move their payloads (COMPCOLL_SPARSE_PATTERN): allgather
+// (every rank receives every payload: (P-1)k entries), scatter (region owners
+// reduce and select: O(k) per rank whatever P, sparse_scatter.h), or auto
+// (the cheaper by auto.h's cost model for this P, k and the measured link).
+enum class SparsePattern : uint8_t { kAllgather = 0, kScatter = 1, kAuto = 2 };
+const char* sparse_pattern_name(SparsePattern p);
+
 // The effective configuration of the compressed algorithms: every knob that
 // changes the math. Ranks must agree on all of it (see agreement.h).
 struct AlgoParams {
@@ -33,6 +40,7 @@ struct AlgoParams {
   ScaleMode onebit_scale = ScaleMode::kMeanMagnitude;
   double sample_fraction = 0.01; // dgc, sbc: threshold sample
   std::string auto_algo = "dgc";  // auto: the compressed algorithm it weighs against dense
+  SparsePattern sparse_pattern = SparsePattern::kAuto;  // dgc, sdagc
 
   // "key=value;..." of every field: hashed for agreement, shown on mismatch.
   std::string canonical() const;

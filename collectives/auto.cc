@@ -9,6 +9,8 @@
 #include "collectives/dense.h"
 #include "collectives/onebit_allreduce.h"
 #include "collectives/self_comm.h"
+#include "collectives/sparse_allreduce.h"
+#include "collectives/sparse_scatter.h"
 #include "compcoll/error.h"
 
 namespace compcoll {
@@ -69,21 +71,67 @@ CostShape AutoAllreduce::cost_shape(size_t n, int world_size) const {
                           : CostShape{double(ring_allreduce_bytes(n * 4, world_size)), 0, true};
 }
 
-void AutoAllreduce::attach(Comm& comm) {
-  attached_ = true;
-  if (comm.size() == 1) return;  // no network: dense is free
+LinkModel measure_link(Comm& comm) {
+  LinkModel link;
+  if (comm.size() == 1) return link;  // no network
   float one = 0.0f;
-  link_.alpha_ring = agreed_median(comm, 9, [&] { comm.allreduce(&one, 1, DType::kFloat32, ReduceOp::kSum); });
+  link.alpha_ring = agreed_median(comm, 9, [&] { comm.allreduce(&one, 1, DType::kFloat32, ReduceOp::kSum); });
   const uint64_t token = 0;
-  link_.alpha = agreed_median(comm, 9, [&] {
-                  comm.allgatherv({reinterpret_cast<const uint8_t*>(&token), sizeof token}, sizeof token);
-                }) / 2.0;  // allgatherv is two rounds
+  link.alpha = agreed_median(comm, 9, [&] {
+                 comm.allgatherv({reinterpret_cast<const uint8_t*>(&token), sizeof token}, sizeof token);
+               }) / 2.0;  // allgatherv is two rounds
   std::vector<float> probe(kCalibrationElements, 1.0f);
   const double t_big = agreed_median(comm, 3, [&] {
     comm.allreduce(probe.data(), probe.size(), DType::kFloat32, ReduceOp::kSum);
   });
   const double bytes = double(ring_allreduce_bytes(probe.size() * 4, comm.size()));
-  link_.beta = std::max(1e-12, (t_big - link_.alpha_ring) / bytes);
+  link.beta = std::max(1e-12, (t_big - link.alpha_ring) / bytes);
+  return link;
+}
+
+LinkModel assumed_link() { return {100e-6, 50e-6, 8.0 / 10e9}; }
+
+double predict_seconds(const CostShape& c, const LinkModel& link) {
+  return (c.ring_allreduce ? link.alpha_ring : link.alpha) * c.rounds + c.wire_bytes * link.beta;
+}
+
+CostShape sparse_pattern_cost(SparsePattern pattern, size_t n, int world_size, double density,
+                              double bytes_per_entry) {
+  const double peers = world_size - 1;
+  const double k = double(target_count(density, n));
+  constexpr double kAnnounce = 8;                           // a size, per peer and round
+  constexpr double kHeader = kPayloadHeaderBytes + 4;       // header (+ sbc's mean)
+  switch (pattern) {
+    case SparsePattern::kAllgather:
+      return {peers * (kAnnounce + kHeader + k * bytes_per_entry), 2, false};
+    case SparsePattern::kScatter: {
+      const double b = double(scatter_owner_budget(size_t(k), world_size));
+      const double to_owners = peers / world_size * k * bytes_per_entry;
+      // Each owner's part carries its 8-byte demand count too.
+      const double from_owner = peers * (b * bytes_per_entry + kScatterDemandBytes);
+      return {to_owners + from_owner + 2 * peers * (kAnnounce + kHeader), 4, false};
+    }
+    case SparsePattern::kAuto: break;
+  }
+  CC_THROW(kInternal, "sparse_pattern_cost needs allgather or scatter, not ", sparse_pattern_name(pattern));
+}
+
+SparsePattern choose_sparse_pattern(const LinkModel& link, size_t n, int world_size,
+                                    double density, double bytes_per_entry) {
+  if (world_size <= 2) return SparsePattern::kAllgather;
+  const double gather = predict_seconds(
+      sparse_pattern_cost(SparsePattern::kAllgather, n, world_size, density, bytes_per_entry), link);
+  const double scatter = predict_seconds(
+      sparse_pattern_cost(SparsePattern::kScatter, n, world_size, density, bytes_per_entry), link);
+  return scatter < gather ? SparsePattern::kScatter : SparsePattern::kAllgather;
+}
+
+void AutoAllreduce::attach(Comm& comm) {
+  attached_ = true;
+  link_ = measure_link(comm);  // all zeros on one rank: no network, dense is free
+  // A sparse algorithm choosing its pattern uses the same measurement
+  // instead of probing the link a second time.
+  if (auto* sparse = dynamic_cast<SparseAllreduce*>(compressed_.get())) sparse->set_link(link_);
 }
 
 void AutoAllreduce::calibrate(Comm& comm, size_t n) const {

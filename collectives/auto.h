@@ -36,6 +36,42 @@ struct LinkModel {
   double beta = 0.0;        // seconds per byte
 };
 
+// Measures the link as described above. Collective; every value is agreed
+// (allreduce MAX), so every rank holds the same model. A one-rank
+// communicator has no link: all zeros.
+LinkModel measure_link(Comm& comm);
+
+// What an algorithm uses before (or without) a measurement: rounds of
+// 50 us and 10 Gbit/s, a LAN of today. Only the sparse pattern choice reads
+// it, and only when nobody called attach().
+LinkModel assumed_link();
+
+// Seconds the communication of one call takes: rounds * alpha (alpha_ring
+// for a ring allreduce) + wire_bytes * beta.
+double predict_seconds(const CostShape& shape, const LinkModel& link);
+
+// The sparse patterns' traffic (COMPCOLL_SPARSE_PATTERN), for the choice
+// below, the benchmark's projection and the docs (docs/scaling.md). For an
+// n-element call on P ranks at density d, k = target_count(d, n) entries of
+// e bytes, h = the 24-byte payload header (+4 for sbc's mean) and 8 bytes
+// per peer for each size announcement, the bytes ONE rank sends:
+//   allgather  (P-1) * (8 + h + k e)                          2 rounds
+//   scatter    (P-1)/P * k e + (P-1) * b e + 2 (P-1)(8 + h)    4 rounds
+//              + (P-1) * 8 (each owner's demand count)
+//              where b = scatter_owner_budget(k, P) = ceil(2k/P)
+// scatter assumes selections spread evenly over the (balanced) regions,
+// about 3k(P-1)/P entries; its worst case is k e + (P-1) b e + the same
+// headers, still O(k): at most 3k entries, against Ok-Topk's 6k(P-1)/P
+// and the lower bound 2k(P-1)/P (see sparse_scatter.h for why 2k/P).
+// pattern must be kAllgather or kScatter.
+CostShape sparse_pattern_cost(SparsePattern pattern, size_t n, int world_size, double density,
+                              double bytes_per_entry);
+
+// The pattern with the lower predicted time on this link; allgather on a
+// tie and whenever P <= 2 (scatter then moves as many bytes in more rounds).
+SparsePattern choose_sparse_pattern(const LinkModel& link, size_t n, int world_size,
+                                    double density, double bytes_per_entry);
+
 class AutoAllreduce final : public Algorithm {
  public:
   explicit AutoAllreduce(std::unique_ptr<Algorithm> compressed);

@@ -7,7 +7,7 @@
 #include "collectives/chunked_norm.h"
 #include "collectives/dense.h"
 #include "collectives/onebit_allreduce.h"
-#include "collectives/sparse_allgather.h"
+#include "collectives/sparse_allreduce.h"
 #include "compcoll/error.h"
 #include "compression/dgc.h"
 #include "compression/golomb.h"
@@ -37,20 +37,22 @@ double sparse_entry_bytes(const AlgoParams& p) {
 }
 
 std::unique_ptr<Algorithm> make_dgc(const AlgoParams& p) {
-  return std::make_unique<SparseAllgatherAllreduce>("dgc", make_sparse_codec("dgc", p), p.density,
-                                                    sparse_entry_bytes(p));
+  return std::make_unique<SparseAllreduce>("dgc", make_sparse_codec("dgc", p), p.density,
+                                           sparse_entry_bytes(p), p.sparse_pattern,
+                                           SparseEncoding{p.values, p.indices});
 }
 
 std::unique_ptr<Algorithm> make_sdagc(const AlgoParams& p) {
-  return std::make_unique<SparseAllgatherAllreduce>("sdagc", make_sparse_codec("sdagc", p),
-                                                    p.density, sparse_entry_bytes(p));
+  return std::make_unique<SparseAllreduce>("sdagc", make_sparse_codec("sdagc", p), p.density,
+                                           sparse_entry_bytes(p), p.sparse_pattern,
+                                           SparseEncoding{p.values, p.indices});
 }
 
 std::unique_ptr<Algorithm> make_sbc(const AlgoParams& p) {
   // Golomb-Rice: about b* + 2 bits per position.
   const double bits = golomb_rice_parameter(p.density) + 2.0;
-  return std::make_unique<SparseAllgatherAllreduce>("sbc", make_sparse_codec("sbc", p), p.density,
-                                                    bits / 8.0);
+  return std::make_unique<SparseAllreduce>("sbc", make_sparse_codec("sbc", p), p.density,
+                                           bits / 8.0, p.sparse_pattern, SparseEncoding{});
 }
 
 std::unique_ptr<Algorithm> make_csc(const AlgoParams& p) {
@@ -81,7 +83,7 @@ constexpr AlgorithmDescriptor kAlgorithms[] = {
     {"dense", "exact allreduce through the transport (Gloo ring); also the fallback", make_dense},
     {"dgc",
      "Deep Gradient Compression: top-density elements by sampled threshold, momentum correction, "
-     "clipping, masking, warm-up; sparse allgather",
+     "clipping, masking, warm-up; sparse allgather or scatter (COMPCOLL_SPARSE_PATTERN)",
      make_dgc},
     {"sbc",
      "Sparse Binary Compression: top-density of one sign, binarised to its mean, Golomb-Rice "
@@ -89,7 +91,7 @@ constexpr AlgorithmDescriptor kAlgorithms[] = {
      make_sbc},
     {"sdagc",
      "standard-deviation adaptive threshold lambda*sigma with residual accumulation; sparse "
-     "allgather",
+     "allgather or scatter (COMPCOLL_SPARSE_PATTERN)",
      make_sdagc},
     {"csc",
      "coarse-grained sparse communication: allreduce of chunk L1 norms, then dense allreduce of "
@@ -144,9 +146,20 @@ std::string AlgoParams::canonical() const {
      << ";clip=" << clip << ";warmup_steps=" << warmup_steps
      << ";values=" << value_type_name(values) << ";indices=" << index_type_name(indices)
      << ";csc_chunk=" << csc_chunk << ";csc_fraction=" << csc_fraction
-     << ";onebit_block=" << onebit_block << ";onebit_scale=" << int(onebit_scale)
-     << ";sample_fraction=" << sample_fraction << ";auto_algo=" << auto_algo;
+     << ";onebit_block=" << onebit_block << ";onebit_scale="
+     << (onebit_scale == ScaleMode::kSignedMeans ? "pair" : "mean")  // COMPCOLL_ONEBIT_SCALE's words
+     << ";sample_fraction=" << sample_fraction << ";auto_algo=" << auto_algo
+     << ";sparse_pattern=" << sparse_pattern_name(sparse_pattern);
   return os.str();
+}
+
+const char* sparse_pattern_name(SparsePattern p) {
+  switch (p) {
+    case SparsePattern::kAllgather: return "allgather";
+    case SparsePattern::kScatter: return "scatter";
+    case SparsePattern::kAuto: return "auto";
+  }
+  return "?";
 }
 
 }  // namespace compcoll

@@ -8,14 +8,15 @@
 
 namespace compcoll {
 
-std::unique_ptr<CodecState> SparseAllgatherAllreduce::make_state(size_t n, int) const {
-  return codec_->make_state(n);
+void reject_peer_payload(const char* name, const Comm& comm, int peer, const std::exception& e) {
+  CC_THROW(kMalformedPayload, name, " allreduce on rank ", comm.rank(), ": payload from rank ",
+           peer, " rejected: ", e.what());
 }
 
-CallInfo SparseAllgatherAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool average,
-                                             CodecState& state) const {
+CallInfo sparse_allgather(Comm& comm, const char* name, const SparseCodec& codec, float* buf,
+                          size_t n, bool average, CodecState& state) {
   Bytes payload;
-  const EncodeInfo info = codec_->encode(buf, n, state, payload);
+  const EncodeInfo info = codec.encode(buf, n, state, payload);
   const Gathered all = comm.allgatherv(payload, max_payload_bytes(n));
   CC_CHECK_EQ(all.parts(), comm.size(), kInternal, "allgatherv returned the wrong number of parts");
   std::fill(buf, buf + n, 0.0f);
@@ -23,17 +24,11 @@ CallInfo SparseAllgatherAllreduce::allreduce(Comm& comm, float* buf, size_t n, b
     try {
       decode_accumulate(all.part(r), buf, n);
     } catch (const Error& e) {
-      CC_THROW(kMalformedPayload, name_, " allreduce on rank ", comm.rank(), ": payload from rank ",
-               r, " rejected: ", e.what());
+      reject_peer_payload(name, comm, r, e);
     }
   }
   if (average) scale_in_place(buf, n, comm.size());
   return {payload.size(), info.sent};
-}
-
-CostShape SparseAllgatherAllreduce::cost_shape(size_t n, int world_size) const {
-  const double payload = kPayloadHeaderBytes + 4 + double(target_count(density_, n)) * bytes_per_entry_;
-  return {payload * (world_size - 1), 2, false};  // sizes round, payload round
 }
 
 }  // namespace compcoll

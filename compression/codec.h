@@ -23,9 +23,14 @@ struct CodecState {
   std::vector<float> u;  // momentum-corrected velocity; empty when momentum is off
   uint64_t steps = 0;    // encodes so far (drives warm-up and sample offsets)
   float lambda = 0.0f;   // sdagc: threshold in units of sigma, adapted per step
+  // The scatter pattern's index regions (P+1 boundaries), rebalanced every
+  // call from the owners' demand; identical on every rank (collectives/sparse_scatter.h).
+  std::vector<size_t> regions;
 
   size_t size() const { return v.size(); }
-  size_t memory_bytes() const { return (v.capacity() + u.capacity()) * sizeof(float); }
+  size_t memory_bytes() const {
+    return (v.capacity() + u.capacity()) * sizeof(float) + regions.capacity() * sizeof(size_t);
+  }
 };
 
 // Statistics of the last encode, for logging and tests.

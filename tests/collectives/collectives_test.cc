@@ -104,6 +104,9 @@ TEST_P(AllreduceTest, IdenticalEverywhereAndEqualToWhatTheCodecsSelected) {
   params.csc_chunk = 256;
   params.csc_fraction = 0.05;
   params.onebit_block = 64;
+  // The expected sums below are the allgather pattern's; the scatter pattern
+  // has its own tests (sparse_pattern_test.cc).
+  params.sparse_pattern = SparsePattern::kAllgather;
   testing::run_gloo_ranks(world, [&](Comm& comm) {
     const auto algo = make_algorithm(algo_name, params);  // per rank: auto measures
     algo->attach(comm);
@@ -200,13 +203,28 @@ INSTANTIATE_TEST_SUITE_P(AllAlgorithms, AllreduceTest, ::testing::ValuesIn(all_c
 // the output catches up, and the running-sum error decays only like 1/T
 // (7.4 % at 200 steps here, 5.6 % for a single worker without the server
 // stage; smaller blocks or Seide's two scales change it by < 1.5 points).
+//
+// "ALGO/scatter" runs ALGO with COMPCOLL_SPARSE_PATTERN=scatter: the owners'
+// second selection must not cost the stream its accuracy either.
 class ErrorFeedbackTest : public ::testing::TestWithParam<std::string> {};
+
+// "dgc/scatter" -> ("dgc", params with the scatter pattern).
+std::pair<std::string, AlgoParams> name_and_pattern(std::string name, AlgoParams p = {}) {
+  const size_t slash = name.find('/');
+  if (slash != std::string::npos) {
+    p.sparse_pattern = name.substr(slash + 1) == "scatter" ? SparsePattern::kScatter
+                                                           : SparsePattern::kAllgather;
+    name = name.substr(0, slash);
+  }
+  return {name, p};
+}
 
 TEST_P(ErrorFeedbackTest, RunningSumTracksTheDenseSumWithinFivePercentOver200Steps) {
   constexpr size_t kRun = 4096;
   const size_t n = 100 * kRun;
   const int world = 4, steps = 200;
-  const auto algo = make_algorithm(GetParam(), AlgoParams{});  // default settings
+  const auto [name, params] = name_and_pattern(GetParam());
+  const auto algo = make_algorithm(name, params);  // default settings (and pattern)
   std::vector<float> base = bench::make_gradient(GradientKind::kGaussian, n, 99);
   for (size_t run = 0; run < n / kRun; ++run) {
     if (run != 37) {
@@ -246,7 +264,13 @@ TEST_P(ErrorFeedbackTest, RunningSumTracksTheDenseSumWithinFivePercentOver200Ste
 }
 
 INSTANTIATE_TEST_SUITE_P(DefaultSettings, ErrorFeedbackTest,
-                         ::testing::Values("dgc", "sbc", "sdagc", "csc", "onebit"));
+                         ::testing::Values("dgc", "sbc", "sdagc", "csc", "onebit", "dgc/scatter",
+                                           "sdagc/scatter"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return s;
+                         });
 
 TEST(Allreduce, AverageDividesTheSumByTheWorldSize) {
   const size_t n = 100000;
@@ -275,8 +299,7 @@ class NonFiniteTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(NonFiniteTest, ReachesTheOutputAsTheDenseSumWouldAndLeavesStateFinite) {
   const size_t n = 200000;
-  AlgoParams params;
-  std::string name = GetParam();
+  auto [name, params] = name_and_pattern(GetParam());
   if (name == "dgc+momentum") {
     name = "dgc";
     params.momentum = 0.9f;
@@ -320,7 +343,8 @@ TEST_P(NonFiniteTest, ReachesTheOutputAsTheDenseSumWouldAndLeavesStateFinite) {
 
 INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, NonFiniteTest,
                          ::testing::Values("dense", "dgc", "dgc+momentum", "sbc", "sdagc", "csc",
-                                           "onebit", "auto"),
+                                           "onebit", "auto", "dgc/scatter", "dgc+momentum/scatter",
+                                           "sdagc/scatter"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';

@@ -1,0 +1,66 @@
+#include "collectives/sparse_allreduce.h"
+
+#include <cstdio>
+
+#include "collectives/sparse_allgather.h"
+#include "collectives/sparse_scatter.h"
+#include "compcoll/error.h"
+
+namespace compcoll {
+
+SparseAllreduce::SparseAllreduce(const char* name, std::unique_ptr<SparseCodec> codec,
+                                 double density, double bytes_per_entry, SparsePattern pattern,
+                                 SparseEncoding encoding)
+    : name_(name),
+      codec_(std::move(codec)),
+      density_(density),
+      bytes_per_entry_(bytes_per_entry),
+      pattern_(pattern),
+      encoding_(encoding) {
+  CC_CHECK(codec_ != nullptr, kInternal, name_, ": no codec");
+  CC_CHECK(std::string(name_) != "sbc" || pattern_ != SparsePattern::kScatter, kInvalidArgument,
+           "COMPCOLL_SPARSE_PATTERN=scatter: sbc cannot use the scatter pattern (an owner's sum "
+           "of several ranks' binarised means is not binary; see docs/scaling.md); use "
+           "allgather or auto, or dgc/sdagc");
+  if (std::string(name_) == "sbc") pattern_ = SparsePattern::kAllgather;  // auto: its only pattern
+}
+
+std::unique_ptr<CodecState> SparseAllreduce::make_state(size_t n, int) const {
+  return codec_->make_state(n);
+}
+
+void SparseAllreduce::attach(Comm& comm) {
+  // Only auto needs the link, and only where scatter can win at all.
+  if (pattern_ == SparsePattern::kAuto && comm.size() > 2 && !link_known_) set_link(measure_link(comm));
+}
+
+SparsePattern SparseAllreduce::pattern_for(size_t n, int world_size) const {
+  if (pattern_ != SparsePattern::kAuto) return pattern_;
+  return choose_sparse_pattern(link_, n, world_size, density_, bytes_per_entry_);
+}
+
+CallInfo SparseAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool average,
+                                    CodecState& state) const {
+  const SparsePattern p = pattern_for(n, comm.size());
+  if (pattern_ == SparsePattern::kAuto) {
+    char text[160];
+    std::snprintf(text, sizeof text, "%s (auto: predicted %.3f ms allgather, %.3f ms scatter%s)",
+                  sparse_pattern_name(p),
+                  predict_seconds(sparse_pattern_cost(SparsePattern::kAllgather, n, comm.size(),
+                                                      density_, bytes_per_entry_), link_) * 1e3,
+                  predict_seconds(sparse_pattern_cost(SparsePattern::kScatter, n, comm.size(),
+                                                      density_, bytes_per_entry_), link_) * 1e3,
+                  link_known_ ? "" : " on an assumed link");
+    last_decision_ = text;
+  }
+  if (p == SparsePattern::kScatter) {
+    return sparse_scatter(comm, name_, *codec_, encoding_, buf, n, average, state);
+  }
+  return sparse_allgather(comm, name_, *codec_, buf, n, average, state);
+}
+
+CostShape SparseAllreduce::cost_shape(size_t n, int world_size) const {
+  return sparse_pattern_cost(pattern_for(n, world_size), n, world_size, density_, bytes_per_entry_);
+}
+
+}  // namespace compcoll

@@ -1,0 +1,60 @@
+// The sparse allreduce algorithms (dgc, sdagc, sbc): a sparsifying codec and
+// the pattern that moves its payloads (COMPCOLL_SPARSE_PATTERN):
+//   allgather  every rank receives every payload (sparse_allgather.h)
+//   scatter    index-region owners reduce and re-select, an allgatherv
+//              returns the result; O(k) per rank (sparse_scatter.h)
+//   auto       per call, the one auto.h's cost model predicts faster for
+//              this P, k and link. attach() measures the link (collective,
+//              agreed: every rank takes the same pattern); `auto`
+//              (AutoAllreduce) hands over its own measurement instead.
+//              Without either, assumed_link() stands in.
+// sbc runs allgather only: its payload is one sign's positions and one
+// mean, and an owner's sum of several ranks' means is no longer binary (see
+// docs/scaling.md), so a scatter request for sbc is refused at construction.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collectives/algorithm.h"
+#include "collectives/auto.h"
+#include "compression/sparse_payload.h"
+
+namespace compcoll {
+
+class SparseAllreduce final : public Algorithm {
+ public:
+  // bytes_per_entry and density describe the payloads for the cost model;
+  // encoding is how the scatter pattern re-encodes the owners' results.
+  SparseAllreduce(const char* name, std::unique_ptr<SparseCodec> codec, double density,
+                  double bytes_per_entry, SparsePattern pattern, SparseEncoding encoding);
+  const char* name() const override { return name_; }
+  std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
+  CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
+                     CodecState& state) const override;
+  CostShape cost_shape(size_t n, int world_size) const override;
+  void attach(Comm& comm) override;
+  std::string last_decision() const override { return last_decision_; }
+
+  // The link the auto pattern weighs the patterns on (auto.cc passes its own).
+  void set_link(const LinkModel& link) {
+    link_ = link;
+    link_known_ = true;
+  }
+  // The pattern an n-element call on world_size ranks takes.
+  SparsePattern pattern_for(size_t n, int world_size) const;
+  SparsePattern configured_pattern() const { return pattern_; }
+
+ private:
+  const char* name_;
+  std::unique_ptr<SparseCodec> codec_;
+  double density_;
+  double bytes_per_entry_;
+  SparsePattern pattern_;
+  SparseEncoding encoding_;
+  LinkModel link_ = assumed_link();
+  bool link_known_ = false;
+  mutable std::string last_decision_;
+};
+
+}  // namespace compcoll
