@@ -156,6 +156,17 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_SAMPLE_FRACTION", VarType::kDouble, "0.01", "(0, 1]",
      "share of elements dgc and sbc sample to set their threshold",
      CC_APPLY { cfg.params.sample_fraction = fraction_in_unit(var, value); }},
+    {"COMPCOLL_SPARSE_PATTERN", VarType::kEnum, "auto", "allgather|scatter|auto",
+     "how dgc/sdagc payloads move: allgather (every rank receives all P payloads), scatter "
+     "(index-region owners reduce and re-select; O(k) bytes per rank whatever P; "
+     "docs/scaling.md), or auto (the one the cost model predicts faster for P, k and the link "
+     "measured at start); sbc is allgather only and refuses scatter",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.params.sparse_pattern = value == "scatter"     ? SparsePattern::kScatter
+                                   : value == "allgather" ? SparsePattern::kAllgather
+                                                          : SparsePattern::kAuto;
+     }},
     {"COMPCOLL_TRANSPORT", VarType::kEnum, "tcp", "tcp|ibverbs",
      "Gloo device: tcp, or ibverbs (RDMA; not usable with Debian's Gloo, see docs)",
      CC_APPLY {
