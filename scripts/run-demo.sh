@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+# The venv's python3 for --plot (the benchmark runs `python3` for it).
+source scripts/python-env.sh
+compcoll_use_venv
 bash scripts/build.sh
 BENCH=${BUILD_DIR:-build}/integration/bench/compcoll-bench
 COUNT=25557032

@@ -36,6 +36,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+# python3 is the project venv's (scripts/python-env.sh) once install-deps made it.
+source scripts/python-env.sh
+compcoll_venv_ok && compcoll_use_venv
 MODE=${1:-all}
 JOBS=${JOBS:-2}
 case "$MODE" in asan|tsan|python|all) ;; *) echo "usage: $0 [asan|tsan|python|all]" >&2; exit 2 ;; esac
