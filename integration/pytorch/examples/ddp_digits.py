@@ -1,19 +1,30 @@
-"""DDP training of a small MLP on scikit-learn's bundled digits data set, once
-per compcoll algorithm, on R local ranks (torch.multiprocessing, Gloo over
-loopback). Prints test accuracy, bytes on the wire and the compression ratio
-per algorithm, and saves the loss curves as a PNG.
+"""DDP training of a small MLP on scikit-learn's bundled digits data set on R
+local ranks (torch.multiprocessing, Gloo over loopback). Prints test accuracy,
+bytes on the wire and the compression ratio, and saves the loss curves as a
+PNG. Two modes:
+
+Your environment (COMPCOLL_ALGO set): one training run with exactly the
+environment you gave, every COMPCOLL_* variable as you set it; the ranks ask
+for init_process_group("gloo"), like an unmodified script, so compression
+comes from compcoll's activation by environment alone:
+
+    COMPCOLL_ALGO=sbc python3 integration/pytorch/examples/ddp_digits.py
+    COMPCOLL_ALGO=dgc COMPCOLL_DENSITY=0.01 COMPCOLL_STATS_FILE=/tmp/stats{rank}.json \
+        python3 integration/pytorch/examples/ddp_digits.py --steps 200
+
+Comparison (COMPCOLL_ALGO unset): one run per algorithm of --algos [all],
+one after the other, each with its own process group (backend "compcoll",
+COMPCOLL_ALGO set for that run before the group is created; dense included,
+so the dense run reports its bytes on the wire too) and the same seed, data
+order and steps; the other COMPCOLL_* variables you set apply to every run:
 
     python3 integration/pytorch/examples/ddp_digits.py
     python3 integration/pytorch/examples/ddp_digits.py --algos dense,dgc --steps 300 \
         --plot /tmp/digits.png --json /tmp/digits.json
 
-The ranks train one algorithm after the other, each run with its own process
-group (backend "compcoll", COMPCOLL_ALGO set before the group is created;
-dense included, so the dense run reports its bytes on the wire too) and the
-same seed, data order and steps. Setting COMPCOLL_ALGO for a script that calls
-init_process_group("gloo") gives the same result (see docs/pytorch.md). Bytes
-come from the COMPCOLL_STATS_FILE each rank writes when its process group is
-destroyed.
+Bytes come from the COMPCOLL_STATS_FILE each rank writes when its process
+group is destroyed: yours if you set it (in comparison mode it must contain
+{algo}, since every run writes its own), else one in a temporary directory.
 """
 import argparse
 import json
@@ -43,19 +54,27 @@ def build_model(hidden):
                          nn.Linear(hidden, 10))
 
 
-def train(rank, world, args, algo, out_dir):
-    """One DDP training run with COMPCOLL_ALGO=algo; rank 0 writes result.json."""
+def train(rank, world, args, run):
+    """One DDP training run (a Run: algo, backend, run_dir, the environment
+    it sets); rank 0 writes result.json."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    run_dir = os.path.join(out_dir, algo)
-    # Read by the backend when the process group is created.
-    os.environ["COMPCOLL_ALGO"] = algo
-    os.environ["COMPCOLL_STATS_FILE"] = os.path.join(run_dir, "stats{rank}.json")
-    dist.init_process_group("compcoll", init_method=f"file://{run_dir}/store", rank=rank,
+    # Read by the backend when the process group is created. Empty in your
+    # environment's mode: nothing of yours is overwritten.
+    os.environ.update(run.environ)
+    dist.init_process_group(run.backend, init_method=f"file://{run.run_dir}/store", rank=rank,
                             world_size=world)
+    # What the group really got: "compcoll" when compression is active (the
+    # gloo group's cpu backend is compcoll's under activation by environment).
+    cpu_backend = dist.group.WORLD._get_backend(torch.device("cpu")).name()
+    if run.algo != "dense" and cpu_backend != "compcoll":
+        raise RuntimeError(
+            f"COMPCOLL_ALGO={run.algo} but the process group's backend is {cpu_backend}: "
+            "compcoll is not installed in this interpreter, or its activation at `import torch` "
+            "is off (TORCH_DEVICE_BACKEND_AUTOLOAD=0; then run this with python3 -m compcoll.run)")
     x_train, x_test, y_train, y_test = load_data(args.seed)
     x_train, y_train = torch.from_numpy(x_train), torch.from_numpy(y_train)
     # This rank's shard of the training set, in a seeded order.
@@ -88,34 +107,91 @@ def train(rank, world, args, algo, out_dir):
     dist.all_reduce(curve)
     curve /= world
     if rank == 0:
-        with open(os.path.join(run_dir, "result.json"), "w") as f:
-            json.dump({"accuracy": acc, "losses": curve.tolist(), "train_s": train_s}, f)
+        with open(os.path.join(run.run_dir, "result.json"), "w") as f:
+            json.dump({"accuracy": acc, "losses": curve.tolist(), "train_s": train_s,
+                       "backend": dist.get_backend(), "cpu_backend": cpu_backend}, f)
     dist.destroy_process_group()  # each rank writes its COMPCOLL_STATS_FILE
 
 
-def worker(rank, world, args, out_dir):
+def worker(rank, world, args, runs):
     import torch
 
     torch.set_num_threads(1)  # the ranks share the machine's cores
-    import compcoll  # noqa: F401  registers the "compcoll" backend
-    for algo in args.algos.split(","):
-        train(rank, world, args, algo, out_dir)
+    if any(run.backend == "compcoll" for run in runs):
+        import compcoll  # noqa: F401  registers the "compcoll" backend
+    for run in runs:
+        train(rank, world, args, run)
 
 
-def collect(algo, args, out_dir):
-    run_dir = os.path.join(out_dir, algo)
-    with open(os.path.join(run_dir, "result.json")) as f:
+class Run:
+    """One training run: the algorithm, the backend the ranks ask for, where
+    its files go, the COMPCOLL_* variables it sets, its stats file template."""
+
+    def __init__(self, algo, backend, run_dir, environ, stats_file):
+        self.algo, self.backend, self.run_dir = algo, backend, run_dir
+        self.environ, self.stats_file = environ, stats_file
+
+
+def plan_runs(args, out_dir, environ):
+    """The runs, honouring the caller's environment: with COMPCOLL_ALGO set,
+    one run in that environment, untouched; else one per --algos entry.
+    Returns (runs, error message or None)."""
+    user_algo = environ.get("COMPCOLL_ALGO", "").strip()
+    user_stats = environ.get("COMPCOLL_STATS_FILE", "").strip()
+    if user_algo:
+        if args.algos:
+            return None, (f"COMPCOLL_ALGO={user_algo} is set and --algos {args.algos} asks for a "
+                          "comparison: unset COMPCOLL_ALGO to compare, or drop --algos to train "
+                          "with your environment")
+        run_dir = os.path.join(out_dir, "run")
+        # Your stats file if you named one; else one of ours, set for the
+        # run only because you left it unset.
+        env = {} if user_stats else {"COMPCOLL_STATS_FILE": os.path.join(run_dir, "stats{rank}.json")}
+        return [Run(user_algo, "gloo", run_dir, env, user_stats or env["COMPCOLL_STATS_FILE"])], None
+    if user_stats and "{algo}" not in user_stats:
+        return None, (f"COMPCOLL_STATS_FILE={user_stats} would be written by every algorithm of "
+                      "the comparison in turn: put {algo} in it (each run writes its own), or "
+                      "set COMPCOLL_ALGO to train one algorithm")
+    runs = []
+    for algo in (args.algos or ",".join(ALGOS)).split(","):
+        run_dir = os.path.join(out_dir, algo)
+        stats = (user_stats.replace("{algo}", algo) if user_stats
+                 else os.path.join(run_dir, "stats{rank}.json"))
+        runs.append(Run(algo, "compcoll", run_dir, {"COMPCOLL_ALGO": algo, "COMPCOLL_STATS_FILE": stats},
+                        stats))
+    return runs, None
+
+
+def collect(run, args):
+    with open(os.path.join(run.run_dir, "result.json")) as f:
         result = json.load(f)
+    result.update(algo=run.algo, stats_files=[], wire_bytes_per_rank=None,
+                  dense_bytes_per_rank=None, ratio=None, compressed_calls=None, calls=None)
+    paths = [run.stats_file.replace("{rank}", str(r)) for r in range(args.ranks)]
+    if not all(os.path.exists(p) for p in paths):
+        # Plain Gloo (COMPCOLL_ALGO=dense in your environment): compcoll was
+        # not in the process group, so nothing counted the bytes.
+        return result
     stats = []
-    for r in range(args.ranks):
-        with open(os.path.join(run_dir, f"stats{r}.json")) as f:
+    for path in paths:
+        with open(path) as f:
             stats.append(json.load(f))
     wire = sum(s["wire_bytes"] for s in stats) / len(stats)
     dense = sum(s["dense_bytes"] for s in stats) / len(stats)
-    result.update(algo=algo, wire_bytes_per_rank=wire, dense_bytes_per_rank=dense,
+    result.update(stats_files=paths, wire_bytes_per_rank=wire, dense_bytes_per_rank=dense,
                   ratio=dense / wire if wire else 0.0,
                   compressed_calls=stats[0]["compressed_calls"], calls=stats[0]["calls"])
     return result
+
+
+def describe(r):
+    head = f"{r['algo']:>7}: test accuracy {100 * r['accuracy']:6.2f}%  "
+    tail = f"  (backend {r['backend']}, cpu backend {r['cpu_backend']}; training {r['train_s']:.1f} s)"
+    if r["wire_bytes_per_rank"] is None:
+        return head + "wire not counted (plain Gloo: compcoll not active)" + tail
+    return (head + f"wire {r['wire_bytes_per_rank'] / 1e6:9.3f} MB/rank  "
+            f"dense {r['dense_bytes_per_rank'] / 1e6:8.3f} MB/rank  ratio {r['ratio']:8.1f}x  "
+            f"compressed calls {r['compressed_calls']}/{r['calls']}" + tail)
 
 
 def plot(results, path, args):
@@ -129,8 +205,8 @@ def plot(results, path, args):
     w = max(1, args.steps // 50)
     for r in results:
         y = np.convolve(r["losses"], np.ones(w) / w, mode="valid")
-        ax.plot(np.arange(len(y)) + w, y,
-                label=f"{r['algo']} (acc {100 * r['accuracy']:.1f}%, {r['ratio']:.0f}x)")
+        ratio = f", {r['ratio']:.0f}x" if r["ratio"] is not None else ""
+        ax.plot(np.arange(len(y)) + w, y, label=f"{r['algo']} (acc {100 * r['accuracy']:.1f}%{ratio})")
     ax.set_xlabel("step")
     ax.set_ylabel(f"training loss (mean of {args.ranks} ranks, moving average of {w})")
     ax.set_yscale("log")
@@ -142,7 +218,8 @@ def plot(results, path, args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--algos", default=",".join(ALGOS))
+    p.add_argument("--algos", default="",
+                   help=f"algorithms to compare (default {','.join(ALGOS)}; not with COMPCOLL_ALGO set)")
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--batch", type=int, default=16, help="per rank")
@@ -151,29 +228,30 @@ def main(argv=None):
     p.add_argument("--momentum", type=float, default=0.0,
                    help="optimizer momentum (keep 0 when COMPCOLL_MOMENTUM is set)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--plot", default="ddp_digits_loss.png")
+    p.add_argument("--plot", default="ddp_digits_loss.png", help="PNG of the loss curves ('' for none)")
     p.add_argument("--json", default="")
     args = p.parse_args(argv)
+    if args.ranks < 1 or args.steps < 1 or args.batch < 1:
+        p.error("--ranks, --steps and --batch must be at least 1")
 
-    import torch.multiprocessing as mp
-
-    # One machine: keep Gloo on the loopback interface.
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     with tempfile.TemporaryDirectory(prefix="ddp-digits-") as out_dir:
-        for algo in args.algos.split(","):
-            os.makedirs(os.path.join(out_dir, algo))
+        runs, error = plan_runs(args, out_dir, os.environ)
+        if error:
+            p.error(error)
+        for run in runs:
+            os.makedirs(run.run_dir)
+        import torch.multiprocessing as mp
+
+        # One machine: keep Gloo on the loopback interface (unless you chose one).
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        mode = "your environment" if len(runs) == 1 and runs[0].backend == "gloo" else "comparison"
         t0 = time.perf_counter()
-        mp.spawn(worker, args=(args.ranks, args, out_dir), nprocs=args.ranks)
-        print(f"{args.ranks} ranks, {args.steps} steps per algorithm, "
+        mp.spawn(worker, args=(args.ranks, args, runs), nprocs=args.ranks)
+        print(f"{args.ranks} ranks, {args.steps} steps per run ({mode}), "
               f"{time.perf_counter() - t0:.1f} s in all")
-        results = [collect(algo, args, out_dir) for algo in args.algos.split(",")]
+        results = [collect(run, args) for run in runs]
     for r in results:
-        algo = r["algo"]
-        print(f"{algo:>7}: test accuracy {100 * r['accuracy']:6.2f}%  "
-              f"wire {r['wire_bytes_per_rank'] / 1e6:9.3f} MB/rank  "
-              f"dense {r['dense_bytes_per_rank'] / 1e6:8.3f} MB/rank  ratio {r['ratio']:8.1f}x  "
-              f"compressed calls {r['compressed_calls']}/{r['calls']}  (training {r['train_s']:.1f} s)",
-              flush=True)
+        print(describe(r), flush=True)
     if args.plot:
         plot(results, args.plot, args)
         print(f"loss curves: {args.plot}")
