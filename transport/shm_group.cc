@@ -29,7 +29,7 @@ static_assert(Counter::is_always_lock_free && sizeof(Counter) == sizeof(uint32_t
 namespace {
 
 constexpr uint64_t kMagic = 0x636f6d70636f6c6cull;  // "compcoll"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr int kSpins = 256;
 // How often a sleeping wait looks at whether the awaited peer still runs.
 constexpr auto kLivenessEvery = std::chrono::milliseconds(50);
@@ -67,7 +67,6 @@ size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 struct alignas(64) ShmGroup::Slot {
   Counter arrive{0};
-  Counter reduced{0};
   Counter consumed{0};
   std::atomic<uint64_t> count{0};  // the call's element count, checked across ranks
   int32_t pid = 0;
@@ -81,6 +80,7 @@ struct alignas(64) ShmGroup::Header {
   uint32_t local_size = 0;
   uint64_t chunk_floats = 0;
   alignas(64) Counter result{0};
+  alignas(64) Counter taken{0};  // the leader has added every slot of this round
   alignas(64) Counter failed{0};  // 0, or the local rank + 1 that failed first
 };
 
@@ -90,8 +90,9 @@ size_t header_bytes(size_t local_size) {
   return align_up(sizeof(ShmGroup::Header) + local_size * sizeof(ShmGroup::Slot), 4096);
 }
 
+// Slots for local ranks 1..L-1 (the leader adds into its own buffer) and R.
 size_t segment_bytes(size_t local_size, size_t chunk) {
-  return header_bytes(local_size) + (local_size + 1) * chunk * sizeof(float);
+  return header_bytes(local_size) + local_size * chunk * sizeof(float);
 }
 
 }  // namespace
@@ -114,7 +115,7 @@ ShmGroup::Slot& ShmGroup::slot(int l) const {
 
 float* ShmGroup::data(int l) const {
   auto* d = static_cast<uint8_t*>(base_) + header_bytes(world_ranks_.size());
-  return reinterpret_cast<float*>(d) + static_cast<size_t>(l) * chunk_;
+  return reinterpret_cast<float*>(d) + static_cast<size_t>(l - 1) * chunk_;
 }
 
 namespace {
@@ -242,9 +243,9 @@ void ShmGroup::abort(const std::string& why) noexcept {
   h->failed.compare_exchange_strong(none, static_cast<uint32_t>(local_rank_ + 1),
                                     std::memory_order_acq_rel);
   futex_wake(&h->result);
+  futex_wake(&h->taken);
   for (int l = 0; l < local_size(); ++l) {
     futex_wake(&slot(l).arrive);
-    futex_wake(&slot(l).reduced);
     futex_wake(&slot(l).consumed);
   }
 }
@@ -331,17 +332,22 @@ void ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds 
            ": this host's shared-memory group failed earlier; the communicator must be rebuilt");
   const auto deadline = Clock::now() + timeout;
   const int L = local_size();
+  auto* h = static_cast<Header*>(base_);
   const size_t rounds = std::max<size_t>(1, (n + chunk_ - 1) / chunk_);
-  Slot& me = slot(local_rank_);
-  me.count.store(n, std::memory_order_relaxed);
   for (size_t k = 0; k < rounds; ++k) {
     const uint32_t round = ++round_;
     const size_t off = k * chunk_;
     const size_t len = std::min(chunk_, n - std::min(n, off));
-    if (len) std::memcpy(data(local_rank_), buf + off, len * sizeof(float));
-    publish(&me.arrive, round);
-    for (int l = 0; l < L; ++l) {
-      if (l == local_rank_) continue;
+    if (local_rank_ > 0) {
+      Slot& me = slot(local_rank_);
+      // The slot still holds the previous round until the leader took it.
+      if (k > 0) await(&h->taken, round - 1, 0, "take the previous round", deadline, timeout);
+      me.count.store(n, std::memory_order_relaxed);
+      if (len) std::memcpy(data(local_rank_), buf + off, len * sizeof(float));
+      publish(&me.arrive, round);
+      continue;
+    }
+    for (int l = 1; l < L; ++l) {
       await(&slot(l).arrive, round, l, "arrive at the local reduce", deadline, timeout);
       const uint64_t theirs = slot(l).count.load(std::memory_order_relaxed);
       if (k == 0 && theirs != n) {
@@ -350,25 +356,13 @@ void ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds 
                                                   " (every rank must pass the same count)"));
       }
     }
-    // My segment of the chunk, summed over the slots in local-rank order.
-    const size_t lo = len * static_cast<size_t>(local_rank_) / static_cast<size_t>(L);
-    const size_t hi = len * static_cast<size_t>(local_rank_ + 1) / static_cast<size_t>(L);
-    float* out = data(L);
-    const float* a = data(0);
-    const float* b = data(1);
-    for (size_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
-    for (int l = 2; l < L; ++l) {
-      const float* c = data(l);
-      for (size_t i = lo; i < hi; ++i) out[i] += c[i];
+    // In local-rank order: ((leader + 1) + 2) + ...
+    float* out = buf + off;
+    for (int l = 1; l < L; ++l) {
+      const float* in = data(l);
+      for (size_t i = 0; i < len; ++i) out[i] += in[i];
     }
-    publish(&me.reduced, round);
-    const bool last = k + 1 == rounds;
-    if (local_rank_ == 0 || !last) {
-      for (int l = 0; l < L; ++l) {
-        if (l != local_rank_) await(&slot(l).reduced, round, l, "finish its part of the local reduce", deadline, timeout);
-      }
-    }
-    if (local_rank_ == 0 && len) std::memcpy(buf + off, out, len * sizeof(float));
+    publish(&h->taken, round);
   }
 }
 

@@ -4,21 +4,23 @@
 // ranks that are threads of one process.
 //
 // Segment (made by the host's leader, local rank 0):
-//   header   per local rank a cache line of counters (arrive, reduced,
-//            consumed), its pid and pid namespace, and an abort reason; one
-//            `result` counter; a `failed` word (0, or the failing local rank+1)
-//   slots    L input slots and one result slot R of chunk_floats floats each
+//   header   per local rank a cache line with its counters (arrive,
+//            consumed), its pid and pid namespace, and an abort reason; the
+//            leader's counters `taken` and `result`; a `failed` word (0, or
+//            the failing local rank + 1)
+//   slots    one input slot per non-leader and one result slot R, of
+//            chunk_floats floats each
 // A call moves its buffer in rounds of at most chunk_floats elements; every
 // local rank counts rounds identically, and a counter set to the round number
 // says a step of that round is done.
 //
-// reduce_to_leader, per round: every rank copies its chunk into its slot and
-//   sets `arrive`; once all have arrived, local rank l sums segment l of the
-//   chunk over all slots, in local-rank order, into R and sets `reduced`; the
-//   leader waits for every `reduced` and copies R out (a reduce-scatter
-//   inside the host, so the summing is spread over the host's ranks). Ranks
-//   also wait for every `reduced` before the next round of a multi-round call,
-//   so no slot is overwritten while it is read.
+// reduce_to_leader, per round: every other rank copies its chunk into its
+//   slot and sets `arrive`; the leader waits for all of them and adds the
+//   slots into its own buffer in local-rank order, then sets `taken` (a rank
+//   waits for it before refilling its slot in the next round of a long call).
+//   One synchronisation per round: on hosts with more ranks than cores every
+//   wake-up costs a scheduling delay, which a reduce-scatter's second
+//   synchronisation would pay again to save the leader some additions.
 // broadcast_from_leader, per round: the leader copies its chunk into R (after
 //   every rank `consumed` the previous round) and sets `result`; the others
 //   copy it out and set `consumed`.
@@ -51,7 +53,7 @@
 namespace compcoll {
 
 // Elements per round by default: 4 Mi float32 (16 MiB per slot), so the
-// segment of a host of L ranks takes (L + 1) * 16 MiB of /dev/shm.
+// segment of a host of L ranks takes L * 16 MiB of /dev/shm.
 inline constexpr size_t kShmDefaultChunkFloats = size_t{1} << 22;
 
 struct ShmGroupOptions {
