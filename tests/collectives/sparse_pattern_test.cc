@@ -25,6 +25,7 @@
 #include "collectives/registry.h"
 #include "collectives/sparse_allreduce.h"
 #include "collectives/sparse_scatter.h"
+#include "compression/payload.h"
 #include "compression/sparse_payload.h"
 #include "integration/bench/gradients.h"
 #include "tests/support/expected.h"
@@ -161,7 +162,130 @@ INSTANTIATE_TEST_SUITE_P(Scatter, ScatterTest, ::testing::ValuesIn(scatter_cases
                                   std::to_string(info.param.count);
                          });
 
-// The invariant over many steps, with momentum, rebalanced regions and fp16
+// Non-finite values through the scatter pattern, at every world size: a
+// NaN and an Inf reach every rank's output where the dense sum has them,
+// and so does a sum of finite values that overflows (3e38 on every rank);
+// nothing else becomes non-finite and no residual is poisoned.
+class ScatterNonFiniteTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ScatterNonFiniteTest, ReachesTheOutputAsTheDenseSumWouldAndLeavesResidualsFinite) {
+  const auto [world, n, algo_name] = GetParam();
+  AlgoParams params;
+  params.density = 0.01;
+  params.sparse_pattern = SparsePattern::kScatter;
+  testing::run_gloo_ranks(world, [&](Comm& comm) {
+    const auto algo = make_algorithm(algo_name, params);
+    auto state = algo->make_state(n, world);
+    std::vector<float> g = gradient_of(comm.rank(), n);
+    if (comm.rank() == 0) g[0] = NAN;
+    if (comm.rank() == world - 1) g[n - 1] = INFINITY;
+    g[n / 2] = 3e38f;  // finite everywhere; the sum of two or more overflows
+    algo->allreduce(comm, g.data(), n, false, *state);
+    expect_identical(comm, g);
+    EXPECT_TRUE(std::isnan(g[0]));
+    EXPECT_EQ(g[n - 1], INFINITY);
+    if (world > 1) EXPECT_EQ(g[n / 2], INFINITY);
+    else EXPECT_EQ(g[n / 2], 3e38f);
+    for (size_t i = 1; i + 1 < n; ++i) {
+      if (i != n / 2) ASSERT_TRUE(std::isfinite(g[i])) << "index " << i << " became non-finite";
+    }
+    for (float x : state->v) ASSERT_TRUE(std::isfinite(x)) << "residual poisoned";
+  });
+}
+
+std::vector<Case> non_finite_cases() {
+  std::vector<Case> cases;
+  for (const char* algo : {"dgc", "sdagc"}) {
+    for (int world : {1, 2, 3, 4, 7, 8}) cases.push_back({world, 1003, algo});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Scatter, ScatterNonFiniteTest, ::testing::ValuesIn(non_finite_cases()),
+                         [](const auto& info) {
+                           return info.param.algo + "_w" + std::to_string(info.param.world);
+                         });
+
+// Peers are not trusted blindly: a Comm that corrupts what one rank sends,
+// over the real sockets underneath.
+class TamperingComm final : public Comm {
+ public:
+  enum class Target { kNone, kToOwner, kOwnerResult };
+  TamperingComm(Comm& inner, int bad_rank, Target target) : c_(inner), bad_(bad_rank), target_(target) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  std::chrono::milliseconds timeout() const override { return c_.timeout(); }
+  Gathered allgatherv(std::span<const uint8_t> s, size_t max_part) override {
+    if (rank() != bad_ || target_ != Target::kOwnerResult || s.size() < kScatterDemandBytes) {
+      return c_.allgatherv(s, max_part);
+    }
+    Bytes bad(s.begin(), s.end());
+    store_le<uint64_t>(bad.data(), ~uint64_t{0});  // an impossible demand
+    return c_.allgatherv(bad, max_part);
+  }
+  std::vector<Bytes> alltoallv(const std::vector<Bytes>& s, size_t max_part) override {
+    if (rank() != bad_ || target_ != Target::kToOwner) return c_.alltoallv(s, max_part);
+    std::vector<Bytes> bad = s;
+    for (Bytes& part : bad) {
+      if (part.size() >= kPayloadHeaderBytes) store_le<uint64_t>(part.data() + 8, 1u << 31);  // n
+    }
+    return c_.alltoallv(bad, max_part);
+  }
+  void allreduce(void* b, size_t n, DType d, ReduceOp o) override { c_.allreduce(b, n, d, o); }
+  void broadcast(void* b, size_t n, int root) override { c_.broadcast(b, n, root); }
+  void barrier() override { c_.barrier(); }
+
+ private:
+  Comm& c_;
+  int bad_;
+  Target target_;
+};
+
+TEST(SparsePattern, AnImpossibleOwnerResultIsRejectedByEveryRankNamingTheOwner) {
+  AlgoParams params;
+  params.density = 0.01;
+  params.sparse_pattern = SparsePattern::kScatter;
+  const size_t n = 50000;
+  testing::HarnessOptions opts;
+  opts.timeout = std::chrono::seconds(5);
+  const auto errors = testing::run_gloo_ranks_collect(4, [&](Comm& comm) {
+    TamperingComm bad(comm, 2, TamperingComm::Target::kOwnerResult);
+    const auto algo = make_algorithm("dgc", params);
+    auto state = algo->make_state(n, 4);
+    std::vector<float> g = gradient_of(comm.rank(), n);
+    algo->allreduce(bad, g.data(), n, false, *state);
+  }, opts);
+  for (int r = 0; r < 4; ++r) {
+    const std::string what = testing::what(errors[r]);
+    EXPECT_NE(what.find("payload from rank 2 rejected"), std::string::npos) << "rank " << r << ": " << what;
+    EXPECT_NE(what.find("owner claims"), std::string::npos) << "rank " << r << ": " << what;
+  }
+}
+
+TEST(SparsePattern, AMalformedContributionIsRejectedByItsOwnerNamingTheSender) {
+  AlgoParams params;
+  params.density = 0.01;
+  params.sparse_pattern = SparsePattern::kScatter;
+  const size_t n = 50000;
+  testing::HarnessOptions opts;
+  opts.timeout = std::chrono::seconds(5);
+  const auto errors = testing::run_gloo_ranks_collect(3, [&](Comm& comm) {
+    TamperingComm bad(comm, 1, TamperingComm::Target::kToOwner);
+    const auto algo = make_algorithm("dgc", params);
+    auto state = algo->make_state(n, 3);
+    std::vector<float> g = gradient_of(comm.rank(), n);
+    algo->allreduce(bad, g.data(), n, false, *state);
+  }, opts);
+  // Owners 0 and 2 received rank 1's corrupted parts; rank 1 checks its own
+  // part too. Every rank fails (the owners' peers then see them gone).
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(errors[r] != nullptr) << "rank " << r << " did not fail";
+  for (int r : {0, 2}) {
+    const std::string what = testing::what(errors[r]);
+    EXPECT_NE(what.find("payload from rank 1 rejected"), std::string::npos) << "rank " << r << ": " << what;
+  }
+}
+
+// The invariant over many steps, with rebalanced regions and fp16
 // values (whose rounding of the owners' sums goes to the owners' residuals):
 //   sum of delivered results + sum of residuals = sum of all gradients.
 class InvariantTest : public ::testing::TestWithParam<std::string> {};
