@@ -40,29 +40,36 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
 
 Communicator::~Communicator() { finish(); }
 
-void Communicator::setup_hierarchy() {
+HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
+  HierarchyChoice out;
   // Only compressed calls take the hierarchy; with compression off there is
   // nothing to set up (and no traffic for it).
-  if (cfg_.hierarchy == "off" || !cfg_.compression_enabled()) return;
-  HostLayout layout = exchange_host_layout(*comm_, host_id(cfg_.host_id));
+  if (cfg.hierarchy == "off" || !cfg.compression_enabled()) return out;
+  HostLayout layout = exchange_host_layout(world, host_id(cfg.host_id));
   const bool several_hosts = layout.hosts() > 1;
   const bool shared_host = layout.max_local_size() > 1;
-  const bool use = cfg_.hierarchy == "host" || (several_hosts && shared_host);
-  if (!use) {
-    log_.info("host hierarchy off (COMPCOLL_HIERARCHY=auto: ",
-              several_hosts ? "every host has one rank" : "all ranks share one host", "; ",
-              layout.describe(), ")");
-    return;
+  if (cfg.hierarchy != "host" && !(several_hosts && shared_host)) {
+    out.why = detail::concat("host hierarchy off (COMPCOLL_HIERARCHY=auto: ",
+                             several_hosts ? "every host has one rank" : "all ranks share one host",
+                             "; ", layout.describe(), ")");
+    return out;
   }
-  const int me = comm_->rank();
-  const bool leader = layout.is_leader(me);
+  const bool leader = layout.is_leader(world.rank());
   const int hosts = layout.hosts();
   const std::string described = layout.describe();
-  std::unique_ptr<LocalGroup> local = connect_local_group(*comm_, layout);
-  hier_ = std::make_unique<Hierarchy>(*comm_, std::move(layout), std::move(local));
-  log_.info("host hierarchy on (COMPCOLL_HIERARCHY=", cfg_.hierarchy, "): ", described, "; this rank ",
-            leader ? "leads its host and keeps the error-feedback state" : "follows its host's leader",
-            "; ", cfg_.algo, " runs between ", hosts, hosts == 1 ? " leader" : " leaders");
+  std::unique_ptr<LocalGroup> local = connect_local_group(world, layout);
+  out.hierarchy = std::make_unique<Hierarchy>(world, std::move(layout), std::move(local));
+  out.why = detail::concat(
+      "host hierarchy on (COMPCOLL_HIERARCHY=", cfg.hierarchy, "): ", described, "; this rank ",
+      leader ? "leads its host and keeps the error-feedback state" : "follows its host's leader",
+      "; ", cfg.algo, " runs between ", hosts, hosts == 1 ? " leader" : " leaders");
+  return out;
+}
+
+void Communicator::setup_hierarchy() {
+  HierarchyChoice choice = choose_hierarchy(*comm_, cfg_);
+  hier_ = std::move(choice.hierarchy);
+  if (!choice.why.empty()) log_.info(choice.why);
 }
 
 void Communicator::finish() {

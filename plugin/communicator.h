@@ -88,4 +88,15 @@ class Communicator {
   void setup_hierarchy();
 };
 
+// COMPCOLL_HIERARCHY's decision, collective over `world` when cfg asks for
+// a hierarchy and compression is on (every rank gets the same answer): the
+// hierarchy compressed calls should take (null: flat) and a log line saying
+// why ("" when the hierarchy is off). The Communicator uses it at creation;
+// so can tools that run the algorithms directly (the benchmark).
+struct HierarchyChoice {
+  std::unique_ptr<Hierarchy> hierarchy;
+  std::string why;
+};
+HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg);
+
 }  // namespace compcoll
