@@ -26,6 +26,8 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
       states_(kEvictAfterCalls),
       log_(cfg.debug, comm_ ? comm_->rank() : -1) {
   CC_CHECK(comm_ != nullptr, kInvalidArgument, "a communicator needs a transport");
+  // A misspelt COMPCOLL_* name is otherwise silently ignored (once per process).
+  for (const std::string& w : unknown_variable_warnings_once()) log_.warn(w);
   const std::string description = cfg_.agreement_description();
   ensure_agreement(*comm_, description);
   setup_hierarchy();

@@ -1,11 +1,17 @@
 #include "plugin/config.h"
 
+#include <unistd.h>  // environ
+
+#include <algorithm>
+#include <atomic>
 #include <bit>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
+#include <string_view>
 
 #include "collectives/registry.h"
 #include "compcoll/error.h"
@@ -53,14 +59,14 @@ void check_enum(const ConfigVar& var, const std::string& value) {
 
 double fraction_in_unit(const ConfigVar& var, const std::string& value) {
   const double d = parse_double(var, value);
-  if (!(d > 0.0 && d <= 1.0)) reject(var, value, "outside (0, 1]");
+  if (!(d > 0.0 && d <= 1.0)) reject(var, value, "out of range");
   return d;
 }
 
 long long int_at_least(const ConfigVar& var, const std::string& value, long long lo,
                        long long hi = std::numeric_limits<long long>::max()) {
   const long long v = parse_int(var, value);
-  if (v < lo) reject(var, value, "below " + std::to_string(lo));
+  if (v < lo) reject(var, value, "out of range");
   if (v > hi) reject(var, value, "above " + std::to_string(hi));
   return v;
 }
@@ -99,7 +105,7 @@ const ConfigVar kTable[] = {
      "so set the optimizer's momentum to 0 when you set this",
      CC_APPLY {
        const double m = parse_double(var, value);
-       if (!(m >= 0.0 && m < 1.0)) reject(var, value, "outside [0, 1)");
+       if (!(m >= 0.0 && m < 1.0)) reject(var, value, "out of range");
        cfg.params.momentum = static_cast<float>(m);
      }},
     {"COMPCOLL_NESTEROV", VarType::kBool, "0", "0|1", "Nesterov form of the momentum correction",
@@ -167,9 +173,17 @@ const ConfigVar kTable[] = {
                                    : value == "allgather" ? SparsePattern::kAllgather
                                                           : SparsePattern::kAuto;
      }},
-    {"COMPCOLL_TRANSPORT", VarType::kEnum, "tcp", "tcp|ibverbs",
-     "Gloo device: tcp, or ibverbs (RDMA; not usable with Debian's Gloo, see docs)",
+    {"COMPCOLL_TRANSPORT", VarType::kEnum, "tcp", "tcp",
+     "Gloo device. ibverbs (RDMA) is refused: Debian's Gloo has no unbound buffers on its "
+     "ibverbs device, and compcoll's collectives need them",
      CC_APPLY {
+       // Refused here, not only when connecting, so that compcoll-info and
+       // every integration report it before any rendezvous.
+       if (value == "ibverbs") {
+         reject(var, value,
+                "not available in this build: Gloo's ibverbs device (Debian's libgloo) has no "
+                "unbound-buffer support, which compcoll's collectives need; use tcp");
+       }
        check_enum(var, value);
        cfg.transport = value;
      }},
@@ -273,6 +287,106 @@ Config load_config(const EnvLookup& env) {
 std::string Config::agreement_description() const {
   return "algo=" + algo + ";min_elems=" + std::to_string(min_elems) + ";hierarchy=" + hierarchy +
          ";" + params.canonical();
+}
+
+namespace {
+
+constexpr ToolVar kToolVars[] = {
+    {"COMPCOLL_VENV", "scripts/python-env.sh, install-deps.sh: the project's virtual environment"},
+    {"COMPCOLL_PYTHON", "scripts/install-deps.sh: the interpreter that makes the environment"},
+    {"COMPCOLL_ROOT", "scripts/python-env.sh: the source tree"},
+    {"COMPCOLL_SANITIZE", "setup.py: build the Python extension with sanitizers"},
+    {"COMPCOLL_CI_QUICK", "scripts/run-tests.sh: skip the slow steps"},
+    {"COMPCOLL_RELIABILITY_SEED", "tests/reliability: seed of the fault sequence"},
+    {"COMPCOLL_RELIABILITY_CALLS", "tests/reliability: calls per run"},
+    {"COMPCOLL_RELIABILITY_TIMEOUT_MS", "tests/reliability: per-call timeout of the ranks"},
+    {"COMPCOLL_NETNS_TEST_HELPER", "tests/network: a test binary's helper mode"},
+};
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Optimal string alignment distance (Levenshtein plus adjacent
+// transpositions, the commonest typo): "DENSTIY" is 1 from "DENSITY".
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+constexpr std::string_view kPrefix = "COMPCOLL_";
+
+// The nearest name of the table when it is close enough to be a slip: at
+// most 2 edits, or a third of the longer name after the prefix (so
+// COMPCOLL_TIMEOUT finds COMPCOLL_TIMEOUT_MS, COMPCOLL_FOO finds nothing);
+// a name that stops or goes on at a word boundary (COMPCOLL_STATS for
+// COMPCOLL_STATS_FILE) counts as one edit. Compared case-insensitively:
+// COMPCOLL_Algo is COMPCOLL_ALGO.
+std::string nearest_name(const std::string& name) {
+  const std::string u = upper(name).substr(kPrefix.size());
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (const ConfigVar& v : kTable) {
+    const std::string known = std::string(v.name).substr(kPrefix.size());
+    const bool word_prefix = known.rfind(u + "_", 0) == 0 || u.rfind(known + "_", 0) == 0;
+    const size_t d = word_prefix ? 1 : edit_distance(u, known);
+    const size_t limit = std::max<size_t>(2, std::max(u.size(), known.size()) / 3);
+    if (d <= limit && d < best_d) {
+      best_d = d;
+      best = v.name;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::span<const ToolVar> tool_variables() { return kToolVars; }
+
+std::string UnknownVariable::message() const {
+  std::string m = name + " is not a compcoll variable and is ignored";
+  if (!suggestion.empty()) m += "; did you mean " + suggestion + "?";
+  else m += " (compcoll-info lists the variables)";
+  return m;
+}
+
+std::vector<UnknownVariable> unknown_variables(const std::vector<std::string>& entries) {
+  std::vector<UnknownVariable> out;
+  for (const std::string& e : entries) {
+    const std::string name = e.substr(0, e.find('='));
+    if (name.rfind(kPrefix, 0) != 0) continue;
+    bool known = false;
+    for (const ConfigVar& v : kTable) known = known || name == v.name;
+    for (const ToolVar& t : kToolVars) known = known || name == t.name;
+    if (!known) out.push_back({name, nearest_name(name)});
+  }
+  return out;
+}
+
+std::vector<UnknownVariable> unknown_variables_in_environment() {
+  std::vector<std::string> entries;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) entries.emplace_back(*e);
+  return unknown_variables(entries);
+}
+
+std::vector<std::string> unknown_variable_warnings_once() {
+  static std::atomic<bool> warned{false};
+  if (warned.exchange(true)) return {};
+  std::vector<std::string> out;
+  for (const UnknownVariable& u : unknown_variables_in_environment()) out.push_back(u.message());
+  return out;
 }
 
 }  // namespace compcoll

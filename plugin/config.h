@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "collectives/algorithm.h"
 
@@ -66,5 +67,33 @@ EnvLookup process_env();
 // COMPCOLL_RANK / COMPCOLL_WORLD_SIZE fall back to torchrun's RANK /
 // WORLD_SIZE.
 Config load_config(const EnvLookup& env = process_env());
+
+// Variables of the project's own scripts and tests (COMPCOLL_VENV, ...):
+// not settings of the library, so never reported as unknown.
+struct ToolVar {
+  const char* name;
+  const char* doc;  // who reads it
+};
+std::span<const ToolVar> tool_variables();
+
+// A COMPCOLL_* name in the environment that neither table knows (a typo,
+// or a setting of another version): the library ignores it. suggestion is
+// the nearest known name by edit distance when one is close, else "".
+struct UnknownVariable {
+  std::string name;
+  std::string suggestion;
+  // "COMPCOLL_ALGOO is not a compcoll variable and is ignored; did you mean
+  // COMPCOLL_ALGO?"
+  std::string message() const;
+};
+// entries: environ's "NAME=value" strings (a bare "NAME" works too).
+std::vector<UnknownVariable> unknown_variables(const std::vector<std::string>& entries);
+std::vector<UnknownVariable> unknown_variables_in_environment();  // this process's
+
+// unknown_variables_in_environment()'s messages the first time it is called
+// in a process, nothing afterwards: every communicator calls it at creation,
+// and a process that creates several (PyTorch's groups, NCCL communicators)
+// warns once, since the environment is the process's.
+std::vector<std::string> unknown_variable_warnings_once();
 
 }  // namespace compcoll

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "compcoll/error.h"
 #include "plugin/config.h"
@@ -123,6 +124,83 @@ TEST(Config, EveryTableEntryIsDocumented) {
     EXPECT_EQ(std::string(v.name).rfind("COMPCOLL_", 0), 0u) << v.name;
     EXPECT_GT(std::string(v.doc).size(), 10u) << v.name;
     EXPECT_GT(std::string(v.allowed).size(), 0u) << v.name;
+  }
+}
+
+// Each error states the allowed values once (reject() appends them; the
+// reason must not repeat them).
+TEST(Config, ErrorsStateTheAllowedValuesOnce) {
+  for (const auto& [var, bad] : std::map<std::string, std::string>{
+           {"COMPCOLL_DENSITY", "2"},
+           {"COMPCOLL_MOMENTUM", "1"},
+           {"COMPCOLL_CSC_FRACTION", "0"},
+           {"COMPCOLL_TIMEOUT_MS", "0"},
+           {"COMPCOLL_CSC_CHUNK", "0"}}) {
+    const std::string e = error_of({{var, bad}});
+    std::string allowed;
+    for (const ConfigVar& v : config_table()) {
+      if (var == v.name) allowed = v.allowed;
+    }
+    ASSERT_FALSE(allowed.empty()) << var;
+    const size_t first = e.find(allowed);
+    ASSERT_NE(first, std::string::npos) << e;
+    EXPECT_EQ(e.find(allowed, first + 1), std::string::npos) << "range given twice: " << e;
+    EXPECT_EQ(e.rfind("compcoll: " + var + "=" + bad + ": ", 0), 0u) << e;
+  }
+}
+
+TEST(Config, IbverbsIsRefusedWithTheReason) {
+  const std::string e = error_of({{"COMPCOLL_TRANSPORT", "ibverbs"}});
+  EXPECT_NE(e.find("COMPCOLL_TRANSPORT=ibverbs"), std::string::npos) << e;
+  EXPECT_NE(e.find("not available in this build"), std::string::npos) << e;
+  EXPECT_NE(e.find("unbound"), std::string::npos) << e;
+  EXPECT_EQ(load_config(env_of({{"COMPCOLL_TRANSPORT", "tcp"}})).transport, "tcp");
+}
+
+TEST(Config, OnebitScaleIsDescribedByItsName) {
+  EXPECT_NE(load_config(env_of({})).agreement_description().find("onebit_scale=mean"),
+            std::string::npos);
+  EXPECT_NE(load_config(env_of({{"COMPCOLL_ONEBIT_SCALE", "pair"}}))
+                .agreement_description()
+                .find("onebit_scale=pair"),
+            std::string::npos);
+}
+
+std::string suggestion_for(const std::string& entry) {
+  const auto u = unknown_variables({entry});
+  return u.size() == 1 ? u[0].suggestion : "<not reported>";
+}
+
+TEST(UnknownVariables, NearestKnownNameIsSuggested) {
+  EXPECT_EQ(suggestion_for("COMPCOLL_ALGOO=dgc"), "COMPCOLL_ALGO");
+  EXPECT_EQ(suggestion_for("COMPCOLL_DENSTIY=0.01"), "COMPCOLL_DENSITY");  // transposition
+  EXPECT_EQ(suggestion_for("COMPCOLL_DENSIT=0.01"), "COMPCOLL_DENSITY");
+  EXPECT_EQ(suggestion_for("COMPCOLL_TIMEOUT=5000"), "COMPCOLL_TIMEOUT_MS");
+  EXPECT_EQ(suggestion_for("COMPCOLL_algo=dgc"), "COMPCOLL_ALGO");  // case
+  EXPECT_EQ(suggestion_for("COMPCOLL_STATS=x"), "COMPCOLL_STATS_FILE");
+  EXPECT_EQ(suggestion_for("COMPCOLL_MOMENTUN"), "COMPCOLL_MOMENTUM");  // a bare name
+  EXPECT_EQ(suggestion_for("COMPCOLL_ZZZZZZZZZZ=1"), "");  // nothing close
+}
+
+TEST(UnknownVariables, KnownNamesAndOtherPrefixesAreNotReported) {
+  std::vector<std::string> env;
+  for (const ConfigVar& v : config_table()) env.push_back(std::string(v.name) + "=x");
+  for (const ToolVar& t : tool_variables()) env.push_back(std::string(t.name) + "=1");
+  env.insert(env.end(), {"PATH=/usr/bin", "NCCL_DEBUG=INFO", "RANK=0", "XCOMPCOLL_ALGO=1",
+                         "COMPCOLL=1"});
+  EXPECT_TRUE(unknown_variables(env).empty());
+  const auto u = unknown_variables({"PATH=/bin", "COMPCOLL_ALGOO=dgc", "COMPCOLL_ALGO=dgc"});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].name, "COMPCOLL_ALGOO");
+  EXPECT_EQ(u[0].message(),
+            "COMPCOLL_ALGOO is not a compcoll variable and is ignored; did you mean COMPCOLL_ALGO?");
+}
+
+TEST(UnknownVariables, ToolVariablesAreNotConfiguration) {
+  for (const ToolVar& t : tool_variables()) {
+    for (const ConfigVar& v : config_table()) EXPECT_STRNE(t.name, v.name);
+    EXPECT_EQ(std::string(t.name).rfind("COMPCOLL_", 0), 0u) << t.name;
+    EXPECT_GT(std::string(t.doc).size(), 5u) << t.name;
   }
 }
 

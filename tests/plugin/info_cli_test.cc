@@ -1,0 +1,206 @@
+// compcoll-info as a user runs it (the real binary, a real environment):
+// --help, a bad value printed alone and once, unknown COMPCOLL_* names with
+// the nearest known one, ibverbs refused, names instead of numbers in the
+// summary, and a table whose columns stay aligned. Also the communicator's
+// creation-time WARN about unknown names, through a C program on the public
+// API: once per process, however many communicators it creates.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "plugin/config.h"
+#include "tests/support/process_util.h"
+
+extern char** environ;
+
+namespace compcoll::testing {
+namespace {
+
+const std::string kInfo = COMPCOLL_INFO;
+const std::string kTwoComms = COMPCOLL_TWO_COMMS_APP;
+
+struct Output {
+  int code = -1000;  // exit code, -signal, or -1000 when it did not finish
+  std::string out, err;
+};
+
+// Runs argv with the process environment minus every COMPCOLL_* variable (a
+// developer's settings must not change what is tested), plus `env`.
+Output run(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  TempDir dir;
+  std::vector<std::string> envs;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string(*e).rfind("COMPCOLL_", 0) != 0) envs.emplace_back(*e);
+  }
+  envs.insert(envs.end(), env.begin(), env.end());
+  std::vector<std::string> args = argv;
+  std::vector<char*> a, e;
+  for (auto& s : args) a.push_back(s.data());
+  a.push_back(nullptr);
+  for (auto& s : envs) e.push_back(s.data());
+  e.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, (dir.path() + "/out").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, (dir.path() + "/err").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  Output o;
+  const int rc = posix_spawn(&pid, args[0].c_str(), &fa, nullptr, a.data(), e.data());
+  posix_spawn_file_actions_destroy(&fa);
+  EXPECT_EQ(rc, 0) << args[0];
+  if (rc != 0) return o;
+  ChildSet children;
+  children.add(pid);
+  const auto status = children.wait(pid, std::chrono::milliseconds(60000));
+  if (status) o.code = exit_code(*status);
+  o.out = read_file(dir.path() + "/out");
+  o.err = read_file(dir.path() + "/err");
+  return o;
+}
+
+Output info(const std::vector<std::string>& env, const std::vector<std::string>& args = {}) {
+  std::vector<std::string> argv{kInfo};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, env);
+}
+
+size_t occurrences(const std::string& s, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = s.find(needle); p != std::string::npos; p = s.find(needle, p + 1)) ++n;
+  return n;
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+TEST(InfoCli, HelpDescribesTheToolAndExitsZero) {
+  for (const char* flag : {"--help", "-h"}) {
+    const Output o = info({}, {flag});
+    EXPECT_EQ(o.code, 0) << o.err;
+    EXPECT_EQ(o.out.rfind("usage: compcoll-info", 0), 0u) << o.out;
+    EXPECT_NE(o.out.find("--markdown"), std::string::npos) << o.out;
+    EXPECT_EQ(o.out.find("COMPCOLL_DENSITY"), std::string::npos) << "printed the table: " << o.out;
+    EXPECT_EQ(o.err, "");
+  }
+  const Output bad = info({}, {"--verbose"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("unknown argument '--verbose'"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.out, "");
+}
+
+TEST(InfoCli, ABadValueIsPrintedAloneOnceWithOnePrefix) {
+  struct Case {
+    std::string env, allowed;
+  };
+  for (const Case& c : {Case{"COMPCOLL_DENSITY=2", "(0, 1]"}, Case{"COMPCOLL_MOMENTUM=1", "[0, 1)"},
+                        Case{"COMPCOLL_TIMEOUT_MS=0", ">= 1"},
+                        Case{"COMPCOLL_DEBUG=LOUD", "WARN|INFO|TRACE"}}) {
+    const Output o = info({c.env});
+    EXPECT_EQ(o.code, 1) << c.env;
+    EXPECT_EQ(o.out, "") << c.env << ": the table was printed";
+    EXPECT_EQ(lines_of(o.err).size(), 1u) << o.err;
+    EXPECT_EQ(o.err.rfind("compcoll-info: " + c.env + ": ", 0), 0u) << o.err;
+    EXPECT_EQ(occurrences(o.err, "compcoll"), 1u) << "prefix doubled: " << o.err;
+    EXPECT_EQ(occurrences(o.err, c.allowed), 1u) << "allowed values not given exactly once: " << o.err;
+  }
+}
+
+TEST(InfoCli, IbverbsIsReportedAsUnavailable) {
+  const Output o = info({"COMPCOLL_TRANSPORT=ibverbs"});
+  EXPECT_EQ(o.code, 1);
+  EXPECT_EQ(o.out, "");
+  EXPECT_NE(o.err.find("COMPCOLL_TRANSPORT=ibverbs: not available in this build"), std::string::npos)
+      << o.err;
+  EXPECT_EQ(o.err.find("valid"), std::string::npos) << o.err;
+}
+
+TEST(InfoCli, UnknownNamesAreWarnedWithTheNearestKnownName) {
+  const Output o = info({"COMPCOLL_ALGOO=dgc", "COMPCOLL_DENSTIY=0.01", "COMPCOLL_VENV=/x"});
+  EXPECT_EQ(o.code, 0) << o.err;  // a warning: the environment itself is valid
+  EXPECT_NE(o.err.find("compcoll-info: warning: COMPCOLL_ALGOO is not a compcoll variable and is "
+                       "ignored; did you mean COMPCOLL_ALGO?\n"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("did you mean COMPCOLL_DENSITY?"), std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find("COMPCOLL_VENV"), std::string::npos) << "a script's variable: " << o.err;
+  EXPECT_EQ(lines_of(o.err).size(), 2u) << o.err;
+  // The misspelt algorithm really was ignored.
+  EXPECT_NE(o.out.find("the current environment is valid: algo dense,"), std::string::npos) << o.out;
+
+  const Output clean = info({"COMPCOLL_ALGO=dgc"});
+  EXPECT_EQ(clean.code, 0);
+  EXPECT_EQ(clean.err, "");
+}
+
+TEST(InfoCli, SummaryNamesTheOnebitScale) {
+  Output o = info({});
+  EXPECT_NE(o.out.find("onebit_scale=mean"), std::string::npos) << o.out;
+  o = info({"COMPCOLL_ONEBIT_SCALE=pair"});
+  EXPECT_NE(o.out.find("onebit_scale=pair"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("onebit_scale=1"), std::string::npos) << o.out;
+}
+
+// Every variable row's "allowed" text and the doc line under it start in
+// the header's "allowed / meaning" column, whatever the widths of defaults
+// (libnccl.so.2) and current values (a long path here).
+TEST(InfoCli, ColumnsStayAlignedForEveryRow) {
+  const std::string long_path = "/opt/some/rather/long/path/to/libnccl.so.2";
+  const Output o = info({"COMPCOLL_NCCL_LIBRARY=" + long_path, "COMPCOLL_ALGO=dgc"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  const std::vector<std::string> lines = lines_of(o.out);
+  size_t column = std::string::npos;
+  for (const auto& l : lines) {
+    if (l.rfind("variable ", 0) == 0) column = l.find("allowed / meaning");
+  }
+  ASSERT_NE(column, std::string::npos) << o.out;
+  size_t rows = 0;
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    const ConfigVar* var = nullptr;
+    for (const ConfigVar& v : config_table()) {
+      if (l.rfind(std::string(v.name) + " ", 0) == 0) var = &v;
+    }
+    if (var == nullptr) continue;
+    ++rows;
+    EXPECT_EQ(l.find(var->allowed, column), column) << "row: " << l;
+    EXPECT_EQ(l.substr(column - 1, 1), " ") << l;
+    const std::string& doc = lines[i + 1];
+    EXPECT_EQ(doc.find_first_not_of(' '), column) << "doc line: " << doc;
+    EXPECT_EQ(doc.substr(column), var->doc);
+  }
+  EXPECT_EQ(rows, config_table().size()) << o.out;
+  EXPECT_NE(o.out.find(long_path), std::string::npos);
+}
+
+TEST(CommunicatorWarning, UnknownNamesAreWarnedOncePerProcess) {
+  TempDir dir, clean_dir;  // a fresh rendezvous directory per run
+  const Output o = run({kTwoComms, dir.path()}, {"COMPCOLL_ALGOO=dgc", "COMPCOLL_MIN_ELEMS=1"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out, "ok\n");
+  EXPECT_EQ(occurrences(o.err, "compcoll WARN"), 1u) << o.err;
+  EXPECT_EQ(occurrences(o.err, "COMPCOLL_ALGOO is not a compcoll variable and is ignored; did you "
+                               "mean COMPCOLL_ALGO?"),
+            1u)
+      << o.err;
+
+  const Output clean = run({kTwoComms, clean_dir.path()}, {"COMPCOLL_ALGO=dgc"});
+  ASSERT_EQ(clean.code, 0) << clean.err;
+  EXPECT_EQ(occurrences(clean.err, "WARN"), 0u) << clean.err;
+}
+
+}  // namespace
+}  // namespace compcoll::testing
