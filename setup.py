@@ -43,7 +43,8 @@ def compcoll_sources():
     rel = lambda pattern: sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern)))
     sources = rel("compression/*.cc") + rel("collectives/*.cc")
     # plugin/connect.cc, c_api.cc and info_main.cc need Gloo: not here.
-    sources += [f"plugin/{name}.cc" for name in ("config", "logging", "stats", "state_store", "communicator")]
+    sources += [f"plugin/{name}.cc" for name in ("config", "logging", "stats", "state_store", "state_file",
+                                                   "communicator")]
     sources += rel("transport/shm_*.cc")  # the host hierarchy's shared memory (no Gloo)
     sources += rel(f"{PKG_DIR}/csrc/*.cc")
     return sources

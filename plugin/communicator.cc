@@ -1,12 +1,17 @@
 #include "plugin/communicator.h"
 
 #include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <sstream>
 
 #include "collectives/agreement.h"
 #include "collectives/dense.h"
 #include "collectives/dispatch.h"
 #include "collectives/registry.h"
 #include "compcoll/error.h"
+#include "plugin/state_file.h"
 #include "transport/shm_group.h"
 #include "transport/shm_host.h"
 
@@ -16,6 +21,34 @@ namespace {
 // Entries unused for this many calls are evicted: far more than the number
 // of gradient buckets of any model, so only abandoned buffers go.
 constexpr uint64_t kEvictAfterCalls = 10000;
+
+// COMPCOLL_STATE_DIR files claimed by live communicators of this process.
+// Two communicators saving to one file would each load the other's
+// residuals at the next start: the second one is refused its file instead.
+std::mutex g_state_claims_mu;
+std::set<std::string>& state_claims() {
+  static std::set<std::string> claims;
+  return claims;
+}
+
+// "a=1;b=2" vs "a=1;b=3" -> "b=3 (checkpoint: b=2)": the settings that differ.
+std::string describe_difference(const std::string& mine, const std::string& theirs) {
+  auto fields = [](const std::string& d) {
+    std::set<std::string> out;
+    std::stringstream ss(d);
+    for (std::string f; std::getline(ss, f, ';');) out.insert(f);
+    return out;
+  };
+  const auto a = fields(mine), b = fields(theirs);
+  std::string now, then;
+  for (const auto& f : a) {
+    if (!b.count(f)) now += (now.empty() ? "" : ";") + f;
+  }
+  for (const auto& f : b) {
+    if (!a.count(f)) then += (then.empty() ? "" : ";") + f;
+  }
+  return now + " (checkpoint: " + then + ")";
+}
 
 }  // namespace
 
@@ -38,9 +71,128 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
   }
   log_.info("communicator of ", comm_->size(), " ranks, algo ", cfg_.algo, ", config hash ",
             std::hex, config_hash(description), std::dec, " (", description, ")");
+  load_state_dir();
 }
 
-Communicator::~Communicator() { finish(); }
+Communicator::~Communicator() {
+  finish();
+  if (!state_path_.empty()) {
+    std::lock_guard<std::mutex> lock(g_state_claims_mu);
+    state_claims().erase(state_path_);
+  }
+}
+
+std::string Communicator::state_description() const {
+  Config c = cfg_;
+  c.state_dir.clear();
+  return c.agreement_description();
+}
+
+std::string Communicator::state_file_path() {
+  std::string name = "compcoll-state";
+  if (!cfg_.state_tag.empty()) name += "-" + cfg_.state_tag;
+  name += "-rank" + std::to_string(rank()) + "-of" + std::to_string(size()) + ".bin";
+  const std::string path = (std::filesystem::path(cfg_.state_dir) / name).string();
+  std::lock_guard<std::mutex> lock(g_state_claims_mu);
+  if (!state_claims().insert(path).second) {
+    log_.warn("COMPCOLL_STATE_DIR: another communicator of this process uses ", path,
+              "; this one's error-feedback state is neither loaded nor saved");
+    return {};
+  }
+  return path;
+}
+
+// Collective: every rank restores its checkpoint, or none does (a partial
+// restore would still give the same answer everywhere, but not the run that
+// was checkpointed). An unreadable checkpoint fails every rank.
+void Communicator::load_state_dir() {
+  if (cfg_.state_dir.empty()) return;
+  state_path_ = state_file_path();
+  int32_t outcome = 0;  // -1 unreadable, 0 fresh, 1 restored
+  std::string error;
+  if (!state_path_.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(state_path_, ec)) {
+      log_.info("COMPCOLL_STATE_DIR: no checkpoint ", state_path_, " yet: starting fresh");
+    } else {
+      try {
+        outcome = load_state(read_binary_file(state_path_)) ? 1 : 0;
+      } catch (const Error& e) {
+        error = e.what();
+        outcome = -1;
+      }
+    }
+  }
+  int32_t all = outcome;
+  comm_->allreduce(&all, 1, DType::kInt32, ReduceOp::kMin);
+  if (outcome == -1) CC_THROW(kInvalidArgument, "COMPCOLL_STATE_DIR ", state_path_, ": ", error);
+  CC_CHECK(all != -1, kInvalidArgument, "COMPCOLL_STATE_DIR: another rank's checkpoint is "
+           "unreadable (its error names the file); remove it or the directory to start fresh");
+  if (all == 0 && outcome == 1) {
+    states_.clear();
+    states_.set_clock(0);
+    log_.info("COMPCOLL_STATE_DIR: another rank has no usable checkpoint: every rank starts fresh");
+  }
+}
+
+Bytes Communicator::save_state() const {
+  StateFile f;
+  f.description = state_description();
+  f.config_hash = config_hash(f.description);
+  f.rank = rank();
+  f.world_size = size();
+  f.clock = states_.clock();
+  size_t skipped = 0;
+  for (const StateStore::Saved& s : states_.saved()) {
+    if (s.key->rfind("key:", 0) != 0) {
+      ++skipped;
+      continue;
+    }
+    f.entries.push_back({*s.key, s.idle, s.state, nullptr});
+  }
+  if (skipped) {
+    log_.info("checkpoint leaves out ", skipped, " error-feedback states keyed by buffer address "
+              "(valid in this process only; pass explicit keys to keep them)");
+  }
+  return serialize_state_file(f);
+}
+
+bool Communicator::load_state(std::span<const uint8_t> bytes) {
+  StateFile f = parse_state_file(bytes);
+  const std::string mine = state_description();
+  std::string why;
+  if (f.world_size != size() || f.rank != rank()) {
+    why = "it was written by rank " + std::to_string(f.rank) + " of " +
+          std::to_string(f.world_size) + ", this is rank " + std::to_string(rank()) + " of " +
+          std::to_string(size());
+  } else if (f.description != mine || f.config_hash != config_hash(mine)) {
+    why = "the configuration differs: " + describe_difference(mine, f.description);
+  }
+  std::set<std::string> seen;
+  for (const StateFileEntry& e : f.entries) {
+    if (!why.empty()) break;
+    const size_t n = e.state->size();
+    // Shaped as allreduce() shapes it: under the hierarchy, for the leaders.
+    const auto fresh = algo_->make_state(n, hier_ ? hier_->layout().hosts() : size());
+    if (e.key.rfind("key:", 0) != 0 || !seen.insert(e.key).second) {
+      why = "entry '" + e.key + "' is not a unique explicit key";
+    } else if (fresh->u.size() != e.state->u.size()) {
+      why = e.key + " has a momentum/server error of " + std::to_string(e.state->u.size()) +
+            " elements where " + cfg_.algo + " keeps " + std::to_string(fresh->u.size()) +
+            " for its " + std::to_string(n);
+    }
+  }
+  if (!why.empty()) {
+    log_.info("checkpointed error-feedback state not used (", why, "): starting fresh");
+    return false;
+  }
+  states_.clear();
+  states_.set_clock(f.clock);
+  for (StateFileEntry& e : f.entries) states_.put(e.key, std::move(e.owned), e.idle);
+  log_.info("restored the error-feedback state of ", f.entries.size(), " tensors (",
+            states_.memory_bytes() / 1e6, " MB), config hash ", std::hex, f.config_hash, std::dec);
+  return true;
+}
 
 HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
   HierarchyChoice out;
@@ -84,6 +236,22 @@ void Communicator::finish() {
       log_.warn("cannot write COMPCOLL_STATS_FILE ", path);
     }
   }
+  if (!state_path_.empty()) {
+    if (!broken_.empty()) {
+      // A failed call may have left a residual half-updated.
+      log_.warn("COMPCOLL_STATE_DIR: not saving ", state_path_, ": this communicator failed");
+    } else {
+      std::error_code ec;
+      std::filesystem::create_directories(cfg_.state_dir, ec);
+      const Bytes bytes = save_state();
+      if (write_binary_file_atomically(state_path_, bytes)) {
+        log_.info("COMPCOLL_STATE_DIR: saved ", states_.entries(), " error-feedback states to ",
+                  state_path_, " (", bytes.size(), " bytes)");
+      } else {
+        log_.warn("COMPCOLL_STATE_DIR: cannot write ", state_path_);
+      }
+    }
+  }
   log_.info(stats_.summary(cfg_.algo), ", state ", states_.memory_bytes() / 1e6, " MB in ",
             states_.entries(), " tensors");
 }
@@ -104,6 +272,11 @@ void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, 
   StateKey skey{key ? key : "", reinterpret_cast<uintptr_t>(buf), count, dtype};
   const std::string skey_text = skey.str();
   CodecState* state = nullptr;
+  if (const CodecState* old = states_.find(skey); old != nullptr && old->size() != count) {
+    // A restored checkpoint (or a reused key) for a tensor of another size.
+    log_.info("error-feedback state of ", skey_text, " has ", old->size(), " elements, the tensor ",
+              count, ": starting it fresh");
+  }
   // Under the hierarchy only leaders compress, so only they keep state, sized
   // for the leaders' communicator.
   const bool hierarchical = route.compressed && hier_ != nullptr;

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 
@@ -67,12 +68,35 @@ class Communicator {
   // The host hierarchy compressed calls take; null when they run flat.
   const Hierarchy* hierarchy() const { return hier_.get(); }
 
-  // Writes the stats file (if configured) and the summary line; called by
-  // the destructor, idempotent.
+  // Checkpoints of the error-feedback state (plugin/state_file.h); neither
+  // is collective. save_state: this rank's entries under explicit keys
+  // (address keys name memory of this process only, so they are left out,
+  // and that is logged at INFO). load_state: replaces the store with the
+  // checkpoint's entries when it was written by the same rank of a
+  // communicator of the same size and configuration and every entry has the
+  // shape this algorithm gives its tensor; otherwise logs why at INFO, keeps
+  // the store as it was and returns false. Bytes that are not an intact
+  // state file throw kInvalidArgument.
+  Bytes save_state() const;
+  bool load_state(std::span<const uint8_t> bytes);
+
+  // Writes the stats file (if configured), the COMPCOLL_STATE_DIR
+  // checkpoint (if configured) and the summary line; called by the
+  // destructor, idempotent.
   void finish();
 
  private:
+  // COMPCOLL_STATE_DIR: this rank's file, or "" when off or when another
+  // communicator of this process already uses that path.
+  std::string state_file_path();
+  void load_state_dir();
+  // The description that checkpoints carry: the agreement's, without
+  // whether COMPCOLL_STATE_DIR is set (a state_dict checkpoint and a state
+  // directory serve the same math).
+  std::string state_description() const;
+
   Config cfg_;
+  std::string state_path_;  // claimed COMPCOLL_STATE_DIR file, "" if none
   std::unique_ptr<Comm> comm_;
   std::unique_ptr<Hierarchy> hier_;  // over *comm_, so declared (and destroyed) after it
   std::unique_ptr<Algorithm> algo_;

@@ -232,6 +232,11 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_STATS_FILE", VarType::kString, "", "a path; {rank} is replaced by the rank",
      "where each rank writes its JSON stats at communicator destruction or exit",
      CC_APPLY { cfg.stats_file = value; }},
+    {"COMPCOLL_STATE_DIR", VarType::kString, "", "a directory",
+     "error-feedback state survives restarts: each rank loads its residuals from DIR when its "
+     "communicator is created (if rank, world size and configuration match; else INFO and a "
+     "fresh start) and saves them there at destruction or exit",
+     CC_APPLY { cfg.state_dir = value; }},
     {"COMPCOLL_NCCL_LIBRARY", VarType::kString, "libnccl.so.2", "a library name or path",
      "the real NCCL that the NCCL interposer (libcompcoll_nccl.so) loads and forwards to",
      CC_APPLY { cfg.nccl_library = value; }},
@@ -285,8 +290,11 @@ Config load_config(const EnvLookup& env) {
 }
 
 std::string Config::agreement_description() const {
+  // state_dir: whether ranks load checkpoints at creation (a collective
+  // step); where they keep them is each rank's own business.
   return "algo=" + algo + ";min_elems=" + std::to_string(min_elems) + ";hierarchy=" + hierarchy +
-         ";" + params.canonical();
+         ";" + params.canonical() +
+         (state_dir.empty() ? "" : ";state_dir=on");
 }
 
 namespace {

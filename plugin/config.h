@@ -35,6 +35,10 @@ struct Config {
   std::string host_id;
   LogLevel debug = LogLevel::kWarn;
   std::string stats_file;
+  std::string state_dir;  // COMPCOLL_STATE_DIR: error-feedback checkpoints; "" = off
+  // Not a variable: names this communicator's state file when one process
+  // holds several (the PyTorch backend's lanes).
+  std::string state_tag;
   std::string nccl_library = "libnccl.so.2";  // the NCCL interposer's real NCCL
   std::string cuda_library = "libcuda.so.1";  // and the CUDA driver it uses
 

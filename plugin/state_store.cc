@@ -1,5 +1,6 @@
 #include "plugin/state_store.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace compcoll {
@@ -37,6 +38,23 @@ size_t StateStore::tick() {
     }
   }
   return dropped;
+}
+
+const CodecState* StateStore::find(const StateKey& key) const {
+  const auto it = entries_.find(key.str());
+  return it == entries_.end() ? nullptr : it->second.state.get();
+}
+
+std::vector<StateStore::Saved> StateStore::saved() const {
+  std::vector<Saved> out;
+  out.reserve(entries_.size());
+  for (const auto& [k, e] : entries_) out.push_back({&k, e.state.get(), now_ - e.last_used});
+  std::sort(out.begin(), out.end(), [](const Saved& a, const Saved& b) { return *a.key < *b.key; });
+  return out;
+}
+
+void StateStore::put(const std::string& key_text, std::unique_ptr<CodecState> state, uint64_t idle) {
+  entries_[key_text] = Entry{std::move(state), idle <= now_ ? now_ - idle : 0};
 }
 
 size_t StateStore::memory_bytes() const {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "compcoll/types.h"
 #include "compression/codec.h"
@@ -41,6 +42,23 @@ class StateStore {
 
   // Drops one entry now (its owner knows it is gone); false if absent.
   bool erase(const StateKey& key) { return entries_.erase(key.str()) > 0; }
+
+  // The entry of key, or null; never creates one.
+  const CodecState* find(const StateKey& key) const;
+
+  // Checkpoints (plugin/state_file.h): every entry with its key text and the
+  // calls since its last use, sorted by key; and the way back in.
+  struct Saved {
+    const std::string* key;
+    const CodecState* state;
+    uint64_t idle;
+  };
+  std::vector<Saved> saved() const;
+  uint64_t clock() const { return now_; }
+  // Replaces the store's clock (ages of restored entries count from it).
+  void set_clock(uint64_t now) { now_ = now; }
+  // Inserts (or replaces) the entry of a key text, `idle` calls old.
+  void put(const std::string& key_text, std::unique_ptr<CodecState> state, uint64_t idle);
 
   size_t entries() const { return entries_.size(); }
   size_t memory_bytes() const;

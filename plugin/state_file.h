@@ -1,0 +1,69 @@
+// The on-disk form of one rank's error-feedback state (a checkpoint of a
+// communicator's StateStore), so that a resumed run continues with the
+// residuals, momenta and step counters it stopped with.
+//
+// Layout (little-endian, as written by this machine; the magic's byte
+// order tells a reader of another endianness that it cannot use the file):
+//
+//   "CCSTATE1"                      8-byte magic
+//   u32 version (1)
+//   u64 config hash                 FNV-1a of the description below
+//   u32 n, n bytes                  the agreement description (the math's settings)
+//   i32 rank, i32 world size        state is per rank and shaped by P (onebit)
+//   u64 clock                       the store's call clock (eviction ages)
+//   u32 entries, then per entry:
+//     u32 n, n bytes                key text ("key:..." as StateKey::str())
+//     u64 idle                      calls since its last use
+//     u64 steps, f32 lambda
+//     u64 |v|, u64 |u|, u64 |regions|, then v, u (float32), regions (u64)
+//   u64 FNV-1a of every byte before it
+//
+// Parsing checks every length against the bytes left before reading, the
+// checksum before anything else, and refuses trailing bytes: a truncated or
+// corrupted file is an error naming the problem, never an out-of-bounds read.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compcoll/types.h"
+#include "compression/codec.h"
+
+namespace compcoll {
+
+struct StateFileEntry {
+  std::string key;  // StateKey::str() form
+  uint64_t idle = 0;
+  const CodecState* state = nullptr;  // what is written; parsing points it at owned
+  std::unique_ptr<CodecState> owned;  // parsed entries own their state
+};
+
+struct StateFile {
+  uint64_t config_hash = 0;
+  std::string description;
+  int rank = 0;
+  int world_size = 0;
+  uint64_t clock = 0;
+  std::vector<StateFileEntry> entries;
+};
+
+constexpr uint32_t kStateFileVersion = 1;
+
+// Entries are written in the order given (callers sort them by key so that
+// equal states give equal files).
+Bytes serialize_state_file(const StateFile& file);
+
+// Throws ErrorKind::kInvalidArgument ("compcoll state file: ...") when the
+// bytes are not a complete, intact state file of this version.
+StateFile parse_state_file(std::span<const uint8_t> bytes);
+
+// Whole-file helpers. read_binary_file throws kInvalidArgument naming the
+// path when it cannot be read; write_binary_file_atomically returns false
+// when the file cannot be written (temporary file + rename).
+Bytes read_binary_file(const std::string& path);
+bool write_binary_file_atomically(const std::string& path, std::span<const uint8_t> bytes);
+
+}  // namespace compcoll

@@ -1,0 +1,265 @@
+// Error-feedback checkpoints: the file format refuses every malformed input,
+// and a run interrupted and resumed (through save_state/load_state or
+// COMPCOLL_STATE_DIR) gives bit for bit the results of one that was not.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "collectives/lent_comm.h"
+#include "compcoll/error.h"
+#include "plugin/communicator.h"
+#include "plugin/state_file.h"
+#include "tests/support/gloo_harness.h"
+
+namespace compcoll {
+namespace {
+
+StateFile sample_file() {
+  static CodecState a(5), b(3);
+  a.v = {1, 2, 3, 4, 5};
+  a.u = {0.5f, 0, 0, 0, 0};
+  a.steps = 7;
+  a.lambda = 3.25f;
+  b.v = {-1, 0, 1};
+  b.regions = {0, 2, 3};
+  StateFile f;
+  f.config_hash = 42;
+  f.description = "algo=dgc;density=0.01";
+  f.rank = 1;
+  f.world_size = 2;
+  f.clock = 99;
+  f.entries.push_back({"key:a", 3, &a, nullptr});
+  f.entries.push_back({"key:b", 0, &b, nullptr});
+  return f;
+}
+
+void expect_refused(const Bytes& b, const std::string& what) {
+  try {
+    parse_state_file(b);
+    ADD_FAILURE() << what << ": parsed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << what;
+    EXPECT_NE(std::string(e.what()).find("compcoll state file"), std::string::npos) << e.what();
+  }
+}
+
+uint64_t fnv1a(const uint8_t* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// Rewrites the trailing checksum so that only the structure is wrong.
+void reseal(Bytes& b) {
+  const uint64_t h = fnv1a(b.data(), b.size() - 8);
+  std::memcpy(b.data() + b.size() - 8, &h, 8);
+}
+
+TEST(StateFile, RoundTripsEveryField) {
+  const Bytes bytes = serialize_state_file(sample_file());
+  const StateFile g = parse_state_file(bytes);
+  EXPECT_EQ(g.config_hash, 42u);
+  EXPECT_EQ(g.description, "algo=dgc;density=0.01");
+  EXPECT_EQ(g.rank, 1);
+  EXPECT_EQ(g.world_size, 2);
+  EXPECT_EQ(g.clock, 99u);
+  ASSERT_EQ(g.entries.size(), 2u);
+  EXPECT_EQ(g.entries[0].key, "key:a");
+  EXPECT_EQ(g.entries[0].idle, 3u);
+  EXPECT_EQ(g.entries[0].state->v, (std::vector<float>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(g.entries[0].state->u.size(), 5u);
+  EXPECT_EQ(g.entries[0].state->steps, 7u);
+  EXPECT_EQ(g.entries[0].state->lambda, 3.25f);
+  EXPECT_EQ(g.entries[1].state->regions, (std::vector<size_t>{0, 2, 3}));
+  EXPECT_EQ(serialize_state_file(g), bytes);  // parsed entries write the same file
+}
+
+TEST(StateFile, EveryTruncationAndEveryFlippedByteIsAClearError) {
+  const Bytes good = serialize_state_file(sample_file());
+  for (size_t n = 0; n < good.size(); ++n) {
+    expect_refused(Bytes(good.begin(), good.begin() + n), "truncated to " + std::to_string(n));
+  }
+  for (size_t i = 0; i < good.size(); ++i) {
+    Bytes b = good;
+    b[i] ^= 0x10;
+    expect_refused(b, "byte " + std::to_string(i) + " flipped");
+  }
+  Bytes longer = good;
+  longer.insert(longer.end() - 8, 0);
+  reseal(longer);
+  expect_refused(longer, "a trailing byte");
+}
+
+TEST(StateFile, HugeCountsWithAValidChecksumAreRefusedBeforeAllocating) {
+  Bytes b = serialize_state_file(sample_file());
+  // The first entry's residual length: after magic, version, hash,
+  // description, rank, size, clock, count, key, idle, steps, lambda.
+  const size_t at = 8 + 4 + 8 + 4 + 21 + 4 + 4 + 8 + 4 + 4 + 5 + 8 + 8 + 4;
+  uint64_t nv = 0;
+  std::memcpy(&nv, b.data() + at, 8);
+  ASSERT_EQ(nv, 5u);
+  nv = uint64_t(1) << 61;
+  std::memcpy(b.data() + at, &nv, 8);
+  reseal(b);
+  expect_refused(b, "a residual of 2^61 elements");
+  Bytes bad_rank = serialize_state_file([] {
+    StateFile f = sample_file();
+    f.rank = 5;
+    return f;
+  }());
+  expect_refused(bad_rank, "rank 5 of 2");
+}
+
+Config algo_config(const std::string& algo) {
+  Config c;
+  c.algo = algo;
+  c.params.density = 0.01;
+  c.min_elems = 1000;
+  if (algo == "dgc" || algo == "csc") c.params.momentum = 0.9f;
+  if (algo == "csc") c.params.csc_chunk = 1000;
+  if (algo == "onebit") c.params.onebit_block = 256;
+  return c;
+}
+
+// A gradient that depends on rank, step and tensor: the same data order in
+// every run.
+std::vector<float> gradient(int rank, int step, size_t n, int tensor) {
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) {
+    g[i] = std::sin(0.37f * float(i) + 1.3f * float(step) + float(rank) + 5.0f * float(tensor)) /
+           (1.0f + float(i % 97));
+  }
+  return g;
+}
+
+constexpr size_t kCounts[] = {20000, 7777};  // two tensors, one not a multiple of the ranks
+
+// Steps [from, to) of training; returns every step's results, in order.
+std::vector<std::vector<float>> steps(Communicator& cc, int from, int to) {
+  std::vector<std::vector<float>> out;
+  for (int s = from; s < to; ++s) {
+    for (int t = 0; t < 2; ++t) {
+      std::vector<float> g = gradient(cc.rank(), s, kCounts[t], t);
+      cc.allreduce(g.data(), g.size(), DType::kFloat32, ReduceOp::kAvg, t ? "w1" : "w0");
+      out.push_back(std::move(g));
+    }
+  }
+  return out;
+}
+
+class Resume : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Resume, SaveAndLoadStateMatchesAnUninterruptedRunBitForBit) {
+  const Config cfg = algo_config(GetParam());
+  testing::run_gloo_ranks(3, [&](Comm& comm) {
+    std::vector<std::vector<float>> whole, resumed;
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), cfg);
+      whole = steps(cc, 0, 8);
+    }
+    Bytes saved;
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), cfg);
+      resumed = steps(cc, 0, 5);
+      saved = cc.save_state();
+    }
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    ASSERT_TRUE(cc.load_state(saved));
+    EXPECT_EQ(cc.state_entries(), 2u);
+    for (auto& r : steps(cc, 5, 8)) resumed.push_back(std::move(r));
+    ASSERT_EQ(resumed.size(), whole.size());
+    for (size_t i = 0; i < whole.size(); ++i) {
+      ASSERT_EQ(std::memcmp(whole[i].data(), resumed[i].data(), whole[i].size() * 4), 0)
+          << GetParam() << ": call " << i << " differs on rank " << comm.rank();
+    }
+    // Without the checkpoint the same steps differ: the test can fail.
+    Communicator fresh(std::make_unique<LentComm>(comm), cfg);
+    const auto cold = steps(fresh, 5, 8);
+    EXPECT_NE(std::memcmp(cold[0].data(), whole[10].data(), cold[0].size() * 4), 0);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, Resume,
+                         ::testing::Values("dgc", "sbc", "sdagc", "csc", "onebit"));
+
+TEST(StateCheckpoint, AnotherConfigurationOrRankIsAFreshStartNotAMismatch) {
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    Bytes saved;
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), algo_config("dgc"));
+      steps(cc, 0, 2);
+      saved = cc.save_state();
+    }
+    Config other = algo_config("dgc");
+    other.params.density = 0.02;
+    Communicator cc(std::make_unique<LentComm>(comm), other);
+    EXPECT_FALSE(cc.load_state(saved));
+    EXPECT_EQ(cc.state_entries(), 0u);
+    Communicator sbc(std::make_unique<LentComm>(comm), algo_config("sbc"));
+    EXPECT_FALSE(sbc.load_state(saved));
+    // Rank 0's file offered to rank 1 (and the reverse).
+    if (comm.rank() == 0) {
+      Communicator same(std::make_unique<LentComm>(comm), algo_config("dgc"));
+      StateFile f = parse_state_file(saved);
+      f.rank = 1;
+      EXPECT_FALSE(same.load_state(serialize_state_file(f)));
+      EXPECT_TRUE(same.load_state(saved));
+    } else {
+      Communicator same(std::make_unique<LentComm>(comm), algo_config("dgc"));
+      EXPECT_TRUE(same.load_state(saved));
+    }
+    EXPECT_THROW(cc.load_state(Bytes{1, 2, 3}), Error);
+  });
+}
+
+TEST(StateCheckpoint, StateDirSavesAtDestructionAndLoadsAtCreation) {
+  const std::string dir = ::testing::TempDir() + "compcoll-state-dir-test";
+  std::filesystem::remove_all(dir);
+  Config cfg = algo_config("dgc");
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    std::vector<std::vector<float>> whole, resumed;
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), cfg);
+      whole = steps(cc, 0, 6);
+    }
+    Config with_dir = cfg;
+    with_dir.state_dir = dir;
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), with_dir);  // no file yet: fresh
+      resumed = steps(cc, 0, 3);
+    }  // saved here
+    EXPECT_TRUE(std::filesystem::exists(dir + "/compcoll-state-rank" + std::to_string(comm.rank()) +
+                                        "-of2.bin"));
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), with_dir);
+      EXPECT_EQ(cc.state_entries(), 2u);
+      for (auto& r : steps(cc, 3, 6)) resumed.push_back(std::move(r));
+    }
+    for (size_t i = 0; i < whole.size(); ++i) {
+      ASSERT_EQ(std::memcmp(whole[i].data(), resumed[i].data(), whole[i].size() * 4), 0) << i;
+    }
+  });
+  // A malformed checkpoint on one rank fails every rank, naming the file.
+  {
+    std::ofstream(dir + "/compcoll-state-rank1-of2.bin", std::ios::trunc) << "garbage";
+  }
+  Config with_dir = cfg;
+  with_dir.state_dir = dir;
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    try {
+      Communicator cc(std::make_unique<LentComm>(comm), with_dir);
+      ADD_FAILURE() << "rank " << comm.rank() << " accepted a malformed checkpoint";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      const std::string want = comm.rank() == 1 ? "compcoll-state-rank1-of2.bin" : "another rank";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  });
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace compcoll
