@@ -44,7 +44,11 @@ std::string read_file(const std::string& path) {
 
 int allreduce_main(int argc, char** argv, int first) {
   Args args(argc, argv, first);
-  const int ranks = static_cast<int>(args.integer("ranks", 4, "local ranks (processes)"));
+  const long long ranks_arg = args.integer(
+      "ranks", 4,
+      "local ranks (processes), 1 to 1024. With 1 rank, as in nccl-tests, nothing crosses a wire: "
+      "busbw and wire(B) are 0 and ratio is n/a (JSON null); time is the algorithm's local cost. "
+      "--count 0 likewise times an empty call (ratio n/a)");
   const std::string algos =
       args.str("algo", "dense,dgc,sbc,sdagc,csc,onebit", "algorithms, comma-separated");
   const long long count = args.integer("count", 25557032, "float32 elements (K/M/G suffixes)");
@@ -77,7 +81,11 @@ int allreduce_main(int argc, char** argv, int first) {
     std::cout << "usage: compcoll-bench allreduce [flags]   (COMPCOLL_* variables apply)\n" << usage;
     return 0;
   }
-  CC_CHECK(ranks >= 1, kInvalidArgument, "--ranks must be >= 1");
+  // 1024: what the signal handlers can track (process.cc), and far more
+  // processes than one machine runs usefully.
+  CC_CHECK(ranks_arg >= 1 && ranks_arg <= 1024, kInvalidArgument,
+           "--ranks must be in [1, 1024], not ", ranks_arg);
+  const int ranks = static_cast<int>(ranks_arg);
   CC_CHECK(iters >= 1, kInvalidArgument, "--iters must be >= 1");
   CC_CHECK(ranks_per_host >= 1, kInvalidArgument, "--ranks-per-host must be >= 1, not ",
            ranks_per_host);
@@ -89,6 +97,9 @@ int allreduce_main(int argc, char** argv, int first) {
   const int hosts = ranks / static_cast<int>(ranks_per_host);
   for (const auto& a : split_list(algos)) find_algorithm(a);  // reject unknown names up front
   const Config cfg = load_config();                            // and bad COMPCOLL_* values
+  for (const UnknownVariable& u : unknown_variables_in_environment()) {  // and misspelt names
+    std::cerr << "compcoll-bench allreduce: warning: " << u.message() << "\n";
+  }
   kill_children_on_signals();  // Ctrl-C stops the ranks too (first, then the network)
   std::unique_ptr<ShapedNetwork> net;
   if (!link.empty()) {
@@ -99,13 +110,14 @@ int allreduce_main(int argc, char** argv, int first) {
     ShapedNetwork::install_teardown_on_signals();  // Ctrl-C removes the namespaces too
   }
 
-  char tmpl[] = "/tmp/compcoll-bench-XXXXXX";
-  CC_CHECK(mkdtemp(tmpl) != nullptr, kInternal, "cannot create a temporary directory");
-  const std::string dir = tmpl;
+  // Removed on every way out, Ctrl-C included (process.h).
+  const RunDir run_dir;
+  const std::string dir = run_dir.path();
   const std::string spec = rendezvous.empty() ? "file://" + dir + "/store" : rendezvous;
   const std::string out = dir + "/results.json";
 
   std::vector<Child> children;
+  const ReapOnExit reap(children);  // destroyed before run_dir: no rank writes into a removed dir
   const std::string exe = self_exe();
   for (int r = 0; r < ranks; ++r) {
     std::vector<std::string> a;
@@ -146,7 +158,6 @@ int allreduce_main(int argc, char** argv, int first) {
       if (c.status == 0) continue;
       std::cerr << "--- rank " << c.rank << " log (" << c.log << ") ---\n" << tail_of(c.log);
     }
-    std::cerr << "(logs kept in " << dir << ")\n";
     return 1;
   }
   if (net && !json) {
@@ -161,7 +172,9 @@ int allreduce_main(int argc, char** argv, int first) {
     Child p = spawn({"/usr/bin/env", "python3", COMPCOLL_SOURCE_DIR "/scripts/plot_bench.py", out,
                      plot, title},
                     0, dir + "/plot.log");
+    watch_child(p.pid);
     std::vector<Child> plotter{p};
+    const ReapOnExit reap_plotter(plotter);
     if (!wait_all(plotter, std::chrono::steady_clock::now() + std::chrono::seconds(120),
                   std::chrono::seconds(1))) {
       std::cerr << "compcoll-bench allreduce: --plot failed: " << tail_of(dir + "/plot.log") << "\n";
@@ -169,7 +182,6 @@ int allreduce_main(int argc, char** argv, int first) {
     }
     std::cerr << "plot written to " << plot << "\n";
   }
-  std::filesystem::remove_all(dir);
   return 0;
 }
 

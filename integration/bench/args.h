@@ -1,9 +1,18 @@
 // A small "--flag value" parser for compcoll-bench: every flag is declared
 // with its help text, unknown flags and malformed values are errors that
 // name the flag.
+//
+// Values are bound lazily: the constructor only remembers what followed each
+// "--name" (the next word unless it is another flag, or "=value"), and the
+// declaration decides. A flag declared with str()/num()/integer() that was
+// given without a value ("--ranks" last, or "--ranks --iters 3") or with an
+// empty one is an error naming it; a flag() (present or not) that was given a
+// value is an error too. Every subcommand gets this for every flag it
+// declares, without per-flag code.
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,7 +23,9 @@ class Args {
   // argv after the subcommand.
   Args(int argc, char** argv, int first);
 
-  // Declares a flag (with its default) and returns its value.
+  // Declares a flag (with its default) and returns its value. Throws
+  // kInvalidArgument when the flag was given without a value. With --help,
+  // nothing is checked and the default comes back.
   std::string str(const std::string& name, const std::string& def, const std::string& help);
   double num(const std::string& name, double def, const std::string& help);
   long long integer(const std::string& name, long long def, const std::string& help);
@@ -25,8 +36,12 @@ class Args {
   bool finish(std::string* usage);
 
  private:
-  std::map<std::string, std::string> values_;
+  // What followed each given flag: nullopt when nothing did.
+  std::map<std::string, std::optional<std::string>> values_;
   std::map<std::string, bool> used_;
+  // str() with the help line's placeholder: "--count N", "--algo VALUE".
+  std::string value_of(const std::string& name, const std::string& def, const std::string& help,
+                       const char* placeholder);
   std::vector<std::string> help_;
   bool want_help_ = false;
 };

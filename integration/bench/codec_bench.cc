@@ -148,7 +148,12 @@ struct CodecResult {
   double memcpy_ms = 0.0, encode_ms = 0.0, decode_ms = 0.0;
   size_t payload_bytes = 0;
 
-  double ratio() const { return payload_bytes ? double(count * sizeof(float)) / payload_bytes : 0.0; }
+  // Dense bytes / payload bytes. Undefined (NaN: JSON null, "n/a" in the
+  // table) at --count 0, where there is nothing to compress and the payload
+  // is only the codec's fixed header.
+  double ratio() const {
+    return count && payload_bytes ? double(count * sizeof(float)) / payload_bytes : NAN;
+  }
   double vs_memcpy(double ms) const { return memcpy_ms > 0 ? ms / memcpy_ms : 0.0; }
 
   JsonObject json() const {
@@ -173,9 +178,11 @@ struct CodecResult {
   }
 
   void print_row() const {
-    std::printf("  %-7s %9.4g %10zu %10.2f %8.2f %10.3f %8.3f %12zu %9.1f\n", o.algo.c_str(),
+    char ratio_text[32] = "n/a";
+    if (!std::isnan(ratio())) std::snprintf(ratio_text, sizeof ratio_text, "%.1f", ratio());
+    std::printf("  %-7s %9.4g %10zu %10.2f %8.2f %10.3f %8.3f %12zu %9s\n", o.algo.c_str(),
                 density, sent, encode_ms, vs_memcpy(encode_ms), decode_ms, vs_memcpy(decode_ms),
-                payload_bytes, ratio());
+                payload_bytes, ratio_text);
   }
 };
 
@@ -230,13 +237,34 @@ IndexType parse_indices(const std::string& s) {
 }
 
 }  // namespace
+ScaleMode parse_scale(const std::string& s) {
+  if (s == "mean") return ScaleMode::kMeanMagnitude;
+  if (s == "pair") return ScaleMode::kSignedMeans;
+  CC_THROW(kInvalidArgument, "--scale: '", s, "' is not one of mean, pair");
+}
+
+// Builds every requested codec once on a few elements, so that an unknown
+// name or a bad setting (--density 2, --block 3, ...) fails before anything
+// is printed: stdout stays empty on error instead of carrying a table header
+// that, when piped, lands after the error.
+void validate_codecs(Options o, const std::vector<std::string>& algos) {
+  const std::vector<float> probe(std::min<size_t>(o.count, 64), 0.0f);
+  for (const std::string& a : algos) {
+    o.algo = a;
+    make_codec(o, probe.data(), probe.size());
+  }
+}
+
 
 int codec_main(int argc, char** argv, int first) {
   Args args(argc, argv, first);
   Options o;
   const std::string algos = args.str("algo", "dgc,sbc,sdagc,csc,onebit",
                                      "codec(s), comma-separated: dgc, sbc, sdagc, csc, onebit");
-  o.count = static_cast<size_t>(args.integer("count", 25557032, "float32 elements (K/M/G suffixes)"));
+  o.count = static_cast<size_t>(args.integer(
+      "count", 25557032,
+      "float32 elements (K/M/G suffixes); 0 times the fixed per-call cost (header only), its "
+      "ratio is n/a (JSON null)"));
   o.density = args.num("density", NAN,
                        "fraction sent: elements for dgc/sbc/sdagc [0.001], chunks for csc [0.01]");
   o.momentum = static_cast<float>(args.num("momentum", 0.0, "momentum correction factor (dgc, sdagc, csc)"));
@@ -245,10 +273,8 @@ int codec_main(int argc, char** argv, int first) {
   o.indices = parse_indices(args.str("indices", "u32", "sparse index coding: u32, varint"));
   o.chunk = static_cast<size_t>(args.integer("chunk", 16384, "csc chunk size in elements"));
   o.block = static_cast<size_t>(args.integer("block", 2048, "onebit scale block size"));
-  o.scale = args.str("scale", "mean", "onebit reconstruction: mean or pair") == "pair"
-                ? ScaleMode::kSignedMeans
-                : ScaleMode::kMeanMagnitude;
-  o.iters = static_cast<int>(args.integer("iters", 5, "timed iterations (median reported)"));
+  o.scale = parse_scale(args.str("scale", "mean", "onebit reconstruction: mean or pair"));
+  const long long iters = args.integer("iters", 5, "timed iterations (median reported)");
   o.dist = parse_gradient_kind(args.str("gradient", "gaussian", "input: gaussian, t3, mixed"));
   o.seed = static_cast<uint64_t>(args.integer("seed", 1, "random seed"));
   const bool json = args.flag("json", "print JSON (an object for one codec, a list for several)");
@@ -257,10 +283,13 @@ int codec_main(int argc, char** argv, int first) {
     std::cout << "usage: compcoll-bench codec [flags]\n" << usage;
     return 0;
   }
-  CC_CHECK(o.iters >= 1, kInvalidArgument, "--iters must be >= 1");
+  CC_CHECK(iters >= 1 && iters <= 1000000, kInvalidArgument,
+           "--iters must be in [1, 1000000], not ", iters);
+  o.iters = static_cast<int>(iters);
   const std::vector<std::string> list = split_list(algos);
   CC_CHECK(!list.empty(), kInvalidArgument, "--algo: no codec given");
   const std::vector<float> grad = make_gradient(o.dist, o.count, o.seed);
+  validate_codecs(o, list);
 
   std::vector<JsonObject> results;
   if (!json) {

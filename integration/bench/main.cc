@@ -36,7 +36,11 @@ int main(int argc, char** argv) {
     usage();
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "compcoll-bench %s: %s\n", sub.c_str(), e.what());
+    // compcoll's errors carry a "compcoll: " prefix for library users; the
+    // tool's own prefix replaces it rather than doubling it.
+    std::string msg = e.what();
+    if (msg.rfind("compcoll: ", 0) == 0) msg.erase(0, 10);
+    std::fprintf(stderr, "compcoll-bench %s: %s\n", sub.c_str(), msg.c_str());
     return 1;
   }
 }

@@ -30,11 +30,44 @@ bool wait_all(std::vector<Child>& children, std::chrono::steady_clock::time_poin
               std::chrono::milliseconds grace);
 
 // Ctrl-C (SIGINT), SIGTERM and SIGHUP kill every child registered with
-// watch_child() (SIGKILL), then the process dies of the signal as usual.
+// watch_child() (SIGKILL), reap them (at most ~2 s), remove every live
+// RunDir, then the process dies of the signal as usual.
 // Install before any handler that should run first and chain to this one
 // (ShapedNetwork's teardown chains to the handler it finds).
 void kill_children_on_signals();
 void watch_child(pid_t pid);
+
+// Kills (SIGKILL) and reaps, when it goes out of scope, every child that
+// wait_all() has not seen exit: an exception between spawn() and wait_all()
+// leaves nothing running (and nothing writing into a RunDir).
+class ReapOnExit {
+ public:
+  explicit ReapOnExit(std::vector<Child>& children) : children_(children) {}
+  ~ReapOnExit();
+  ReapOnExit(const ReapOnExit&) = delete;
+  ReapOnExit& operator=(const ReapOnExit&) = delete;
+
+ private:
+  std::vector<Child>& children_;
+};
+
+// A run's scratch directory (rendezvous files, rank logs, results): a fresh
+// $TMPDIR/compcoll-bench-XXXXXX (TMPDIR unset: /tmp). Removed with its
+// contents on every way out: the destructor (every return and exception),
+// and — with kill_children_on_signals() installed — the signal handler,
+// after the ranks are dead. Only SIGKILL of this process leaves it behind.
+class RunDir {
+ public:
+  RunDir();  // throws kInternal when the directory cannot be created
+  ~RunDir();
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int slot_ = -1;  // in the signal handler's registry
+};
 
 // "exit 1", "killed by signal 9", ...
 std::string describe_status(int status);

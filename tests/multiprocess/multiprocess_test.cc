@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -198,7 +199,7 @@ namespace compcoll::testing {
 namespace {
 
 // --link builds namespaces and shaped links; Ctrl-C on the benchmark must
-// remove them and leave no rank running.
+// remove them, leave no rank running and no file under its TMPDIR.
 bool namespaces_of(pid_t owner) {
   TempDir dir;
   ChildSet c;
@@ -210,12 +211,14 @@ bool namespaces_of(pid_t owner) {
 
 TEST(MultiProcessLink, CtrlCTearsTheShapedNetworkDownAndStopsEveryRank) {
   if (geteuid() != 0) GTEST_SKIP() << "--link needs root";
-  TempDir dir;
+  TempDir dir, tmp;
   ChildSet children;
   const std::string out = dir.path() + "/bench.out";
-  const pid_t bench = children.add(spawn({kBench, "allreduce", "--ranks", "3", "--algo", "dense",
-                                          "--count", "20M", "--iters", "50", "--link", "100mbit"},
-                                         out));
+  // env execs the benchmark: the pid (which names the namespaces) stays.
+  const pid_t bench = children.add(
+      spawn({"/usr/bin/env", "TMPDIR=" + tmp.path(), kBench, "allreduce", "--ranks", "3", "--algo",
+             "dense", "--count", "20M", "--iters", "50", "--link", "100mbit"},
+            out));
   // Wait until the namespaces exist and the ranks are busy, then Ctrl-C.
   const auto until = Clock::now() + milliseconds(20000);
   while (!namespaces_of(bench) && Clock::now() < until) std::this_thread::sleep_for(milliseconds(100));
@@ -232,6 +235,11 @@ TEST(MultiProcessLink, CtrlCTearsTheShapedNetworkDownAndStopsEveryRank) {
   ASSERT_TRUE(status.has_value()) << "compcoll-bench ignored Ctrl-C";
   EXPECT_NE(exit_code(*status), 0);
   EXPECT_FALSE(namespaces_of(bench)) << "namespaces left behind after Ctrl-C";
+  std::string files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(tmp.path())) {
+    files += e.path().string() + "\n";
+  }
+  EXPECT_EQ(files, "") << "left behind in TMPDIR after Ctrl-C";
   // No worker of this run is left: the benchmark SIGKILLs its ranks on
   // Ctrl-C. (Poll briefly: a killed process takes a moment to go.)
   auto workers_left = [&] {

@@ -1,0 +1,286 @@
+// compcoll-bench's command line, run as a user runs it (the real binary, a
+// real environment): a flag that takes a value and is given none is an error
+// naming it — for every such flag of every subcommand, read from their
+// --help, so flags added later are covered too; errors leave stdout empty;
+// one rank and zero elements give rows whose ratio is n/a, not 0; and the
+// run's temporary directory is gone after success, failure and Ctrl-C.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/process_util.h"
+
+extern char** environ;
+
+namespace compcoll::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+const std::string kBench = COMPCOLL_BENCH;
+
+struct BenchRun {
+  int code = -1000;  // exit code, -signal, or -1000 when it did not finish
+  std::string out, err;
+};
+
+// The process environment without COMPCOLL_* (a developer's settings must
+// not change what is tested), plus `extra`.
+std::vector<std::string> clean_env(const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string(*e).rfind("COMPCOLL_", 0) != 0 && std::string(*e).rfind("TMPDIR=", 0) != 0) {
+      env.emplace_back(*e);
+    }
+  }
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+// Starts compcoll-bench with args; stdout and stderr go to separate files
+// in dir.
+pid_t start(const std::vector<std::string>& args, const std::vector<std::string>& env,
+            const std::string& dir) {
+  std::vector<std::string> argv{kBench};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> a, e;
+  for (auto& s : argv) a.push_back(s.data());
+  a.push_back(nullptr);
+  std::vector<std::string> env_copy = env;
+  for (auto& s : env_copy) e.push_back(s.data());
+  e.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, (dir + "/out").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, (dir + "/err").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, kBench.c_str(), &fa, nullptr, a.data(), e.data());
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
+}
+
+BenchRun finish(ChildSet& children, pid_t pid, const std::string& dir, milliseconds limit) {
+  BenchRun r;
+  const auto status = children.wait(pid, limit);
+  if (status) r.code = exit_code(*status);
+  r.out = read_file(dir + "/out");
+  r.err = read_file(dir + "/err");
+  return r;
+}
+
+BenchRun bench(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {},
+          milliseconds limit = milliseconds(60000)) {
+  TempDir dir;
+  ChildSet children;
+  const pid_t pid = children.add(start(args, clean_env(extra_env), dir.path()));
+  return finish(children, pid, dir.path(), limit);
+}
+
+std::string describe(const std::vector<std::string>& args, const BenchRun& r) {
+  std::string cmd = "compcoll-bench";
+  for (const auto& a : args) cmd += " " + a;
+  return cmd + "\n  exit " + std::to_string(r.code) + "\n  stdout: " + r.out + "\n  stderr: " + r.err;
+}
+
+// Subcommands named in the top-level usage ("  codec      --algo ...").
+std::vector<std::string> subcommands() {
+  const BenchRun r = bench({"--help"});
+  std::vector<std::string> subs;
+  const std::regex line(R"(^  ([a-z]+) +--)");
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) {
+    std::smatch m;
+    if (std::regex_search(l, m, line)) subs.push_back(m[1]);
+  }
+  return subs;
+}
+
+// A subcommand's flags from its --help: "  --name VALUE|N|X ..." take a
+// value, "  --name" alone is a switch.
+struct Flags {
+  std::vector<std::string> with_value, switches;
+};
+Flags flags_of(const std::string& sub) {
+  const BenchRun r = bench({sub, "--help"});
+  EXPECT_EQ(r.code, 0) << describe({sub, "--help"}, r);
+  Flags f;
+  const std::regex valued(R"(^  --([a-z0-9-]+) (VALUE|N|X)\b)"), bare(R"(^  --([a-z0-9-]+)$)");
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) {
+    std::smatch m;
+    if (std::regex_search(l, m, valued)) f.with_value.push_back(m[1]);
+    else if (std::regex_search(l, m, bare)) f.switches.push_back(m[1]);
+  }
+  return f;
+}
+
+TEST(BenchCli, EveryFlagThatTakesAValueRefusesToGoWithout) {
+  const std::vector<std::string> subs = subcommands();
+  ASSERT_GE(subs.size(), 2u) << "codec and allreduce at least";
+  size_t checked = 0;
+  for (const std::string& sub : subs) {
+    const Flags f = flags_of(sub);
+    EXPECT_FALSE(f.with_value.empty()) << sub;
+    for (const std::string& flag : f.with_value) {
+      // Last on the line, and followed by another flag: both are an error
+      // naming the flag, before any work (stdout stays empty).
+      for (const auto& args : {std::vector<std::string>{sub, "--" + flag},
+                               std::vector<std::string>{sub, "--" + flag, "--json"},
+                               std::vector<std::string>{sub, "--" + flag + "="}}) {
+        const BenchRun r = bench(args, {}, milliseconds(20000));
+        EXPECT_EQ(r.code, 1) << describe(args, r);
+        EXPECT_NE(r.err.find("--" + flag + " "), std::string::npos) << describe(args, r);
+        EXPECT_TRUE(r.err.find("needs a value") != std::string::npos ||
+                    r.err.find("empty value") != std::string::npos)
+            << describe(args, r);
+        EXPECT_EQ(r.out, "") << describe(args, r);
+        ++checked;
+      }
+    }
+    for (const std::string& flag : f.switches) {
+      const std::vector<std::string> args{sub, "--" + flag, "yes"};
+      const BenchRun r = bench(args, {}, milliseconds(20000));
+      EXPECT_EQ(r.code, 1) << describe(args, r);
+      EXPECT_NE(r.err.find("--" + flag + " takes no value"), std::string::npos) << describe(args, r);
+    }
+  }
+  EXPECT_GE(checked, 3u * 20);  // codec and allreduce have 25 between them today
+}
+
+TEST(BenchCli, ErrorsAreOneLineWithOnePrefixAndNothingOnStdout) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"codec", "--algo", "xx", "--count", "1K"},
+      {"codec", "--algo", "dgc", "--density", "2", "--count", "1K"},
+      {"codec", "--algo", "onebit", "--block", "3", "--count", "1K"},
+      {"codec", "--scale", "median", "--count", "1K"},
+      {"codec", "--count", "1K", "--iters", "0"},
+      {"codec", "--count", "-3"},
+      {"allreduce", "--ranks", "0"},
+      {"allreduce", "--ranks", "2000"},
+      {"allreduce", "--algo", "nope", "--ranks", "2", "--count", "1K"},
+      {"allreduce", "--link", "fast"},
+      {"allreduce", "--rnaks", "2"},
+  };
+  for (const auto& args : cases) {
+    const BenchRun r = bench(args, {}, milliseconds(20000));
+    EXPECT_EQ(r.code, 1) << describe(args, r);
+    EXPECT_EQ(r.out, "") << describe(args, r);
+    EXPECT_EQ(r.err.rfind("compcoll-bench " + args[0] + ": ", 0), 0u) << describe(args, r);
+    EXPECT_EQ(r.err.find("compcoll: "), std::string::npos) << describe(args, r);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << describe(args, r);
+  }
+}
+
+TEST(BenchCli, ZeroElementsGiveARatioOfNotApplicable) {
+  const std::vector<std::string> json{"codec", "--algo", "dgc,csc,onebit", "--count", "0", "--json"};
+  BenchRun r = bench(json);
+  ASSERT_EQ(r.code, 0) << describe(json, r);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '{'), 3) << r.out;
+  size_t nulls = 0;
+  for (size_t p = r.out.find("\"ratio\": null"); p != std::string::npos;
+       p = r.out.find("\"ratio\": null", p + 1)) {
+    ++nulls;
+  }
+  EXPECT_EQ(nulls, 3u) << r.out;
+  const std::vector<std::string> table{"codec", "--algo", "dgc", "--count", "0"};
+  r = bench(table);
+  ASSERT_EQ(r.code, 0) << describe(table, r);
+  EXPECT_NE(r.out.find(" n/a\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(" 0.0\n"), std::string::npos) << r.out;
+}
+
+TEST(BenchCli, OneRankAndZeroElementsRunLikeNcclTestsWithRatioNotApplicable) {
+  TempDir tmp;
+  for (const auto& args : {std::vector<std::string>{"allreduce", "--ranks", "1", "--algo",
+                                                    "dense,dgc", "--count", "4K", "--iters", "1"},
+                           std::vector<std::string>{"allreduce", "--ranks", "2", "--algo",
+                                                    "dense,dgc", "--count", "0", "--iters", "1"}}) {
+    std::vector<std::string> with_json = args;
+    with_json.push_back("--json");
+    BenchRun r = bench(with_json, {"TMPDIR=" + tmp.path()});
+    ASSERT_EQ(r.code, 0) << describe(with_json, r);
+    EXPECT_NE(r.out.find("\"algo\": \"dense\""), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"algo\": \"dgc\""), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("\"ratio\": 0"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"ratio\": null"), std::string::npos) << r.out;
+    r = bench(args, {"TMPDIR=" + tmp.path()});
+    ASSERT_EQ(r.code, 0) << describe(args, r);
+    EXPECT_NE(r.out.find(" n/a "), std::string::npos) << r.out;
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.path())) << "a run left files in its TMPDIR";
+}
+
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) out.push_back(e.path());
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + "\n";
+  return s;
+}
+
+TEST(BenchLeftovers, AFailedRunRemovesItsTemporaryDirectory) {
+  // --deadline 1 kills ranks that need far longer: the failure path.
+  TempDir tmp;
+  const std::vector<std::string> args{"allreduce", "--ranks", "2",        "--algo",
+                                      "dense",     "--count", "64M",      "--iters",
+                                      "1000",      "--deadline", "1"};
+  const BenchRun r = bench(args, {"TMPDIR=" + tmp.path()});
+  EXPECT_EQ(r.code, 1) << describe(args, r);
+  EXPECT_NE(r.err.find("failed"), std::string::npos) << describe(args, r);
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.path())) << join(entries(tmp.path()));
+}
+
+// Ctrl-C (and SIGTERM, SIGHUP) while the ranks run: the benchmark dies of the
+// signal, its ranks with it, and its directory under TMPDIR is gone.
+TEST(BenchLeftovers, SignalsWhileRanksRunLeaveNothingBehind) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    TempDir tmp, io;
+    ChildSet children;
+    // Minutes of work: still running when signalled.
+    const std::vector<std::string> args{"allreduce", "--ranks", "2",       "--algo", "dense",
+                                        "--count",   "32M",     "--iters", "1000"};
+    const pid_t pid = children.add(start(args, clean_env({"TMPDIR=" + tmp.path()}), io.path()));
+    ASSERT_GT(pid, 0);
+    // Wait until both ranks are started (their logs exist) and have had a
+    // moment to write to the rendezvous store: the directory then holds
+    // logs and store files, which is what must go. When exactly the signal
+    // lands (rendezvous, baseline, timed calls) must not matter.
+    bool running = false;
+    const auto until = Clock::now() + milliseconds(30000);
+    while (!running && Clock::now() < until) {
+      std::this_thread::sleep_for(milliseconds(50));
+      size_t logs = 0;
+      for (const auto& e : entries(tmp.path())) logs += e.find("/rank") != std::string::npos;
+      running = logs == 2;
+    }
+    std::this_thread::sleep_for(milliseconds(500));
+    ASSERT_TRUE(running) << "ranks did not start: " << read_file(io.path() + "/err");
+    ASSERT_EQ(kill(pid, sig), 0);
+    const BenchRun r = finish(children, pid, io.path(), milliseconds(20000));
+    EXPECT_EQ(r.code, -sig) << "signal " << sig << ": " << describe(args, r);
+    EXPECT_TRUE(std::filesystem::is_empty(tmp.path()))
+        << "signal " << sig << " left:\n" << join(entries(tmp.path()));
+  }
+}
+
+}  // namespace
+}  // namespace compcoll::testing
