@@ -309,6 +309,7 @@ constexpr ToolVar kToolVars[] = {
     {"COMPCOLL_RELIABILITY_CALLS", "tests/reliability: calls per run"},
     {"COMPCOLL_RELIABILITY_TIMEOUT_MS", "tests/reliability: per-call timeout of the ranks"},
     {"COMPCOLL_NETNS_TEST_HELPER", "tests/network: a test binary's helper mode"},
+    {"COMPCOLL_WHEEL_DIR", "tests/python/test_packaging.py: where the built wheel lies"},
 };
 
 std::string upper(std::string s) {
