@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced (not run) by the scripts: the project's Python virtual environment.
 #
 # Every script runs Python from one virtual environment, .venv at the
