@@ -1,6 +1,7 @@
 #include "plugin/communicator.h"
 
 #include <chrono>
+#include <random>
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -199,13 +200,22 @@ HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
   // Only compressed calls take the hierarchy; with compression off there is
   // nothing to set up (and no traffic for it).
   if (cfg.hierarchy == "off" || !cfg.compression_enabled()) return out;
-  HostLayout layout = exchange_host_layout(world, host_id(cfg.host_id));
+  // A rank that cannot tell its host (no /proc) still joins the exchange,
+  // as a host of its own: correct, only without the local step's saving.
+  std::string id, undetected;
+  try {
+    id = host_id(cfg.host_id);
+  } catch (const Error& e) {
+    undetected = detail::concat("; this rank counts as a host of its own: ", e.what());
+    id = detail::concat("undetected:", world.rank(), ":", std::random_device{}());
+  }
+  HostLayout layout = exchange_host_layout(world, id);
   const bool several_hosts = layout.hosts() > 1;
   const bool shared_host = layout.max_local_size() > 1;
   if (cfg.hierarchy != "host" && !(several_hosts && shared_host)) {
     out.why = detail::concat("host hierarchy off (COMPCOLL_HIERARCHY=auto: ",
                              several_hosts ? "every host has one rank" : "all ranks share one host",
-                             "; ", layout.describe(), ")");
+                             "; ", layout.describe(), ")", undetected);
     return out;
   }
   const bool leader = layout.is_leader(world.rank());
@@ -216,7 +226,7 @@ HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
   out.why = detail::concat(
       "host hierarchy on (COMPCOLL_HIERARCHY=", cfg.hierarchy, "): ", described, "; this rank ",
       leader ? "leads its host and keeps the error-feedback state" : "follows its host's leader",
-      "; ", cfg.algo, " runs between ", hosts, hosts == 1 ? " leader" : " leaders");
+      "; ", cfg.algo, " runs between ", hosts, hosts == 1 ? " leader" : " leaders", undetected);
   return out;
 }
 
