@@ -60,8 +60,9 @@ double predict_seconds(const CostShape& shape, const LinkModel& link);
 //              + (P-1) * 8 (each owner's demand count)
 //              where b = scatter_owner_budget(k, P) = ceil(2k/P)
 // scatter assumes selections spread evenly over the (balanced) regions,
-// about 3k(P-1)/P entries; its worst case is k e + (P-1) b e + the same
-// headers, still O(k): at most 3k entries, against Ok-Topk's 6k(P-1)/P
+// about 3k(P-1)/P entries; its worst case is (the rank's own selection,
+// ~k) e + (P-1) b e + the same headers, still O(k): about 3k entries at
+// most, against Ok-Topk's 6k(P-1)/P
 // and the lower bound 2k(P-1)/P (see sparse_scatter.h for why 2k/P).
 // pattern must be kAllgather or kScatter.
 CostShape sparse_pattern_cost(SparsePattern pattern, size_t n, int world_size, double density,

@@ -53,8 +53,9 @@
 // rank's output as in a dense sum and never return to a residual (a value
 // that would - only a misbehaving owner could cause it - is not put back).
 //
-// Traffic per rank (see sparse_pattern_cost in auto.h): at most its k
-// entries in step 2 and (P-1) * b in step 4, plus headers: <= 3k entries,
+// Traffic per rank (see sparse_pattern_cost in auto.h): at most its own
+// selection (k; dgc keeps it within 1.3k) in step 2 and (P-1) * b (plus any
+// non-finite sums) in step 4, plus headers: about 3k entries at most,
 // about 3k(P-1)/P with balanced regions - half Ok-Topk's 6k(P-1)/P bound,
 // 1.5x the 2k(P-1)/P lower bound. The price: 4 rounds instead of 2, and a
 // result of about 2k entries instead of up to P*k.
