@@ -39,14 +39,15 @@ bool table_has(const std::string& name) {
   return false;
 }
 
-Config config_for(const std::string& algo, const Env& extra = {}) {
+Config config_for(const std::string& algo, const Env& extra = {},
+                  const std::string& pattern = "allgather") {
   Env env = {{"COMPCOLL_ALGO", algo},          {"COMPCOLL_DENSITY", "0.02"},
              {"COMPCOLL_MIN_ELEMS", "1000"},   {"COMPCOLL_CSC_CHUNK", "256"},
              {"COMPCOLL_CSC_FRACTION", "0.1"}, {"COMPCOLL_ONEBIT_BLOCK", "256"},
              {"COMPCOLL_TIMEOUT_MS", "20000"}};
   // A fixed sparse pattern where the build has one: auto's choice rests on a
   // measured link and could differ between the two runs compared.
-  if (table_has("COMPCOLL_SPARSE_PATTERN")) env["COMPCOLL_SPARSE_PATTERN"] = "allgather";
+  if (table_has("COMPCOLL_SPARSE_PATTERN")) env["COMPCOLL_SPARSE_PATTERN"] = pattern;
   for (const auto& [k, v] : extra) env[k] = v;
   return load_config([&](const char* name) -> std::optional<std::string> {
     const auto it = env.find(name);
@@ -117,6 +118,7 @@ constexpr int kSteps = 3;
 struct Case {
   std::string algo;
   Layout layout;
+  std::string pattern = "allgather";  // COMPCOLL_SPARSE_PATTERN of dgc and sdagc
 };
 
 std::vector<Case> all_cases() {
@@ -130,10 +132,20 @@ std::vector<Case> all_cases() {
     if (name == "dense" || name == "auto") continue;  // dense is flat; auto: own test
     for (const auto& l : layouts) out.push_back({name, l});
   }
+  // The scatter pattern between the leaders, where the build has it.
+  if (table_has("COMPCOLL_SPARSE_PATTERN")) {
+    for (const char* name : {"dgc", "sdagc"}) {
+      for (const auto& l : {blocks({2, 2}), blocks({3, 2, 2}), blocks({2, 2, 2, 2}), dealt(8, 3)}) {
+        out.push_back({name, l, "scatter"});
+      }
+    }
+  }
   return out;
 }
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.algo << " on hosts " << c.layout.name; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.algo << " (" << c.pattern << ") on hosts " << c.layout.name;
+}
 
 class HierarchyTest : public ::testing::TestWithParam<Case> {};
 
@@ -148,7 +160,8 @@ TEST_P(HierarchyTest, EqualsTheAlgorithmBetweenHostsOnHostSumsBitForBit) {
   testing::run_gloo_ranks(P, [&](Comm& comm) {
     const int r = comm.rank();
     Config cfg = config_for(c.algo, {{"COMPCOLL_HIERARCHY", "host"},
-                                     {"COMPCOLL_HOST_ID", host_label(c.layout.host_of[r])}});
+                                     {"COMPCOLL_HOST_ID", host_label(c.layout.host_of[r])}},
+                            c.pattern);
     Communicator cc(std::make_unique<LentComm>(comm), cfg);
     ASSERT_NE(cc.hierarchy(), nullptr);
     EXPECT_EQ(cc.hierarchy()->layout().hosts(), H);
@@ -164,7 +177,8 @@ TEST_P(HierarchyTest, EqualsTheAlgorithmBetweenHostsOnHostSumsBitForBit) {
   std::vector<std::vector<std::vector<float>>> ref(H, std::vector<std::vector<float>>(kSteps));
   testing::run_gloo_ranks(H, [&](Comm& comm) {
     const int h = comm.rank();
-    Communicator cc(std::make_unique<LentComm>(comm), config_for(c.algo, {{"COMPCOLL_HIERARCHY", "off"}}));
+    Communicator cc(std::make_unique<LentComm>(comm),
+                    config_for(c.algo, {{"COMPCOLL_HIERARCHY", "off"}}, c.pattern));
     for (int s = 0; s < kSteps; ++s) {
       std::vector<float> sum = gradient(hosts[h][0], s, n);
       for (size_t l = 1; l < hosts[h].size(); ++l) {
@@ -197,7 +211,8 @@ TEST_P(HierarchyTest, EqualsTheAlgorithmBetweenHostsOnHostSumsBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(EveryAlgorithmAndLayout, HierarchyTest, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) {
-                           return i.param.algo + "_" + i.param.layout.name;
+                           return i.param.algo + (i.param.pattern == "allgather" ? "" : "_scatter") +
+                                  "_" + i.param.layout.name;
                          });
 
 // AVG divides the hierarchical SUM by the world size (not by the number of
