@@ -225,6 +225,19 @@ TEST(BenchCli, OneRankAndZeroElementsRunLikeNcclTestsWithRatioNotApplicable) {
   EXPECT_TRUE(std::filesystem::is_empty(tmp.path())) << "a run left files in its TMPDIR";
 }
 
+// The ranks do not create communicators (they run the algorithms directly),
+// so the parent reports misspelt names itself; the run goes on.
+TEST(BenchCli, MisspeltVariablesAreReportedWithTheNearestName) {
+  const std::vector<std::string> args{"allreduce", "--ranks", "1", "--algo", "dense",
+                                      "--count",   "1K",      "--iters", "1", "--json"};
+  const BenchRun r = bench(args, {"COMPCOLL_DENSTIY=0.1"});
+  EXPECT_EQ(r.code, 0) << describe(args, r);
+  EXPECT_NE(r.err.find("compcoll-bench allreduce: warning: COMPCOLL_DENSTIY is not a compcoll "
+                       "variable and is ignored; did you mean COMPCOLL_DENSITY?"),
+            std::string::npos)
+      << describe(args, r);
+}
+
 std::vector<std::string> entries(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) out.push_back(e.path());
