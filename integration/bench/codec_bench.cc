@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithm.h"
 #include "compcoll/error.h"
 #include "compression/csc.h"
 #include "compression/decode.h"
@@ -308,6 +309,25 @@ int codec_main(int argc, char** argv, int first) {
     std::cout << (results.size() == 1 ? results[0].str() : json_list(results)) << std::endl;
   }
   return 0;
+}
+
+CodecSpeed measure_codec(const std::string& algo, size_t count, const AlgoParams& params, int iters) {
+  Options o;
+  o.algo = algo;
+  o.count = count;
+  o.density = algo == "csc" ? params.csc_fraction : params.density;
+  o.momentum = params.momentum;
+  o.nesterov = params.nesterov;
+  o.values = params.values;
+  o.indices = params.indices;
+  o.chunk = params.csc_chunk;
+  o.block = params.onebit_block;
+  o.scale = params.onebit_scale;
+  o.iters = iters;
+  o.dist = GradientKind::kGaussian;
+  o.seed = 1;
+  const CodecResult r = run_one(o, make_gradient(o.dist, count, o.seed));
+  return {r.encode_ms, r.decode_ms, r.memcpy_ms, r.payload_bytes, r.sent};
 }
 
 }  // namespace compcoll::bench

@@ -10,6 +10,7 @@
 #include "compcoll/error.h"
 #include "integration/bench/allreduce_bench.h"
 #include "integration/bench/codec_bench.h"
+#include "integration/bench/project.h"
 
 namespace {
 
@@ -17,7 +18,8 @@ void usage() {
   std::puts(
       "usage: compcoll-bench <subcommand> [flags]   (--help after a subcommand lists its flags)\n"
       "  codec      --algo A --count N [--density D] [--json]\n"
-      "  allreduce  --ranks R --algo A[,B...] --count N [--iters K] [--json]");
+      "  allreduce  --ranks R --algo A[,B...] --count N [--iters K] [--json]\n"
+      "  project    --ranks 4,16,... --link 1gbit,... --count N [--plot PNG] [--validate] [--json]");
 }
 
 }  // namespace
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
   try {
     if (sub == "codec") return compcoll::bench::codec_main(argc, argv, 2);
     if (sub == "allreduce") return compcoll::bench::allreduce_main(argc, argv, 2);
+    if (sub == "project") return compcoll::bench::project_main(argc, argv, 2);
     if (sub == "worker") return compcoll::bench::worker_main(argc, argv, 2);
     std::fprintf(stderr, "compcoll-bench: unknown subcommand '%s'\n", sub.c_str());
     usage();

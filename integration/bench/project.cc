@@ -1,0 +1,314 @@
+#include "integration/bench/project.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "collectives/dense.h"
+#include "collectives/registry.h"
+#include "compcoll/error.h"
+#include "compression/codec.h"
+#include "compression/payload.h"
+#include "integration/bench/args.h"
+#include "integration/bench/json.h"
+#include "integration/bench/process.h"
+#include "plugin/config.h"
+
+namespace compcoll::bench {
+namespace {
+
+bool is_sparse(const std::string& algo) { return algo == "dgc" || algo == "sdagc" || algo == "sbc"; }
+
+int decodes_per_call(const Variant& v, int ranks) {
+  if (v.pattern == "allgather") return ranks;
+  if (v.pattern == "scatter" || v.algo == "onebit") return 2;
+  return 1;
+}
+
+std::vector<int> parse_ranks(const std::string& s) {
+  std::vector<int> out;
+  for (const auto& item : split_list(s)) {
+    const long long r = parse_count("--ranks", item);
+    CC_CHECK(r >= 2 && r <= (1 << 20), kInvalidArgument, "--ranks: ", item,
+             " is out of range [2, 1048576]");
+    out.push_back(static_cast<int>(r));
+  }
+  CC_CHECK(!out.empty(), kInvalidArgument, "--ranks: no rank count given");
+  return out;
+}
+
+std::vector<LinkRate> parse_links(const std::string& s) {
+  std::vector<LinkRate> out;
+  for (const auto& item : split_list(s)) out.push_back(parse_link_rate(item));
+  CC_CHECK(!out.empty(), kInvalidArgument, "--link: no rate given");
+  return out;
+}
+
+JsonObject to_json(const Projection& p, size_t count) {
+  JsonObject j;
+  j.add("algo", p.variant.algo)
+      .add("pattern", p.variant.pattern)
+      .add("hierarchy", p.variant.hierarchical)
+      .add("ranks", p.ranks)
+      .add("link", p.link.text)
+      .add("count", count)
+      .add("time_ms", p.time_s() * 1e3)
+      .add("compute_ms", p.compute_s * 1e3)
+      .add("comm_ms", p.comm_s * 1e3)
+      .add("wire_bytes", p.wire_bytes)
+      .add("rounds", p.rounds);
+  return j;
+}
+
+}  // namespace
+
+std::vector<Variant> variants_of(const std::vector<std::string>& algos, bool hierarchy) {
+  std::vector<Variant> out;
+  for (const auto& a : algos) {
+    find_algorithm(a);  // unknown names fail here
+    CC_CHECK(a != "auto", kInvalidArgument,
+             "project: auto picks one of the others per call; project those instead");
+    if (a == "dgc" || a == "sdagc") {
+      out.push_back({a, "allgather"});
+      out.push_back({a, "scatter"});
+    } else if (a == "sbc") {
+      out.push_back({a, "allgather"});  // sbc has no scatter pattern (sparse_allreduce.h)
+    } else {
+      out.push_back({a, ""});
+    }
+  }
+  CC_CHECK(!out.empty(), kInvalidArgument, "--algo: no algorithm given");
+  if (hierarchy) {
+    // Only compressed calls take the hierarchy (plugin/communicator.cc).
+    const size_t flat = out.size();
+    for (size_t i = 0; i < flat; ++i) {
+      if (out[i].algo == "dense") continue;
+      Variant h = out[i];
+      h.hierarchical = true;
+      out.push_back(h);
+    }
+  }
+  return out;
+}
+
+LinkModel projected_link(const LinkRate& rate, int ranks, const ProjectionInputs& in) {
+  LinkModel link;
+  link.beta = 8.0 / (double(rate.bits_per_second) * in.goodput);
+  link.alpha = in.latency_s + double(ranks - 1) * in.message_s;
+  link.alpha_ring = 2.0 * double(ranks - 1) * in.latency_s;
+  return link;
+}
+
+Projection project_one(const Variant& v, int ranks, const LinkRate& rate, const ProjectionInputs& in) {
+  const int per_host = in.ranks_per_host;
+  if (v.hierarchical && per_host > 1) {
+    // The leaders run the flat variant, one per host, on a port of their own.
+    Variant flat = v;
+    flat.hierarchical = false;
+    ProjectionInputs leaders = in;
+    leaders.ranks_per_host = 1;
+    const int hosts = ranks / per_host;
+    Projection p = hosts > 1 ? project_one(flat, hosts, rate, leaders) : Projection{};
+    p.variant = v;
+    p.ranks = ranks;
+    p.link = rate;
+    // memcpy of the tensor: the fastest of the codec runs' timings (each
+    // codec run times it once; the minimum is the least disturbed).
+    double memcpy_ms = in.speeds.at(v.algo).memcpy_ms;
+    for (const auto& [name, speed] : in.speeds) memcpy_ms = std::min(memcpy_ms, speed.memcpy_ms);
+    double local_ms = double(per_host + 1) * memcpy_ms;
+    if (in.cores > 0) local_ms *= std::max(1.0, double(ranks) / double(in.cores));
+    p.compute_s += local_ms * 1e-3;
+    return p;
+  }
+  const size_t n = in.count;
+  const LinkModel link = projected_link(rate, ranks, in);
+  Projection p;
+  p.variant = v;
+  p.ranks = ranks;
+  p.link = rate;
+  CostShape shape;
+  if (v.algo == "dense") {
+    // One ring latency, as AutoAllreduce::predict_dense.
+    shape = {double(ring_allreduce_bytes(n * sizeof(float), ranks)), 1, true};
+  } else if (is_sparse(v.algo)) {
+    const CodecSpeed& s = in.speeds.at(v.algo);
+    const double header = double(kPayloadHeaderBytes + 4);
+    const double per_entry =
+        s.sent ? std::max(0.0, double(s.payload_bytes) - header) / double(s.sent) : 8.0;
+    const SparsePattern pattern =
+        v.pattern == "scatter" ? SparsePattern::kScatter : SparsePattern::kAllgather;
+    shape = sparse_pattern_cost(pattern, n, ranks, in.params.density, per_entry);
+  } else {
+    shape = make_algorithm(v.algo, in.params)->cost_shape(n, ranks);
+  }
+  if (per_host > 1 && !shape.ring_allreduce) {
+    // The host's port carries its N ranks' messages to the other hosts.
+    shape.wire_bytes *= double(per_host) * double(ranks - per_host) / double(ranks - 1);
+  }
+  p.wire_bytes = shape.wire_bytes;
+  p.rounds = shape.rounds;
+  p.comm_s = predict_seconds(shape, link);
+  if (v.algo != "dense") {
+    const CodecSpeed& s = in.speeds.at(v.algo);
+    double ms = s.encode_ms + double(decodes_per_call(v, ranks)) * s.decode_ms;
+    if (in.cores > 0) ms *= std::max(1.0, double(ranks) / double(in.cores));
+    p.compute_s = ms * 1e-3;
+  }
+  return p;
+}
+
+void measure_speeds(const std::vector<Variant>& variants, int iters, ProjectionInputs& in) {
+  for (const Variant& v : variants) {
+    if (v.algo == "dense" || in.speeds.count(v.algo)) continue;
+    in.speeds[v.algo] = measure_codec(v.algo, in.count, in.params, iters);
+  }
+}
+
+int project_main(int argc, char** argv, int first) {
+  Args args(argc, argv, first);
+  const std::string ranks_s =
+      args.str("ranks", "4,16,64,256,1024", "rank counts to project, comma-separated");
+  const std::string links_s =
+      args.str("link", "1gbit,10gbit,100gbit", "link rates (tc syntax), comma-separated");
+  const long long count = args.integer("count", 25557032, "float32 elements (K/M/G suffixes)");
+  const std::string density = args.str("density", "", "overrides COMPCOLL_DENSITY");
+  const std::string algos =
+      args.str("algo", "dense,dgc,sbc,sdagc,csc,onebit", "algorithms, comma-separated");
+  const double latency_us = args.num("latency-us", 50.0, "one-way latency of a message (us)");
+  const double message_us =
+      args.num("message-us", 2.0, "sender cost of each further message of a round (us)");
+  const double goodput = args.num("goodput", 1448.0 / 1514.0,
+                                  "fraction of the link rate carrying payload (TCP over Ethernet)");
+  const long long cores = args.integer(
+      "cores", 0, "ranks share this many cores (compute x max(1, ranks/cores)); 0: a core each");
+  const long long ranks_per_host = args.integer(
+      "ranks-per-host", 1,
+      "N ranks per host share its port; adds every compressed variant under the host hierarchy "
+      "(\"+host\"). Every --ranks must be a multiple of N");
+  const long long codec_iters = args.integer("codec-iters", 5, "codec timings at start (median)");
+  const bool json = args.flag("json", "print a JSON list, one object per (ranks, link, variant)");
+  const std::string plot =
+      args.str("plot", "", "also draw time per call vs ranks into this PNG (python3, matplotlib)");
+  const bool validate = args.flag(
+      "validate", "run `allreduce --link` (root) at --validate-ranks on the first --link and print "
+                  "projected vs measured time per call and the error (cores: this machine's)");
+  const std::string validate_ranks_s =
+      args.str("validate-ranks", "4,8,16", "rank counts for --validate");
+  const long long validate_iters = args.integer("iters", 5, "--validate: timed calls per run");
+  std::string usage;
+  if (!args.finish(&usage)) {
+    std::cout << "usage: compcoll-bench project [flags]   (COMPCOLL_* variables apply)\n" << usage;
+    return 0;
+  }
+  CC_CHECK(count >= 1, kInvalidArgument, "--count must be >= 1");
+  CC_CHECK(latency_us >= 0 && message_us >= 0, kInvalidArgument,
+           "--latency-us and --message-us must be >= 0");
+  CC_CHECK(goodput > 0 && goodput <= 1, kInvalidArgument, "--goodput must be in (0, 1], not ",
+           goodput);
+  CC_CHECK(codec_iters >= 1 && validate_iters >= 1, kInvalidArgument,
+           "--codec-iters and --iters must be >= 1");
+  const std::vector<int> ranks = parse_ranks(validate ? validate_ranks_s : ranks_s);
+  const std::vector<LinkRate> links = parse_links(links_s);
+  CC_CHECK(ranks_per_host >= 1, kInvalidArgument, "--ranks-per-host must be >= 1, not ",
+           ranks_per_host);
+  for (int r : ranks)
+    CC_CHECK(r % ranks_per_host == 0, kInvalidArgument, "--ranks: ", r,
+             " is not a multiple of --ranks-per-host ", ranks_per_host);
+  CC_CHECK(!(validate && ranks_per_host > 1), kInvalidArgument,
+           "--validate runs flat allreduce with a rank per namespace; leave out --ranks-per-host");
+  const std::vector<Variant> variants = variants_of(split_list(algos), ranks_per_host > 1);
+
+  ProjectionInputs in;
+  in.count = static_cast<size_t>(count);
+  Config cfg = load_config();
+  if (!density.empty()) {
+    cfg = load_config([&](const char* name) -> std::optional<std::string> {
+      if (std::string(name) == "COMPCOLL_DENSITY") return density;
+      return process_env()(name);
+    });
+  }
+  in.params = cfg.params;
+  in.latency_s = latency_us * 1e-6;
+  in.message_s = message_us * 1e-6;
+  in.goodput = goodput;
+  in.cores = static_cast<int>(cores);
+  in.ranks_per_host = static_cast<int>(ranks_per_host);
+  std::fprintf(stderr, "compcoll-bench project: timing the codecs on %lld elements...\n", count);
+  measure_speeds(variants, static_cast<int>(codec_iters), in);
+
+  if (validate) {
+    if (in.cores == 0) in.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return validate_projection(variants, ranks, links[0], in, static_cast<int>(validate_iters),
+                               json, density);
+  }
+
+  std::vector<Projection> all;
+  for (const LinkRate& l : links)
+    for (int r : ranks)
+      for (const Variant& v : variants) all.push_back(project_one(v, r, l, in));
+
+  std::vector<JsonObject> items;
+  for (const Projection& p : all) items.push_back(to_json(p, in.count));
+  if (json) {
+    std::cout << json_list(items) << std::endl;
+  } else {
+    std::printf("# compcoll-bench project: %zu float32, density %g (k = %zu); time per call (ms) "
+                "from auto's cost model\n",
+                in.count, in.params.density, target_count(in.params.density, in.count));
+    std::printf("# codecs timed here on one core each:");
+    for (const auto& [name, s] : in.speeds)
+      std::printf(" %s %.1f+%.2f ms", name.c_str(), s.encode_ms, s.decode_ms);
+    std::printf(" (encode+decode)\n# link: latency %.0f us, %.1f us per further message, goodput "
+                "%.3f; %s; %d rank(s) per host port\n",
+                latency_us, message_us, goodput,
+                in.cores > 0 ? ("ranks share " + std::to_string(in.cores) + " cores").c_str()
+                             : "a core per rank",
+                in.ranks_per_host);
+    std::printf("#%8s %6s", "link", "ranks");
+    for (const Variant& v : variants) std::printf(" %*s", v.hierarchical ? 20 : 15, v.label().c_str());
+    std::printf("  %s\n", "fastest");
+    size_t i = 0;
+    for (const LinkRate& l : links) {
+      for (int r : ranks) {
+        std::printf(" %8s %6d", l.text.c_str(), r);
+        const Projection* best = nullptr;
+        for (size_t v = 0; v < variants.size(); ++v, ++i) {
+          std::printf(" %*.2f", variants[v].hierarchical ? 20 : 15, all[i].time_s() * 1e3);
+          if (!best || all[i].time_s() < best->time_s()) best = &all[i];
+        }
+        std::printf("  %s\n", best->variant.label().c_str());
+      }
+    }
+  }
+  if (!plot.empty()) {
+    char tmpl[] = "/tmp/compcoll-project-XXXXXX";
+    CC_CHECK(mkdtemp(tmpl) != nullptr, kInternal, "cannot create a temporary directory");
+    const std::string dir = tmpl;
+    std::ofstream(dir + "/projection.json") << json_list(items) << "\n";
+    const std::string title = "compcoll-bench project: " + std::to_string(in.count) +
+                              " float32, density " + std::to_string(in.params.density).substr(0, 6);
+    std::vector<Child> plotter{spawn({"/usr/bin/env", "python3",
+                                      COMPCOLL_SOURCE_DIR "/scripts/plot_projection.py",
+                                      dir + "/projection.json", plot, title},
+                                     0, dir + "/plot.log")};
+    const bool ok = wait_all(plotter, std::chrono::steady_clock::now() + std::chrono::seconds(120),
+                             std::chrono::seconds(1));
+    if (!ok) {
+      std::cerr << "compcoll-bench project: --plot failed: " << tail_of(dir + "/plot.log") << "\n";
+      return 1;
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    std::cerr << "plot written to " << plot << "\n";
+  }
+  return 0;
+}
+
+}  // namespace compcoll::bench

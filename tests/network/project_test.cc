@@ -1,0 +1,195 @@
+// `compcoll-bench project`: the projection beyond this machine from auto's
+// cost model, its arguments, --plot, and (root) --validate against a real
+// `allreduce --link` run.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/support/process_util.h"
+
+namespace compcoll::bench {
+namespace {
+
+using compcoll::testing::ChildSet;
+using compcoll::testing::exit_code;
+using compcoll::testing::read_file;
+using compcoll::testing::spawn;
+using compcoll::testing::TempDir;
+
+const std::string kBench = COMPCOLL_BENCH;
+
+std::pair<int, std::string> run_project(const std::vector<std::string>& args, int limit_s = 240) {
+  TempDir dir;
+  std::vector<std::string> argv{kBench, "project"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const std::string out = dir.path() + "/project.out";
+  ChildSet children;
+  const pid_t pid = children.add(spawn(argv, out));
+  const auto status = children.wait(pid, std::chrono::seconds(limit_s));
+  EXPECT_TRUE(status.has_value()) << "compcoll-bench project did not finish in " << limit_s << " s";
+  return {status ? exit_code(*status) : -1, read_file(out)};
+}
+
+// The flat JSON objects of the output, key -> raw value.
+std::vector<std::map<std::string, std::string>> rows_of(const std::string& text) {
+  std::vector<std::map<std::string, std::string>> rows;
+  size_t pos = text.find("[{");
+  while (pos != std::string::npos && (pos = text.find('{', pos)) != std::string::npos) {
+    const size_t end = text.find('}', pos);
+    if (end == std::string::npos) break;
+    std::map<std::string, std::string> row;
+    size_t p = pos + 1;
+    while (p < end) {
+      const size_t k0 = text.find('"', p);
+      if (k0 == std::string::npos || k0 >= end) break;
+      const size_t k1 = text.find('"', k0 + 1);
+      const size_t v0 = text.find_first_not_of(' ', text.find(':', k1) + 1);
+      const size_t v1 = text[v0] == '"' ? text.find('"', v0 + 1) + 1 : text.find_first_of(",}", v0);
+      std::string v = text.substr(v0, v1 - v0);
+      if (!v.empty() && v[0] == '"') v = v.substr(1, v.size() - 2);
+      row[text.substr(k0 + 1, k1 - k0 - 1)] = v;
+      p = v1;
+    }
+    rows.push_back(row);
+    pos = end + 1;
+  }
+  return rows;
+}
+
+double num(const std::map<std::string, std::string>& row, const char* key) {
+  const auto it = row.find(key);
+  return it == row.end() ? NAN : std::strtod(it->second.c_str(), nullptr);
+}
+
+TEST(Project, EveryVariantAtEveryRankCountAndLink) {
+  const auto [code, out] = run_project({"--ranks", "4,64", "--link", "1gbit,100gbit", "--count",
+                                        "262144", "--json", "--codec-iters", "1"});
+  ASSERT_EQ(code, 0) << out;
+  const auto rows = rows_of(out);
+  // dense, dgc x2, sbc, sdagc x2, csc, onebit = 8 variants, x 2 ranks x 2 links.
+  ASSERT_EQ(rows.size(), 32u) << out;
+  std::map<std::string, double> t;  // "algo/pattern ranks link" -> time_ms
+  for (const auto& r : rows) {
+    EXPECT_GT(num(r, "time_ms"), 0.0) << out;
+    EXPECT_NEAR(num(r, "time_ms"), num(r, "compute_ms") + num(r, "comm_ms"), 1e-3 * num(r, "time_ms"));
+    t[r.at("algo") + "/" + r.at("pattern") + " " + r.at("ranks") + " " + r.at("link")] =
+        num(r, "time_ms");
+    if (r.at("algo") == "dense") {
+      // Exactly the model: one ring latency (2 (P-1) x 50 us) + ring bytes
+      // at the rate times the TCP goodput; no compute.
+      const double p = num(r, "ranks");
+      const double rate = r.at("link") == "1gbit" ? 1e9 : 100e9;
+      const double bytes = 2.0 * (p - 1) / p * 4.0 * 262144;
+      const double expect_ms = 1e3 * (2 * (p - 1) * 50e-6 + bytes * 8 / (rate * 1448.0 / 1514.0));
+      EXPECT_NEAR(num(r, "time_ms"), expect_ms, 1e-3 * expect_ms) << out;
+      EXPECT_EQ(num(r, "compute_ms"), 0.0);
+    }
+  }
+  // The allgather pattern's traffic grows with P; scatter's does not.
+  EXPECT_GT(t["dgc/allgather 64 1gbit"], t["dgc/scatter 64 1gbit"]) << out;
+  // A faster link never makes a call slower.
+  for (const auto& [key, ms] : t) {
+    if (key.find(" 1gbit") == std::string::npos) continue;
+    const std::string fast = key.substr(0, key.size() - 5) + "100gbit";
+    EXPECT_LE(t.at(fast), ms + 1e-9) << key;
+  }
+}
+
+TEST(Project, TableNamesTheFastestVariantPerRow) {
+  const auto [code, out] = run_project({"--ranks", "4", "--link", "1gbit", "--count", "65536",
+                                        "--algo", "dense,dgc", "--codec-iters", "1"});
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("dgc/allgather"), std::string::npos) << out;
+  EXPECT_NE(out.find("dgc/scatter"), std::string::npos) << out;
+  EXPECT_NE(out.find("fastest"), std::string::npos) << out;
+}
+
+TEST(Project, RanksPerHostAddsTheHierarchicalVariants) {
+  const auto [code, out] = run_project({"--ranks", "8,64", "--link", "1gbit", "--count", "262144",
+                                        "--algo", "dense,dgc,csc", "--ranks-per-host", "8",
+                                        "--codec-iters", "1", "--json"});
+  ASSERT_EQ(code, 0) << out;
+  const auto rows = rows_of(out);
+  // dense, dgc x2, csc flat; dgc x2, csc under the hierarchy; x 2 rank counts.
+  ASSERT_EQ(rows.size(), 14u) << out;
+  std::map<std::string, std::map<std::string, std::string>> by;  // "label ranks" -> row
+  for (const auto& r : rows) {
+    by[r.at("algo") + "/" + r.at("pattern") + (r.at("hierarchy") == "true" ? "+host " : " ") +
+       r.at("ranks")] = r;
+    if (r.at("algo") == "dense") EXPECT_EQ(r.at("hierarchy"), "false");
+  }
+  // One host: the hierarchy sends nothing. 8 hosts of 8: the leaders' phase
+  // is the flat 8-rank phase on a port each.
+  EXPECT_EQ(num(by.at("dgc/allgather+host 8"), "wire_bytes"), 0.0) << out;
+  EXPECT_EQ(num(by.at("dgc/allgather+host 64"), "wire_bytes"),
+            num(rows_of(run_project({"--ranks", "8", "--link", "1gbit", "--count", "262144",
+                                     "--algo", "dgc", "--codec-iters", "1", "--json"})
+                            .second)[0],
+                "wire_bytes"))
+      << out;
+  // Flat allgather at 64 ranks: the port carries 8 ranks' messages to the
+  // 56 ranks elsewhere.
+  const double one_rank = 63.0 * (8 + 28 + 262 * 8.0);
+  EXPECT_NEAR(num(by.at("dgc/allgather 64"), "wire_bytes"), one_rank * 8 * 56 / 63, 0.02 * one_rank * 8)
+      << out;
+  std::string err;
+  int rc;
+  std::tie(rc, err) = run_project({"--ranks", "4,12", "--ranks-per-host", "8", "--count", "1000"});
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err.find("--ranks: 4 is not a multiple of --ranks-per-host 8"), std::string::npos) << err;
+}
+
+TEST(Project, BadArgumentsAreClearErrors) {
+  auto [code, out] = run_project({"--ranks", "1", "--count", "1000"});
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("--ranks: 1 is out of range"), std::string::npos) << out;
+  std::tie(code, out) = run_project({"--link", "1g", "--count", "1000"});
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("invalid --link rate '1g'"), std::string::npos) << out;
+  std::tie(code, out) = run_project({"--algo", "dgc,nope", "--count", "1000"});
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("nope"), std::string::npos) << out;
+  std::tie(code, out) = run_project({"--goodput", "1.5", "--count", "1000"});
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("--goodput must be in (0, 1]"), std::string::npos) << out;
+}
+
+TEST(Project, PlotWritesAPng) {
+  if (std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3 with matplotlib is not installed";
+  TempDir dir;
+  const std::string png = dir.path() + "/projection.png";
+  const auto [code, out] = run_project({"--ranks", "4,16", "--link", "1gbit,10gbit", "--count",
+                                        "65536", "--codec-iters", "1", "--plot", png});
+  ASSERT_EQ(code, 0) << out;
+  const std::string bytes = read_file(png);
+  ASSERT_GT(bytes.size(), 1000u) << out;
+  EXPECT_EQ(bytes.substr(1, 3), "PNG");
+}
+
+// A real run at 2 ranks on a 1gbit link: dense is link-bound, so the
+// projection must land near it (the issue's ±30 % target; ±50 % here so a
+// loaded machine does not make the test flaky), and the measured and
+// projected wire bytes agree exactly for dense.
+TEST(Project, ValidateComparesWithARealRun) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for network namespaces (--link)";
+  const auto [code, out] =
+      run_project({"--validate", "--validate-ranks", "2", "--link", "1gbit", "--count", "1048576",
+                   "--algo", "dense", "--iters", "3", "--json"});
+  ASSERT_EQ(code, 0) << out;
+  const auto rows = rows_of(out);
+  ASSERT_EQ(rows.size(), 1u) << out;
+  EXPECT_EQ(rows[0].at("algo"), "dense");
+  EXPECT_LT(std::fabs(num(rows[0], "error")), 0.5) << out;
+  EXPECT_NEAR(num(rows[0], "measured_wire_bytes"), num(rows[0], "projected_wire_bytes"), 1.0) << out;
+}
+
+}  // namespace
+}  // namespace compcoll::bench
