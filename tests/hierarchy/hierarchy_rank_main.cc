@@ -3,7 +3,7 @@
 //
 //   compcoll_hierarchy_rank --rank R --size P --hosts H0,H1,... --rendezvous file://DIR
 //       [--algo A] [--count N] [--calls C] [--timeout-ms T]
-//       [--kill-level local|leaders --kill-rank V --kill-call K]
+//       [--kill-level local|leaders --kill-rank V --kill-call K] [--flat 1]
 //
 // Connects over Gloo tcp on 127.0.0.1 (host of rank r: the label Hr), builds
 // the host hierarchy (shared memory inside a host, the leaders' communicator
@@ -12,12 +12,17 @@
 // inside call K: at the start of its local reduce (kill-level local), or at
 // its first exchange between hosts (kill-level leaders; V must be a leader).
 //
-// Prints "call I" before each call and "done" at the end. Exit codes: 0 done;
+// --flat 1 runs the algorithm on the world communicator instead (no
+// hierarchy), for comparison. Prints "call I" before each call and, at the
+// end, "done median_ms M" (rank 0's median time per call, the hash check
+// excluded). Exit codes: 0 done;
 // 3 compcoll::Error of kind kTransport; 4 another compcoll::Error; 5 results
 // differ; 6 any other exception. On an error it prints "error call I kind K:
 // MESSAGE".
 #include <signal.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -48,6 +53,7 @@ struct Args {
   std::string kill_level;
   int kill_rank = -1;
   long long kill_call = -1;
+  bool flat = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -68,6 +74,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--kill-level") a.kill_level = v;
     else if (k == "--kill-rank") a.kill_rank = std::stoi(v);
     else if (k == "--kill-call") a.kill_call = std::stoll(v);
+    else if (k == "--flat") a.flat = v == "1";
     else throw std::invalid_argument("unknown flag " + k);
   }
   if (a.rank < 0 || a.size < 1 || int(a.hosts.size()) != a.size || a.rendezvous.empty()) {
@@ -152,8 +159,14 @@ int main(int argc, char** argv) {
     AlgoParams params;
     params.density = 0.01;
     const auto algo = make_algorithm(a.algo, params);
-    h.leader_phase([&](Comm& leaders) { algo->attach(leaders); });
-    auto state = h.is_leader() ? algo->make_state(a.count, layout.hosts()) : nullptr;
+    if (a.flat) {
+      algo->attach(world);
+    } else {
+      h.leader_phase([&](Comm& leaders) { algo->attach(leaders); });
+    }
+    auto state = a.flat ? algo->make_state(a.count, a.size)
+                 : h.is_leader() ? algo->make_state(a.count, layout.hosts()) : nullptr;
+    std::vector<double> ms;
     std::printf("READY leader %d\n", int(h.is_leader()));
     std::fflush(stdout);
     std::vector<float> g(a.count);
@@ -165,7 +178,14 @@ int main(int argc, char** argv) {
         if (a.kill_level == "local" && local) local->armed = true;
         if (a.kill_level == "leaders") world.armed = true;
       }
-      h.allreduce(*algo, g.data(), g.size(), false, state.get());
+      world.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      if (a.flat) {
+        algo->allreduce(world, g.data(), g.size(), false, *state);
+      } else {
+        h.allreduce(*algo, g.data(), g.size(), false, state.get());
+      }
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       uint64_t mine = fnv(g.data(), g.size());
       const Gathered all = world.allgatherv({reinterpret_cast<const uint8_t*>(&mine), 8}, 8);
       for (int r = 0; r < all.parts(); ++r) {
@@ -175,7 +195,8 @@ int main(int argc, char** argv) {
         }
       }
     }
-    std::printf("done\n");
+    std::sort(ms.begin(), ms.end());
+    std::printf("done median_ms %.2f\n", ms.empty() ? 0.0 : ms[ms.size() / 2]);
     return 0;
   } catch (const Error& e) {
     std::printf("error call %lld kind %s: %s\n", call, error_kind_name(e.kind()), e.what());
