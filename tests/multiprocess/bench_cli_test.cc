@@ -254,7 +254,7 @@ TEST(BenchLeftovers, AFailedRunRemovesItsTemporaryDirectory) {
   // --deadline 1 kills ranks that need far longer: the failure path.
   TempDir tmp;
   const std::vector<std::string> args{"allreduce", "--ranks", "2",        "--algo",
-                                      "dense",     "--count", "64M",      "--iters",
+                                      "dense",     "--count", "8M",         "--iters",
                                       "1000",      "--deadline", "1"};
   const BenchRun r = bench(args, {"TMPDIR=" + tmp.path()});
   EXPECT_EQ(r.code, 1) << describe(args, r);
@@ -270,7 +270,7 @@ TEST(BenchLeftovers, SignalsWhileRanksRunLeaveNothingBehind) {
     ChildSet children;
     // Minutes of work: still running when signalled.
     const std::vector<std::string> args{"allreduce", "--ranks", "2",       "--algo", "dense",
-                                        "--count",   "32M",     "--iters", "1000"};
+                                        "--count",   "8M",     "--iters", "1000"};
     const pid_t pid = children.add(start(args, clean_env({"TMPDIR=" + tmp.path()}), io.path()));
     ASSERT_GT(pid, 0);
     // Wait until both ranks are started (their logs exist) and have had a
