@@ -14,8 +14,8 @@
 //
 // --flat 1 runs the algorithm on the world communicator instead (no
 // hierarchy), for comparison. Prints "call I" before each call and, at the
-// end, "done median_ms M" (rank 0's median time per call, the hash check
-// excluded). Exit codes: 0 done;
+// end, "done median_ms M bytes_per_call B" (this rank's median time per
+// call and the bytes it sent per call, the hash check excluded). Exit codes: 0 done;
 // 3 compcoll::Error of kind kTransport; 4 another compcoll::Error; 5 results
 // differ; 6 any other exception. On an error it prints "error call I kind K:
 // MESSAGE".
@@ -167,6 +167,7 @@ int main(int argc, char** argv) {
     auto state = a.flat ? algo->make_state(a.count, a.size)
                  : h.is_leader() ? algo->make_state(a.count, layout.hosts()) : nullptr;
     std::vector<double> ms;
+    uint64_t sent = 0;  // bytes this rank put on the wire inside the timed calls
     std::printf("READY leader %d\n", int(h.is_leader()));
     std::fflush(stdout);
     std::vector<float> g(a.count);
@@ -179,6 +180,7 @@ int main(int argc, char** argv) {
         if (a.kill_level == "leaders") world.armed = true;
       }
       world.barrier();
+      const uint64_t before = world.bytes_sent();
       const auto t0 = std::chrono::steady_clock::now();
       if (a.flat) {
         algo->allreduce(world, g.data(), g.size(), false, *state);
@@ -186,6 +188,7 @@ int main(int argc, char** argv) {
         h.allreduce(*algo, g.data(), g.size(), false, state.get());
       }
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      sent += world.bytes_sent() - before;
       uint64_t mine = fnv(g.data(), g.size());
       const Gathered all = world.allgatherv({reinterpret_cast<const uint8_t*>(&mine), 8}, 8);
       for (int r = 0; r < all.parts(); ++r) {
@@ -196,7 +199,8 @@ int main(int argc, char** argv) {
       }
     }
     std::sort(ms.begin(), ms.end());
-    std::printf("done median_ms %.2f\n", ms.empty() ? 0.0 : ms[ms.size() / 2]);
+    std::printf("done median_ms %.2f bytes_per_call %.0f\n", ms.empty() ? 0.0 : ms[ms.size() / 2],
+                ms.empty() ? 0.0 : double(sent) / double(ms.size()));
     return 0;
   } catch (const Error& e) {
     std::printf("error call %lld kind %s: %s\n", call, error_kind_name(e.kind()), e.what());
