@@ -73,6 +73,9 @@ int allreduce_main(int argc, char** argv, int first) {
       "sent per timed call, from the kernel's counters (incl. TCP/IP headers, ACKs and a few "
       "hundred bytes of the benchmark's own fences). Without --link all ranks share the machine's "
       "loopback with everything else, so no host_tx_bytes is reported");
+  const bool probe_link = args.flag(
+      "probe-link", "first measure the link as auto's cost model does (alpha, alpha_ring, beta); "
+                    "rows gain link_alpha_ms, link_alpha_ring_ms, link_beta_ns (project --validate)");
   const bool json = args.flag("json", "print the JSON list of the CLI contract");
   const std::string plot = args.str("plot", "", "also draw time vs size per algorithm into this PNG "
                                                 "(python3 with matplotlib)");
@@ -144,6 +147,7 @@ int allreduce_main(int argc, char** argv, int first) {
     if (net) {
       a.insert(a.end(), {"--tx-iface", "eth0", "--ranks-per-host", std::to_string(ranks_per_host)});
     }
+    if (probe_link) a.push_back("--probe-link");
     children.push_back(spawn(a, r, dir + "/rank" + std::to_string(r) + ".log"));
     watch_child(children.back().pid);
   }

@@ -102,6 +102,10 @@ LinkModel projected_link(const LinkRate& rate, int ranks, const ProjectionInputs
   link.beta = 8.0 / (double(rate.bits_per_second) * in.goodput);
   link.alpha = in.latency_s + double(ranks - 1) * in.message_s;
   link.alpha_ring = 2.0 * double(ranks - 1) * in.latency_s;
+  if (in.measured_latency) {
+    link.alpha = in.measured_latency->alpha;
+    link.alpha_ring = in.measured_latency->alpha_ring;
+  }
   return link;
 }
 

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,10 @@ struct ProjectionInputs {
   int cores = 0;                 // 0: every rank has its own core
   int ranks_per_host = 1;        // N ranks share one host port (and memory)
   std::map<std::string, CodecSpeed> speeds;  // by codec name, measured at start
+  // When set (project --validate): alpha and alpha_ring measured on the
+  // real run's communicator, as auto measures them, instead of the
+  // latency / message terms above. beta stays the rate's.
+  std::optional<LinkModel> measured_latency;
 };
 
 // One algorithm with one way of moving its data.

@@ -75,7 +75,7 @@ std::vector<std::map<std::string, std::string>> run_allreduce(
   std::vector<std::string> argv{"/usr/bin/env", "COMPCOLL_SPARSE_PATTERN=" + pattern, self_exe(),
                                 "allreduce", "--ranks", std::to_string(ranks), "--link", link.text,
                                 "--count", std::to_string(count), "--algo", algos, "--iters",
-                                std::to_string(iters), "--json"};
+                                std::to_string(iters), "--probe-link", "--json"};
   if (!density.empty()) argv.insert(argv.end(), {"--density", density});
   const std::string log = dir + "/allreduce-" + std::to_string(ranks) + "-" + pattern + ".log";
   std::fprintf(stderr, "compcoll-bench project --validate: %d ranks, %s, pattern %s...\n", ranks,
@@ -127,20 +127,32 @@ int validate_projection(const std::vector<Variant>& variants, const std::vector<
   };
   if (!json) {
     std::printf("# compcoll-bench project --validate: %zu float32 at %s, %d timed calls per run; "
-                "projection with the ranks sharing %d cores\n",
+                "projection with the ranks sharing %d cores and the latencies (alpha, alpha_ring) "
+                "each run measured as auto does\n",
                 in.count, link.text.c_str(), iters, in.cores);
     std::printf("#%6s %16s %12s %12s %8s %14s %14s\n", "ranks", "variant", "measured_ms",
                 "projected_ms", "error", "wire_measured", "wire_projected");
   }
   for (int r : ranks) {
     for (const auto& [pattern, algos] : algos_by_pattern) {
-      for (const auto& m : run_allreduce(dir, r, link, in.count, algos, pattern, iters, density_flag)) {
+      const auto measured = run_allreduce(dir, r, link, in.count, algos, pattern, iters, density_flag);
+      if (!json && !measured.empty()) {
+        std::printf("#   %d ranks, pattern %s: measured alpha %s ms, alpha_ring %s ms\n", r,
+                    pattern.c_str(), measured[0].at("link_alpha_ms").c_str(),
+                    measured[0].at("link_alpha_ring_ms").c_str());
+      }
+      for (const auto& m : measured) {
         std::string algo = m.at("algo");
         algo = algo.substr(1, algo.size() - 2);  // unquote
         Variant v{algo, ""};
         if (algo == "dgc" || algo == "sdagc" || algo == "sbc") v.pattern = pattern;
         Row row;
-        row.projected = project_one(v, r, link, in);
+        // This machine's latencies, measured in the run as auto does.
+        ProjectionInputs here = in;
+        here.measured_latency = LinkModel{std::strtod(m.at("link_alpha_ring_ms").c_str(), nullptr) * 1e-3,
+                                          std::strtod(m.at("link_alpha_ms").c_str(), nullptr) * 1e-3,
+                                          0.0};
+        row.projected = project_one(v, r, link, here);
         row.measured_ms = std::strtod(m.at("time_ms").c_str(), nullptr);
         row.measured_wire = std::strtod(m.at("wire_bytes").c_str(), nullptr);
         rows.push_back(row);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "collectives/agreement.h"
+#include "collectives/auto.h"
 #include "collectives/dense.h"
 #include "collectives/registry.h"
 #include "compcoll/error.h"
@@ -115,6 +116,8 @@ int worker_main(int argc, char** argv, int first) {
   const GradientKind kind = parse_gradient_kind(args.str("gradient", "gaussian", "input"));
   const auto seed = static_cast<uint64_t>(args.integer("seed", 1, "random seed"));
   const bool skip_baseline = args.flag("skip-dense-baseline", "do not time Gloo's own allreduce");
+  const bool probe_link =
+      args.flag("probe-link", "measure the cost model's link terms first, as auto does");
   const std::string tx_iface =
       args.str("tx-iface", "", "meter this interface's tx bytes per timed call (host_tx_bytes)");
   const int ranks_per_host = static_cast<int>(
@@ -150,6 +153,10 @@ int worker_main(int argc, char** argv, int first) {
   std::unique_ptr<HostTxMeter> meter;
   if (!tx_iface.empty()) meter = std::make_unique<HostTxMeter>(tx_iface, rank % ranks_per_host == 0);
   auto comm = connect_gloo(opts);
+  // The link as auto's cost model sees it (collectives/auto.h), measured
+  // before any algorithm runs: `project --validate` projects with it.
+  std::optional<LinkModel> link_model;
+  if (probe_link) link_model = measure_link(*comm);
   int hosts = 0;  // distinct host identities, as the hierarchy would find them
   if (meter) {
     const std::string id = default_host_identity();
@@ -267,6 +274,11 @@ int worker_main(int argc, char** argv, int first) {
       r.rel_error = exact_norm > 0 ? std::sqrt(err) / exact_norm : std::sqrt(err);
       r.running_rel_error = exact_norm > 0 ? std::sqrt(run_err) / (calls * exact_norm) : 0.0;
       r.identical = identical_everywhere(*comm, run.out);
+      if (link_model) {
+        r.link_alpha_ms = link_model->alpha * 1e3;
+        r.link_alpha_ring_ms = link_model->alpha_ring * 1e3;
+        r.link_beta_ns = link_model->beta * 1e9;
+      }
       if (meter) {
         // The busiest host: non-readers contribute 0 to the MAX.
         int64_t tx = static_cast<int64_t>(run.host_tx);

@@ -41,6 +41,11 @@ std::string results_json(const std::vector<AllreduceResult>& results) {
           .add("ranks_per_host", r.ranks_per_host)
           .add("hosts", r.hosts);
     }
+    if (r.link_alpha_ms >= 0) {
+      j.add("link_alpha_ms", r.link_alpha_ms)
+          .add("link_alpha_ring_ms", r.link_alpha_ring_ms)
+          .add("link_beta_ns", r.link_beta_ns);
+    }
     items.push_back(j);
   }
   return json_list(items);

@@ -28,6 +28,11 @@ struct AllreduceResult {
   uint64_t host_tx_bytes = 0;
   int ranks_per_host = 1;
   int hosts = 0;               // distinct host identities the ranks reported
+  // With --probe-link: auto's link terms measured before the algorithms ran
+  // (collectives/auto.h); negative when not measured.
+  double link_alpha_ms = -1.0;
+  double link_alpha_ring_ms = -1.0;
+  double link_beta_ns = -1.0;  // per byte
 
   // Dense bytes / wire bytes; NaN (JSON null, "n/a" in the table) when a
   // dense allreduce would send nothing: one rank, or zero elements.
