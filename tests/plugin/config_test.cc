@@ -171,6 +171,18 @@ std::string suggestion_for(const std::string& entry) {
   return u.size() == 1 ? u[0].suggestion : "<not reported>";
 }
 
+TEST(Config, SparsePatternDefaultsToAutoAndIsPartOfTheAgreement) {
+  EXPECT_EQ(load_config(env_of({})).params.sparse_pattern, SparsePattern::kAuto);
+  const Config c = load_config(env_of({{"COMPCOLL_SPARSE_PATTERN", "scatter"}}));
+  EXPECT_EQ(c.params.sparse_pattern, SparsePattern::kScatter);
+  EXPECT_NE(c.agreement_description().find("sparse_pattern=scatter"), std::string::npos);
+  EXPECT_EQ(load_config(env_of({{"COMPCOLL_SPARSE_PATTERN", "allgather"}})).params.sparse_pattern,
+            SparsePattern::kAllgather);
+  const std::string e = error_of({{"COMPCOLL_SPARSE_PATTERN", "ring"}});
+  EXPECT_NE(e.find("COMPCOLL_SPARSE_PATTERN=ring"), std::string::npos) << e;
+  EXPECT_NE(e.find("allgather|scatter|auto"), std::string::npos) << e;
+}
+
 TEST(UnknownVariables, NearestKnownNameIsSuggested) {
   EXPECT_EQ(suggestion_for("COMPCOLL_ALGOO=dgc"), "COMPCOLL_ALGO");
   EXPECT_EQ(suggestion_for("COMPCOLL_DENSTIY=0.01"), "COMPCOLL_DENSITY");  // transposition
