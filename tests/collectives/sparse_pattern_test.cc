@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/agreement.h"
 #include "collectives/auto.h"
 #include "collectives/registry.h"
 #include "collectives/sparse_allreduce.h"
@@ -386,6 +387,23 @@ TEST(SparsePattern, AutoTakesOnePatternEverywhereAndSaysWhich) {
         EXPECT_TRUE(same_bytes(want.data(), buf.data(), n * 4)) << decision;
       }
     });
+  }
+}
+
+// Ranks that disagree on the pattern refuse together, naming the setting,
+// instead of running two different collectives against each other.
+TEST(SparsePattern, RanksThatDisagreeOnThePatternAllRefuse) {
+  testing::HarnessOptions opts;
+  opts.timeout = std::chrono::seconds(5);
+  const auto errors = testing::run_gloo_ranks_collect(3, [&](Comm& comm) {
+    AlgoParams p;
+    p.sparse_pattern = comm.rank() == 2 ? SparsePattern::kScatter : SparsePattern::kAllgather;
+    ensure_agreement(comm, "algo=dgc;" + p.canonical());
+  }, opts);
+  for (int r = 0; r < 3; ++r) {
+    const std::string what = testing::what(errors[r]);
+    EXPECT_NE(what.find("sparse_pattern: rank 0 has allgather, rank 2 has scatter"), std::string::npos)
+        << "rank " << r << ": " << what;
   }
 }
 
