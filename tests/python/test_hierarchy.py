@@ -1,0 +1,22 @@
+"""The host hierarchy (COMPCOLL_HIERARCHY) under the PyTorch backend: the
+backend's communicator finds the hosts among the group's ranks, and every
+rank gets the same bits, NaN included. Hosts are emulated with
+COMPCOLL_HOST_ID; 5 ranks, 2 per host, so one host is uneven."""
+import pytest
+
+from conftest import launch, worker
+
+
+@pytest.mark.parametrize("algo", ["dgc", "csc", "onebit"])
+def test_every_rank_gets_the_same_bits_through_the_hierarchy(compcoll_ext, algo):
+    results = launch([worker("hierarchy.py"), "2"], 5, env={
+        "COMPCOLL_ALGO": algo, "COMPCOLL_HIERARCHY": "host", "COMPCOLL_MIN_ELEMS": "1000",
+        "COMPCOLL_DEBUG": "INFO", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    first = results[0].result["digests"]
+    for r in results:
+        assert r.result["digests"] == first, r.describe()
+        assert r.result["nan"], r.describe()
+        assert "host hierarchy on (COMPCOLL_HIERARCHY=host): 3 hosts: {0,1} {2,3} {4}" in r.stderr, \
+            r.describe()
+        leads = "this rank leads its host" in r.stderr
+        assert leads == (r.rank in (0, 2, 4)), r.describe()
