@@ -51,6 +51,25 @@ CallInfo Hierarchy::allreduce(const Algorithm& algo, float* buf, size_t n, bool 
   return info;
 }
 
+HierarchicalAlgorithm::HierarchicalAlgorithm(std::unique_ptr<Algorithm> inner, Hierarchy& hierarchy)
+    : inner_(std::move(inner)), hierarchy_(hierarchy) {
+  CC_CHECK(inner_ != nullptr, kInvalidArgument, "the hierarchy needs an algorithm to run");
+}
+
+std::unique_ptr<CodecState> HierarchicalAlgorithm::make_state(size_t n, int) const {
+  if (!hierarchy_.is_leader()) return std::make_unique<CodecState>(0);
+  return inner_->make_state(n, hierarchy_.layout().hosts());
+}
+
+CallInfo HierarchicalAlgorithm::allreduce(Comm&, float* buf, size_t n, bool average,
+                                          CodecState& state) const {
+  return hierarchy_.allreduce(*inner_, buf, n, average, hierarchy_.is_leader() ? &state : nullptr);
+}
+
+void HierarchicalAlgorithm::attach(Comm&) {
+  hierarchy_.leader_phase([&](Comm& leaders) { inner_->attach(leaders); });
+}
+
 CallInfo run_hierarchical(Hierarchy& h, const Algorithm& algo, void* buf, size_t count,
                           DType dtype, ReduceOp op, CodecState* state) {
   CC_CHECK(op == ReduceOp::kSum || op == ReduceOp::kAvg, kInternal,

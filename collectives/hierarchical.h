@@ -93,6 +93,32 @@ class Hierarchy {
   std::unique_ptr<LeaderComm> leaders_;
 };
 
+// Any algorithm behind the hierarchy, as an Algorithm: for code that runs
+// algorithms directly on a world Comm (the benchmark) instead of through a
+// Communicator. allreduce(comm, ...) ignores comm (the hierarchy has its
+// world) and takes the three steps; attach() runs the inner algorithm's in a
+// leader phase; followers' states are empty (they keep no error feedback).
+// The hierarchy must outlive this object.
+class HierarchicalAlgorithm final : public Algorithm {
+ public:
+  HierarchicalAlgorithm(std::unique_ptr<Algorithm> inner, Hierarchy& hierarchy);
+  const char* name() const override { return inner_->name(); }
+  std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
+  CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
+                     CodecState& state) const override;
+  // The leaders' call: what one leader sends between hosts.
+  CostShape cost_shape(size_t n, int world_size) const override {
+    return inner_->cost_shape(n, hierarchy_.layout().hosts());
+  }
+  void attach(Comm& comm) override;
+  std::string last_decision() const override { return inner_->last_decision(); }
+  const Algorithm& inner() const { return *inner_; }
+
+ private:
+  std::unique_ptr<Algorithm> inner_;
+  Hierarchy& hierarchy_;
+};
+
 // The hierarchical counterpart of run_allreduce (dispatch.h) for the
 // compressed route: float32 in place; fp16/bf16 through an fp32 copy (so the
 // host sum and the residuals are fp32). op is SUM or AVG.

@@ -358,3 +358,50 @@ TEST(Hierarchy, DisagreeingOnTheModeIsAMismatchOnEveryRank) {
 
 }  // namespace
 }  // namespace compcoll
+
+namespace compcoll {
+namespace {
+
+// Code that runs algorithms directly (the benchmark) gets the same result
+// through choose_hierarchy + HierarchicalAlgorithm as a Communicator gives.
+TEST(Hierarchy, HierarchicalAlgorithmMatchesTheCommunicatorPath) {
+  const Layout l = blocks({2, 2, 1});
+  const size_t n = 7001;
+  std::vector<std::vector<float>> via_comm(5), via_algo(5);
+  std::vector<size_t> state_sizes(5);
+  testing::run_gloo_ranks(5, [&](Comm& comm) {
+    const int r = comm.rank();
+    const Config cfg = config_for("sdagc", {{"COMPCOLL_HIERARCHY", "host"},
+                                            {"COMPCOLL_HOST_ID", host_label(l.host_of[r])}});
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), cfg);
+      std::vector<float> g;
+      for (int s = 0; s < 2; ++s) {
+        g = gradient(r, s, n);
+        cc.allreduce(g.data(), n, DType::kFloat32, ReduceOp::kAvg, "t");
+      }
+      via_comm[r] = g;
+    }
+    HierarchyChoice choice = choose_hierarchy(comm, cfg);
+    ASSERT_NE(choice.hierarchy, nullptr);
+    EXPECT_NE(choice.why.find("3 hosts: {0,1} {2,3} {4}"), std::string::npos) << choice.why;
+    HierarchicalAlgorithm algo(make_algorithm(cfg.algo, cfg.params), *choice.hierarchy);
+    algo.attach(comm);
+    auto state = algo.make_state(n, comm.size());
+    state_sizes[r] = state->size();
+    std::vector<float> g;
+    for (int s = 0; s < 2; ++s) {
+      g = gradient(r, s, n);
+      algo.allreduce(comm, g.data(), n, /*average=*/true, *state);
+    }
+    via_algo[r] = g;
+  });
+  for (int r = 0; r < 5; ++r) {
+    EXPECT_TRUE(same_bits(via_algo[r], via_comm[0])) << r;
+    EXPECT_TRUE(same_bits(via_comm[r], via_comm[0])) << r;
+    EXPECT_EQ(state_sizes[r], (r == 0 || r == 2 || r == 4) ? n : 0u) << "rank " << r;
+  }
+}
+
+}  // namespace
+}  // namespace compcoll
