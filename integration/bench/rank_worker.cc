@@ -29,6 +29,7 @@
 #include "integration/bench/host_counters.h"
 #include "integration/bench/json.h"
 #include "integration/bench/report.h"
+#include "plugin/communicator.h"
 #include "plugin/config.h"
 #include "transport/gloo_comm.h"
 #include "transport/gloo_connect.h"
@@ -178,10 +179,25 @@ int worker_main(int argc, char** argv, int first) {
 
   // One algorithm object per name for the whole sweep: auto measures the
   // link once, as a communicator would.
+  // COMPCOLL_HIERARCHY, decided as a Communicator decides it: compressed
+  // algorithms then run behind the host hierarchy (dense stays flat).
+  std::unique_ptr<Hierarchy> hierarchy;
+  for (const std::string& name : names) {
+    if (name == "dense") continue;
+    Config hcfg = cfg;
+    hcfg.algo = name;
+    HierarchyChoice choice = choose_hierarchy(*comm, hcfg);
+    hierarchy = std::move(choice.hierarchy);
+    if (rank == 0 && !choice.why.empty()) std::fprintf(stderr, "compcoll-bench: %s\n", choice.why.c_str());
+    break;
+  }
   std::vector<std::unique_ptr<Algorithm>> algos_built;
   for (const std::string& name : names) {
-    ensure_agreement(*comm, "algo=" + name + ";" + cfg.params.canonical());
+    ensure_agreement(*comm, "algo=" + name + ";hierarchy=" + cfg.hierarchy + ";" + cfg.params.canonical());
     algos_built.push_back(make_algorithm(name, cfg.params));
+    if (hierarchy && name != "dense") {
+      algos_built.back() = std::make_unique<HierarchicalAlgorithm>(std::move(algos_built.back()), *hierarchy);
+    }
     algos_built.back()->attach(*comm);
   }
 
