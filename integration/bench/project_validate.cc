@@ -98,6 +98,9 @@ std::vector<std::map<std::string, std::string>> run_allreduce(
 int validate_projection(const std::vector<Variant>& variants, const std::vector<int>& ranks,
                         const LinkRate& link, const ProjectionInputs& in, int iters, bool json,
                         const std::string& density_flag) {
+  CC_CHECK(geteuid() == 0, kUnsupported,
+           "project --validate runs `allreduce --link`, which needs root (network namespaces); "
+           "run as root, or project without --validate");
   // Which algorithms each pattern's run needs.
   std::map<std::string, std::string> algos_by_pattern;  // "allgather" also runs the others
   for (const Variant& v : variants) {
