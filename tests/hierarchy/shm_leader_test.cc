@@ -238,8 +238,8 @@ namespace {
 
 // The local step's speed: 4 Mi floats (16 MiB) summed into the leader and
 // shared back between two local ranks. Prints the median of 9 calls; the
-// bound only catches a broken fast path (loopback TCP moves 16 MiB twice in
-// tens of ms on this machine).
+// bound, loose enough for a machine shared by many builds, only catches a
+// path gone badly wrong (a round per few floats took 5 s here).
 TEST(ShmGroup, FourMillionFloatsBetweenTwoRanksTakeMilliseconds) {
   const size_t n = size_t{1} << 22;
   std::vector<double> ms;
@@ -259,7 +259,7 @@ TEST(ShmGroup, FourMillionFloatsBetweenTwoRanksTakeMilliseconds) {
   std::sort(ms.begin(), ms.end());
   std::printf("[ info ] 4 Mi floats, 2 local ranks, reduce + broadcast: median %.2f ms (min %.2f)\n",
               ms[ms.size() / 2], ms.front());
-  EXPECT_LT(ms[ms.size() / 2], 200.0);
+  EXPECT_LT(ms[ms.size() / 2], 1000.0);
 }
 
 }  // namespace
