@@ -237,7 +237,6 @@ IndexType parse_indices(const std::string& s) {
   CC_THROW(kInvalidArgument, "--indices: '", s, "' is not one of u32, varint");
 }
 
-}  // namespace
 ScaleMode parse_scale(const std::string& s) {
   if (s == "mean") return ScaleMode::kMeanMagnitude;
   if (s == "pair") return ScaleMode::kSignedMeans;
@@ -256,6 +255,7 @@ void validate_codecs(Options o, const std::vector<std::string>& algos) {
   }
 }
 
+}  // namespace
 
 int codec_main(int argc, char** argv, int first) {
   Args args(argc, argv, first);
@@ -289,8 +289,8 @@ int codec_main(int argc, char** argv, int first) {
   o.iters = static_cast<int>(iters);
   const std::vector<std::string> list = split_list(algos);
   CC_CHECK(!list.empty(), kInvalidArgument, "--algo: no codec given");
-  const std::vector<float> grad = make_gradient(o.dist, o.count, o.seed);
   validate_codecs(o, list);
+  const std::vector<float> grad = make_gradient(o.dist, o.count, o.seed);
 
   std::vector<JsonObject> results;
   if (!json) {
