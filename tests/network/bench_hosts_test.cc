@@ -176,8 +176,18 @@ TEST(BenchHosts, WithoutLinkRowsHaveNoHostTxBytes) {
 // each of the host's 2 ranks to the 2 ranks of the other host (2 of their 3
 // peers), i.e. about 4/3 of one rank's wire_bytes; the same-host payloads
 // go over loopback and must not show.
+// Sets an environment variable for the benchmarks one test starts.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  const char* name_;
+};
+
 TEST(BenchHosts, TwoRanksPerHostSendTheRingBytesOfOneRankPerHost) {
   if (!skip_reason().empty()) GTEST_SKIP() << skip_reason();
+  // The flat pattern reasoned about above; the host hierarchy (on by
+  // default with 2 ranks per host) is the next test's.
+  const ScopedEnv flat("COMPCOLL_HIERARCHY", "off");
   const long long n = 1 << 20;
   const BenchRun r = run_bench({"--ranks", "4", "--ranks-per-host", "2", "--link", "1gbit",
                                 "--count", std::to_string(n), "--algo", "dense,dgc", "--iters", "3",
@@ -201,6 +211,30 @@ TEST(BenchHosts, TwoRanksPerHostSendTheRingBytesOfOneRankPerHost) {
   EXPECT_GE(dgc_tx, 0.9 * dgc_expected) << r.out;
   EXPECT_LE(dgc_tx, 1.8 * dgc_expected) << r.out;
   EXPECT_LT(dgc_tx, 0.05 * dense_tx) << r.out;
+  EXPECT_TRUE(our_namespaces().empty()) << "left behind: " << our_namespaces().front();
+}
+
+// The host hierarchy (COMPCOLL_HIERARCHY, docs/scaling.md): only each
+// host's leader sends dgc's payload to the other host, so the busiest
+// interface carries about one payload where the flat run's carries two.
+TEST(BenchHosts, TheHostHierarchySendsOnePayloadPerHost) {
+  if (!skip_reason().empty()) GTEST_SKIP() << skip_reason();
+  const std::vector<std::string> args = {"--ranks", "4", "--ranks-per-host", "2", "--link", "1gbit",
+                                         "--count", std::to_string(1 << 20), "--algo", "dgc",
+                                         "--iters", "3", "--json"};
+  std::map<std::string, std::map<std::string, std::string>> row;
+  for (const char* mode : {"auto", "off"}) {
+    const ScopedEnv env("COMPCOLL_HIERARCHY", mode);
+    const BenchRun r = run_bench(args);
+    ASSERT_EQ(r.code, 0) << mode << ": " << r.out;
+    const auto rows = rows_of(r.out);
+    ASSERT_EQ(rows.size(), 1u) << r.out;
+    EXPECT_EQ(rows[0].at("identical"), "true") << mode << ": " << r.out;
+    row[mode] = rows[0];
+  }
+  EXPECT_LT(num(row["auto"], "host_tx_bytes"), 0.7 * num(row["off"], "host_tx_bytes"));
+  // Rank 0 leads its host: one payload out instead of three.
+  EXPECT_LT(num(row["auto"], "wire_bytes"), 0.5 * num(row["off"], "wire_bytes"));
   EXPECT_TRUE(our_namespaces().empty()) << "left behind: " << our_namespaces().front();
 }
 
