@@ -39,7 +39,8 @@
 // Lifetime: the name (in /dev/shm) exists only while the group is being set
 // up: the leader removes it once every local rank has mapped the segment,
 // so a crash later leaves nothing behind; the memory goes when the last rank
-// unmaps it.
+// unmaps it. A leader killed inside that window (two agreement rounds at
+// creation) leaves /dev/shm/compcoll-<nonce>-h<host> behind.
 #pragma once
 
 #include <chrono>
