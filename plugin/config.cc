@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "collectives/host_layout.h"
 #include "collectives/registry.h"
 #include "compcoll/error.h"
 
@@ -218,11 +219,14 @@ const ConfigVar kTable[] = {
        check_enum(var, value);
        cfg.hierarchy = value;
      }},
-    {"COMPCOLL_HOST_ID", VarType::kString, "", "any non-empty string",
+    {"COMPCOLL_HOST_ID", VarType::kString, "", "a string of 1 to 256 bytes",
      "this rank's host for COMPCOLL_HIERARCHY; ranks with equal ids must share /dev/shm; unset = "
      "the kernel's boot id and the network namespace (hostnames are not enough: namespaces "
      "share them)",
-     CC_APPLY { cfg.host_id = value; }},
+     CC_APPLY {
+       if (value.size() > kMaxHostIdBytes) reject(var, value, "longer than 256 bytes");
+       cfg.host_id = value;
+     }},
     {"COMPCOLL_DEBUG", VarType::kEnum, "WARN", "WARN|INFO|TRACE",
      "log level of 'compcoll INFO ...' lines on stderr (like NCCL_DEBUG)",
      CC_APPLY {

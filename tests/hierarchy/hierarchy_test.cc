@@ -405,3 +405,22 @@ TEST(Hierarchy, HierarchicalAlgorithmMatchesTheCommunicatorPath) {
 
 }  // namespace
 }  // namespace compcoll
+
+namespace compcoll {
+namespace {
+
+TEST(Hierarchy, BadSettingsAreErrorsNamingTheVariable) {
+  try {
+    config_for("dgc", {{"COMPCOLL_HIERARCHY", "hosts"}});
+    FAIL() << "COMPCOLL_HIERARCHY=hosts was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("COMPCOLL_HIERARCHY=hosts"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("off|host|auto"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(config_for("dgc", {{"COMPCOLL_HOST_ID", std::string(257, 'h')}}), Error);
+  EXPECT_EQ(config_for("dgc", {{"COMPCOLL_HOST_ID", std::string(256, 'h')}}).host_id.size(), 256u);
+  EXPECT_EQ(config_for("dgc").hierarchy, "auto");
+}
+
+}  // namespace
+}  // namespace compcoll
