@@ -15,8 +15,8 @@ def summary(results):
     dense = _dense_of(results)
     rows = []
     for r in results:
-        row = {k: r[k] for k in ("task", "algo", "label", "env", "ranks", "ratio", "compressed_calls",
-                                 "calls", "train_s", "wall_s")}
+        row = {k: r[k] for k in ("task", "algo", "label", "optimizer", "env", "ranks", "ratio",
+                                 "compressed_calls", "calls", "train_s", "wall_s")}
         for name, step in (("short", r["short"]), ("long", r["long"])):
             ev = r["evals"][str(step)]
             row[name] = {"step": step, "loss": ev["loss"], "metric": ev["metric"]}
@@ -34,7 +34,7 @@ def markdown(results):
     rows = summary(results)
     r0 = results[0]
     lines = [f"{r0['ranks']} ranks; short horizon {r0['short']} steps, long {r0['long']} steps; "
-             f"configuration `{r0['label']}`" +
+             f"optimizer {r0['optimizer']}; configuration `{r0['label']}`" +
              (" (" + " ".join(f"{k}={v}" for k, v in r0["env"].items()) + ")" if r0["env"] else ""),
              "",
              "| task | algo | loss@short | vs dense | metric@short | loss@long | vs dense | "

@@ -50,7 +50,8 @@ def launch(task, algo, args, run_dir):
         base.update(COMPCOLL_ALGO=algo, COMPCOLL_STATS_FILE=os.path.join(run_dir, "stats{rank}.json"))
         base.update(args.env)
     cmd = [sys.executable, os.path.join(HERE, "train.py"), "--task", task, "--steps", str(args.long),
-           "--eval-at", f"{args.short},{args.long}", "--seed", str(args.seed), "--out", run_dir]
+           "--eval-at", f"{args.short},{args.long}", "--seed", str(args.seed), "--out", run_dir,
+           "--optimizer", args.optimizer]
     procs, logs = [], []
     t0 = time.perf_counter()
     for r in range(args.ranks):
@@ -77,6 +78,10 @@ def launch(task, algo, args, run_dir):
         with open(os.path.join(run_dir, f"log{failed[0]}.txt")) as f:
             tail = f.read()[-3000:]
         raise RuntimeError(f"{task}/{algo}: rank {failed[0]} ended with {failed[1]}:\n{tail}")
+    with open(os.path.join(run_dir, "wall.json"), "w") as f:
+        json.dump(wall, f)
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump(run_signature(task, algo, args), f)
     return merge(task, algo, args, run_dir, wall)
 
 
@@ -87,7 +92,8 @@ def merge(task, algo, args, run_dir, wall):
             ranks.append(json.load(f))
     steps = len(ranks[0]["losses"])
     curve = [sum(rk["losses"][i] for rk in ranks) / len(ranks) for i in range(steps)]
-    out = {"task": task, "algo": algo, "label": args.label, "env": args.env if algo != "dense" else {},
+    out = {"task": task, "algo": algo, "label": args.label, "optimizer": args.optimizer,
+           "env": args.env if algo != "dense" else {},
            "ranks": args.ranks, "short": args.short, "long": args.long,
            "evals": ranks[0]["evals"], "train_s": max(rk["train_s"] for rk in ranks),
            "wall_s": wall, "curve": curve}
@@ -103,6 +109,27 @@ def merge(task, algo, args, run_dir, wall):
         out.update(ratio=dense_b / wire_b if wire_b else 0.0,
                    compressed_calls=stats[0]["compressed_calls"], calls=stats[0]["calls"])
     return out
+
+
+def reused(task, algo, args, run_dir):
+    """The finished run in run_dir if it ran these horizons with these
+    settings (its args.json), else None."""
+    try:
+        with open(os.path.join(run_dir, "args.json")) as f:
+            if json.load(f) != run_signature(task, algo, args):
+                return None
+        res = merge(task, algo, args, run_dir, wall=float("nan"))
+    except (OSError, ValueError, KeyError):
+        return None
+    with open(os.path.join(run_dir, "wall.json")) as f:
+        res["wall_s"] = json.load(f)
+    return res
+
+
+def run_signature(task, algo, args):
+    return {"task": task, "algo": algo, "ranks": args.ranks, "short": args.short, "long": args.long,
+            "seed": args.seed, "optimizer": args.optimizer,
+            "env": args.env if algo != "dense" else {}}
 
 
 def parse_env(items):
@@ -126,9 +153,14 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--env", action="append", default=[], metavar="COMPCOLL_X=V",
                    help="extra setting for the compressed runs (repeatable)")
+    p.add_argument("--optimizer", default="default", choices=["default", "sgd", "sgd0", "adam"],
+                   help="override every task's optimizer (default: lm Adam, cnn and mixed SGD+momentum; "
+                        "sgd0: SGD without momentum, for COMPCOLL_MOMENTUM)")
     p.add_argument("--label", default="defaults", help="name of this configuration in the report")
     p.add_argument("--out", default="convergence-out")
     p.add_argument("--run-timeout", type=float, default=1800.0, help="seconds per run")
+    p.add_argument("--reuse", action="store_true",
+                   help="keep the finished runs already under OUT (an interrupted suite goes on)")
     args = p.parse_args(argv)
     if args.quick:
         args.short, args.long = 20, 60
@@ -146,8 +178,10 @@ def main(argv=None):
     for task in tasks:
         for algo in algos:
             run_dir = os.path.join(args.out, "runs", task, algo)
-            shutil.rmtree(run_dir, ignore_errors=True)
-            res = launch(task, algo, args, run_dir)
+            res = reused(task, algo, args, run_dir) if args.reuse else None
+            if res is None:
+                shutil.rmtree(run_dir, ignore_errors=True)
+                res = launch(task, algo, args, run_dir)
             results.append(res)
             ev = res["evals"]
             print(f"{task:>5} {algo:>7}: loss@{args.short} {ev[str(args.short)]['loss']:.4f}  "

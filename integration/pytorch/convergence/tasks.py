@@ -19,8 +19,9 @@ and needs nothing from the network:
          student of a fixed random teacher; metric: accuracy on held-out
          teacher labels. SGD with momentum 0.9.
 
-A task object gives: batch(rank, world, step) -> (inputs, targets), the same
-for every algorithm; model(); optimizer(params); loss(output, target);
+A task object gives: batch_at(rank, world, step) -> (inputs, targets), the
+same for every algorithm; model(); optimizer(params, kind) (kind "default":
+the task's own; "sgd", "adam": run.py --optimizer); loss(output, target);
 evaluate(model) -> (loss, metric) on held-out data; ddp_kwargs.
 """
 import glob
@@ -31,6 +32,19 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+
+def make_optimizer(params, kind, sgd_lr, adam_lr):
+    """SGD with momentum 0.9 (sgd) or without (sgd0), or Adam, at the task's
+    learning rate for each (run.py --optimizer: to tell the optimizer's part
+    from the algorithm's)."""
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=sgd_lr, momentum=0.9)
+    if kind == "sgd0":  # for COMPCOLL_MOMENTUM (DGC's momentum correction replaces it)
+        return torch.optim.SGD(params, lr=sgd_lr, momentum=0.0)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=adam_lr)
+    raise ValueError(f"unknown optimizer {kind!r} (sgd, sgd0, adam)")
 
 
 class LanguageModel:
@@ -74,8 +88,8 @@ class LanguageModel:
     def model(self):
         return CharGRU(self.vocab, 64, 128)
 
-    def optimizer(self, params):
-        return torch.optim.Adam(params, lr=3e-3)
+    def optimizer(self, params, kind="default"):
+        return make_optimizer(params, "adam" if kind == "default" else kind, sgd_lr=0.5, adam_lr=3e-3)
 
     def loss(self, out, y):
         return F.cross_entropy(out.reshape(-1, self.vocab), y.reshape(-1))
@@ -146,8 +160,8 @@ class NoisyDigits:
             nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10))
 
-    def optimizer(self, params):
-        return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    def optimizer(self, params, kind="default"):
+        return make_optimizer(params, "sgd" if kind == "default" else kind, sgd_lr=0.05, adam_lr=1e-3)
 
     def loss(self, out, y):
         return F.cross_entropy(out, y)
@@ -194,8 +208,8 @@ class MixedBuckets:
         layers.append(nn.Linear(64, self.classes))
         return nn.Sequential(*layers)
 
-    def optimizer(self, params):
-        return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    def optimizer(self, params, kind="default"):
+        return make_optimizer(params, "sgd" if kind == "default" else kind, sgd_lr=0.05, adam_lr=1e-3)
 
     def loss(self, out, y):
         return F.cross_entropy(out, y)

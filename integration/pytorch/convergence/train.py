@@ -33,6 +33,7 @@ def main(argv=None):
     p.add_argument("--eval-at", default="", help="comma-separated steps (after that many updates)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", required=True)
+    p.add_argument("--optimizer", default="default", choices=["default", "sgd", "sgd0", "adam"])
     args = p.parse_args(argv)
     eval_at = sorted({int(s) for s in args.eval_at.split(",") if s})
     if any(s < 1 or s > args.steps for s in eval_at):
@@ -44,7 +45,7 @@ def main(argv=None):
     task = TASKS[args.task](args.seed)
     torch.manual_seed(args.seed)
     model = DDP(task.model(), **task.ddp_kwargs)
-    opt = task.optimizer(model.parameters())
+    opt = task.optimizer(model.parameters(), args.optimizer)
 
     losses, evals, train_s = [], {}, 0.0
     for step in range(args.steps):
