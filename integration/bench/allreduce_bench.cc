@@ -73,6 +73,11 @@ int allreduce_main(int argc, char** argv, int first) {
       "sent per timed call, from the kernel's counters (incl. TCP/IP headers, ACKs and a few "
       "hundred bytes of the benchmark's own fences). Without --link all ranks share the machine's "
       "loopback with everything else, so no host_tx_bytes is reported");
+  const std::string hierarchy = args.str(
+      "hierarchy", "",
+      "host hierarchy modes to compare in this run, comma-separated from off, host, auto (at most "
+      "one other than off), e.g. off,host: every compressed algorithm then gets a row per mode "
+      "(\"dgc+host\" behind the hierarchy; JSON \"hierarchy\"). Default: COMPCOLL_HIERARCHY");
   const bool probe_link = args.flag(
       "probe-link", "first measure the link as auto's cost model does (alpha, alpha_ring, beta); "
                     "rows gain link_alpha_ms, link_alpha_ring_ms, link_beta_ns (project --validate)");
@@ -98,6 +103,15 @@ int allreduce_main(int argc, char** argv, int first) {
   CC_CHECK(ranks_per_host == 1 || !link.empty(), kInvalidArgument,
            "--ranks-per-host needs --link (hosts are network namespaces)");
   const int hosts = ranks / static_cast<int>(ranks_per_host);
+  int hierarchical_modes = 0;
+  for (const auto& m : split_list(hierarchy)) {
+    CC_CHECK(m == "off" || m == "host" || m == "auto", kInvalidArgument, "--hierarchy: '", m,
+             "' is not one of off, host, auto");
+    hierarchical_modes += m != "off";
+  }
+  CC_CHECK(hierarchical_modes <= 1, kInvalidArgument,
+           "--hierarchy: at most one mode other than off (one hierarchy per run), got '", hierarchy,
+           "'");
   for (const auto& a : split_list(algos)) find_algorithm(a);  // reject unknown names up front
   const Config cfg = load_config();                            // and bad COMPCOLL_* values
   for (const UnknownVariable& u : unknown_variables_in_environment()) {  // and misspelt names
@@ -148,6 +162,7 @@ int allreduce_main(int argc, char** argv, int first) {
       a.insert(a.end(), {"--tx-iface", "eth0", "--ranks-per-host", std::to_string(ranks_per_host)});
     }
     if (probe_link) a.push_back("--probe-link");
+    if (!hierarchy.empty()) a.insert(a.end(), {"--hierarchy", hierarchy});
     children.push_back(spawn(a, r, dir + "/rank" + std::to_string(r) + ".log"));
     watch_child(children.back().pid);
   }

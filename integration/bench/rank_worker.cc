@@ -21,6 +21,8 @@
 #include "collectives/agreement.h"
 #include "collectives/auto.h"
 #include "collectives/dense.h"
+#include "collectives/hierarchical.h"
+#include "collectives/lent_comm.h"
 #include "collectives/registry.h"
 #include "compcoll/error.h"
 #include "integration/bench/allreduce_bench.h"
@@ -123,6 +125,8 @@ int worker_main(int argc, char** argv, int first) {
       args.str("tx-iface", "", "meter this interface's tx bytes per timed call (host_tx_bytes)");
   const int ranks_per_host = static_cast<int>(
       args.integer("ranks-per-host", 1, "ranks [h*N, (h+1)*N) share host h (one meter reads)"));
+  const std::string hierarchy_modes =
+      args.str("hierarchy", "", "hierarchy modes, comma-separated (default: COMPCOLL_HIERARCHY)");
   std::string usage;
   if (!args.finish(&usage)) {
     std::cout << usage;
@@ -177,28 +181,59 @@ int worker_main(int argc, char** argv, int first) {
   const size_t max_n = *std::max_element(counts.begin(), counts.end());
   const std::vector<float> grad = make_gradient(kind, max_n, seed + 7919 * rank);
 
-  // One algorithm object per name for the whole sweep: auto measures the
-  // link once, as a communicator would.
-  // COMPCOLL_HIERARCHY, decided as a Communicator decides it: compressed
-  // algorithms then run behind the host hierarchy (dense stays flat).
+  // The rows: one per algorithm and hierarchy mode (--hierarchy LIST, else
+  // COMPCOLL_HIERARCHY), one algorithm object each for the whole sweep (auto
+  // measures the link once, as a communicator would). Compressed algorithms
+  // in a hierarchical mode run behind the host hierarchy, decided as a
+  // Communicator decides it; every other row runs flat.
+  std::vector<std::string> modes = split_list(hierarchy_modes);
+  if (modes.empty()) modes.push_back(cfg.hierarchy);
   std::unique_ptr<Hierarchy> hierarchy;
-  for (const std::string& name : names) {
-    if (name == "dense") continue;
+  const auto compressed = std::find_if(names.begin(), names.end(),
+                                       [](const std::string& a) { return a != "dense"; });
+  const auto hierarchical = std::find_if(modes.begin(), modes.end(),
+                                         [](const std::string& m) { return m != "off"; });
+  if (compressed != names.end() && hierarchical != modes.end()) {  // the parent allows one such mode
     Config hcfg = cfg;
-    hcfg.algo = name;
+    hcfg.algo = *compressed;
+    hcfg.hierarchy = *hierarchical;
     HierarchyChoice choice = choose_hierarchy(*comm, hcfg);
     hierarchy = std::move(choice.hierarchy);
     if (rank == 0 && !choice.why.empty()) std::fprintf(stderr, "compcoll-bench: %s\n", choice.why.c_str());
-    break;
   }
-  std::vector<std::unique_ptr<Algorithm>> algos_built;
-  for (const std::string& name : names) {
-    ensure_agreement(*comm, "algo=" + name + ";hierarchy=" + cfg.hierarchy + ";" + cfg.params.canonical());
-    algos_built.push_back(make_algorithm(name, cfg.params));
-    if (hierarchy && name != "dense") {
-      algos_built.back() = std::make_unique<HierarchicalAlgorithm>(std::move(algos_built.back()), *hierarchy);
+  struct Row {
+    std::string algo;
+    std::string hierarchy;  // "host" when the row runs behind the hierarchy, else "off"
+    std::unique_ptr<Algorithm> algorithm;       // compressed rows
+    std::unique_ptr<Communicator> communicator;  // the dense row: the path a user's call takes
+  };
+  std::vector<Row> rows;
+  for (const std::string& mode : modes) {
+    const bool behind = hierarchy && mode != "off";
+    for (const std::string& name : names) {
+      if (name == "dense" && &mode != &modes.front()) continue;  // one dense row
+      Row row{name, behind && name != "dense" ? "host" : "off", nullptr, nullptr};
+      if (name == "dense") {
+        // Through a real Communicator (policy, state keys, stats, logging)
+        // over a view of the same transport: compcoll's dense row is then
+        // what every call a user does not compress pays, against Gloo's own
+        // allreduce on the same sockets.
+        Config dcfg = cfg;
+        dcfg.algo = "dense";
+        dcfg.hierarchy = "off";
+        dcfg.stats_file.clear();
+        row.communicator = std::make_unique<Communicator>(std::make_unique<LentComm>(*comm), dcfg);
+      } else {
+        ensure_agreement(*comm, "algo=" + name + ";hierarchy=" + row.hierarchy + ";" +
+                                    cfg.params.canonical());
+        row.algorithm = make_algorithm(name, cfg.params);
+        if (row.hierarchy == "host") {
+          row.algorithm = std::make_unique<HierarchicalAlgorithm>(std::move(row.algorithm), *hierarchy);
+        }
+        row.algorithm->attach(*comm);
+      }
+      rows.push_back(std::move(row));
     }
-    algos_built.back()->attach(*comm);
   }
 
   std::vector<AllreduceResult> results;
@@ -210,20 +245,12 @@ int worker_main(int argc, char** argv, int first) {
     for (double x : exact) exact_norm += x * x;
     exact_norm = std::sqrt(exact_norm);
 
-    std::vector<double> dense_times;
-    for (int it = -warmup; it < (skip_baseline ? -warmup : iters); ++it) {
-      std::copy(grad.begin(), grad.begin() + count, buf.begin());
-      const auto t0 = common_start(*comm);
-      gloo_allreduce(*comm, buf.data(), count);
-      if (it >= 0) dense_times.push_back(ms_since(t0));
-    }
-    const double dense_ms = slowest_median(*comm, dense_times);
-
-    // The algorithms take turns within each iteration, and the turn order
-    // rotates from one iteration to the next: a slow moment of the machine,
-    // or the after-effects of the previous call on the link (a dense call
-    // leaves the link and caches in another state than a sparse one),
-    // costs all of them alike.
+    // The rows and Gloo's own allreduce (the baseline, last turn index) take
+    // turns within each iteration, and the turn order rotates from one
+    // iteration to the next: a slow moment of the machine, or the
+    // after-effects of the previous call on the link (a dense call leaves
+    // the link and caches in another state than a sparse one), costs all of
+    // them alike, the baseline included.
     struct Run {
       std::unique_ptr<CodecState> state;
       std::vector<double> running;
@@ -232,18 +259,26 @@ int worker_main(int argc, char** argv, int first) {
       uint64_t host_tx = 0;  // this host's interface over the timed calls (reader only)
       std::vector<float> out;
     };
-    std::vector<Run> runs(names.size());
-    for (size_t a = 0; a < names.size(); ++a) {
-      runs[a].state = algos_built[a]->make_state(count, ranks);
+    std::vector<Run> runs(rows.size());
+    for (size_t a = 0; a < rows.size(); ++a) {
+      if (rows[a].algorithm) runs[a].state = rows[a].algorithm->make_state(count, ranks);
       runs[a].running.assign(count, 0.0);
     }
+    std::vector<double> dense_times;
+    const size_t turns = rows.size() + (skip_baseline ? 0 : 1);
     std::fprintf(stderr, "compcoll-bench worker rank %d: running %s at %zu elements\n", rank,
                  algos.c_str(), count);
     for (int it = -warmup; it < iters; ++it) {
-      for (size_t turn = 0; turn < names.size(); ++turn) {
-        const size_t a = (turn + static_cast<size_t>(it + warmup)) % names.size();
-        Run& run = runs[a];
+      for (size_t turn = 0; turn < turns; ++turn) {
+        const size_t a = (turn + static_cast<size_t>(it + warmup)) % turns;
         std::copy(grad.begin(), grad.begin() + count, buf.begin());
+        if (a == rows.size()) {  // the baseline
+          const auto t0 = common_start(*comm);
+          gloo_allreduce(*comm, buf.data(), count);
+          if (it >= 0) dense_times.push_back(ms_since(t0));
+          continue;
+        }
+        Run& run = runs[a];
         // Metered calls are fenced by barriers (host_counters.h): whatever
         // ran before (warm-up, the Gloo baseline, another algorithm) is off
         // the wire when the counter is read, and all of this call is on it
@@ -255,7 +290,11 @@ int worker_main(int argc, char** argv, int first) {
         }
         const auto t0 = common_start(*comm);
         const uint64_t before = comm->bytes_sent();
-        algos_built[a]->allreduce(*comm, buf.data(), count, /*average=*/false, *run.state);
+        if (rows[a].communicator) {
+          rows[a].communicator->allreduce(buf.data(), count, DType::kFloat32, ReduceOp::kSum);
+        } else {
+          rows[a].algorithm->allreduce(*comm, buf.data(), count, /*average=*/false, *run.state);
+        }
         const double ms = ms_since(t0);
         if (metered) {
           comm->barrier();
@@ -269,10 +308,12 @@ int worker_main(int argc, char** argv, int first) {
         if (it == iters - 1) run.out.assign(buf.begin(), buf.begin() + count);
       }
     }
-    for (size_t a = 0; a < names.size(); ++a) {
+    const double dense_ms = slowest_median(*comm, dense_times);
+    for (size_t a = 0; a < rows.size(); ++a) {
       Run& run = runs[a];
       AllreduceResult r;
-      r.algo = names[a];
+      r.algo = rows[a].algo;
+      r.hierarchy = rows[a].hierarchy;
       r.ranks = ranks;
       r.count = count;
       r.iters = iters;
@@ -280,7 +321,7 @@ int worker_main(int argc, char** argv, int first) {
       r.dense_time_ms = dense_ms;
       r.wire_bytes = iters > 0 ? run.wire / iters : 0;
       r.dense_wire_bytes = ring_allreduce_bytes(count * sizeof(float), ranks);
-      r.decision = algos_built[a]->last_decision();
+      r.decision = rows[a].algorithm ? rows[a].algorithm->last_decision() : "";
       double err = 0.0, run_err = 0.0;
       const double calls = iters + warmup;
       for (size_t i = 0; i < count; ++i) {

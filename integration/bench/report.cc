@@ -23,6 +23,7 @@ std::string results_json(const std::vector<AllreduceResult>& results) {
   for (const auto& r : results) {
     JsonObject j;
     j.add("algo", r.algo)
+        .add("hierarchy", r.hierarchy)
         .add("ranks", r.ranks)
         .add("count", r.count)
         .add("iters", r.iters)
@@ -70,12 +71,12 @@ std::string results_table(const std::vector<AllreduceResult>& results) {
                   results[0].ranks_per_host, results[0].hosts);
     out += line;
   }
-  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %7s %10s %8s %8s %10s %8s %12s %8s %9s %9s %5s",
+  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %9s %10s %8s %8s %10s %8s %12s %8s %9s %9s %5s",
                 "size(B)", "count", "type", "redop", "algo", "time(ms)", "algbw", "busbw",
                 "dense(ms)", "speedup", "wire(B)", "ratio", "rel_err", "run_err", "same");
   out += line;
   out += host_tx ? "   host_tx(B)\n" : "\n";
-  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %7s %10s %8s %8s %10s %8s %12s %8s %9s %9s %5s",
+  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %9s %10s %8s %8s %10s %8s %12s %8s %9s %9s %5s",
                 "", "(elements)", "", "", "", "", "(GB/s)", "(GB/s)", "", "(x)", "(per rank)", "(x)",
                 "(L2 rel)", "(L2 rel)", "");
   out += line;
@@ -85,8 +86,8 @@ std::string results_table(const std::vector<AllreduceResult>& results) {
     const double algbw = r.time_ms > 0 ? bytes / (r.time_ms * 1e6) : 0.0;
     const double busbw = algbw * (r.ranks > 1 ? 2.0 * (r.ranks - 1) / r.ranks : 0.0);
     std::snprintf(line, sizeof line,
-                  " %12.0f %10zu %6s %5s %7s %10.2f %8.3f %8.3f %10.2f %8.2f %12llu %8s %9.2e %9.2e %5s",
-                  bytes, r.count, "float", "sum", r.algo.c_str(), r.time_ms, algbw, busbw,
+                  " %12.0f %10zu %6s %5s %9s %10.2f %8.3f %8.3f %10.2f %8.2f %12llu %8s %9.2e %9.2e %5s",
+                  bytes, r.count, "float", "sum", r.label().c_str(), r.time_ms, algbw, busbw,
                   r.dense_time_ms, r.speedup(), static_cast<unsigned long long>(r.wire_bytes),
                   ratio_text(r.ratio()).c_str(), r.rel_error, r.running_rel_error,
                   r.identical ? "yes" : "NO");

@@ -11,6 +11,7 @@ namespace compcoll::bench {
 
 struct AllreduceResult {
   std::string algo;
+  std::string hierarchy = "off";  // "host": the row ran behind the host hierarchy
   int ranks = 0;
   size_t count = 0;
   int iters = 0;
@@ -39,6 +40,8 @@ struct AllreduceResult {
   double ratio() const {
     return dense_wire_bytes && wire_bytes ? double(dense_wire_bytes) / double(wire_bytes) : NAN;
   }
+  // The table's name of the row: "dgc+host" behind the hierarchy.
+  std::string label() const { return hierarchy == "off" ? algo : algo + "+" + hierarchy; }
   double speedup() const { return time_ms > 0 ? dense_time_ms / time_ms : 0.0; }
 };
 

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -238,6 +240,43 @@ TEST(BenchHosts, TheHostHierarchySendsOnePayloadPerHost) {
   EXPECT_TRUE(our_namespaces().empty()) << "left behind: " << our_namespaces().front();
 }
 
+// --hierarchy off,host: the flat and the hierarchical dgc in one run, the
+// same rotation and the same Gloo baseline; the row behind the hierarchy is
+// named by its "hierarchy" field and "dgc+host" in the table.
+TEST(BenchHosts, FlatAndHierarchicalRowsInOneRun) {
+  if (!skip_reason().empty()) GTEST_SKIP() << skip_reason();
+  const BenchRun r = run_bench({"--ranks", "4", "--ranks-per-host", "2", "--link", "1gbit",
+                                "--count", std::to_string(1 << 20), "--algo", "dense,dgc",
+                                "--iters", "3", "--hierarchy", "off,host", "--json"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto rows = rows_of(r.out);
+  ASSERT_EQ(rows.size(), 3u) << r.out;  // dense once, dgc per mode
+  std::map<std::string, std::map<std::string, std::string>> by;  // JSON strings keep their quotes
+  for (const auto& row : rows) {
+    EXPECT_EQ(row.at("identical"), "true") << r.out;
+    by[row.at("algo") + "/" + row.at("hierarchy")] = row;
+  }
+  ASSERT_EQ(by.count("\"dense\"/\"off\""), 1u) << r.out;
+  ASSERT_EQ(by.count("\"dgc\"/\"off\""), 1u) << r.out;
+  ASSERT_EQ(by.count("\"dgc\"/\"host\""), 1u) << r.out;
+  const auto& flat = by["\"dgc\"/\"off\""];
+  const auto& host = by["\"dgc\"/\"host\""];
+  EXPECT_LT(num(host, "host_tx_bytes"), 0.7 * num(flat, "host_tx_bytes")) << r.out;
+  EXPECT_TRUE(our_namespaces().empty()) << "left behind: " << our_namespaces().front();
+}
+
+TEST(BenchHosts, HierarchyListAllowsOneModeBesidesOff) {
+  const BenchRun r = run_bench({"--ranks", "2", "--count", "1000", "--algo", "dgc",
+                                "--hierarchy", "host,auto"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--hierarchy: at most one mode other than off"), std::string::npos) << r.out;
+  const BenchRun bad = run_bench({"--ranks", "2", "--count", "1000", "--algo", "dgc",
+                                  "--hierarchy", "flat"});
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("--hierarchy: 'flat' is not one of off, host, auto"), std::string::npos)
+      << bad.out;
+}
+
 // One rank per host (the default): every rank's bytes are its host's.
 // The fences around the metered calls do not disturb the timed ones, and
 // the table shows the column.
@@ -250,10 +289,16 @@ TEST(BenchHosts, OneRankPerHostAndTheTableShowsHostTx) {
   EXPECT_NE(r.out.find("host_tx(B)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1 ranks per host (network namespace), 3 hosts"), std::string::npos)
       << r.out;
-  // The last column of the dense row ("... float   sum   dense ...").
-  const size_t row = r.out.find(" sum   dense ");
-  ASSERT_NE(row, std::string::npos) << r.out;
-  const std::string line = r.out.substr(row, r.out.find('\n', row) - row);
+  // The last column of the dense row ("... float   sum     dense ..."),
+  // whatever the column widths.
+  std::string line;
+  std::istringstream rows(r.out);
+  for (std::string l; std::getline(rows, l);) {
+    std::istringstream words(l);
+    std::vector<std::string> w{std::istream_iterator<std::string>(words), {}};
+    if (w.size() > 4 && w[0] != "#" && w[3] == "sum" && w[4] == "dense") line = l;
+  }
+  ASSERT_FALSE(line.empty()) << r.out;
   const double tx = std::strtod(line.substr(line.find_last_of(' ') + 1).c_str(), nullptr);
   const double ring = 2.0 * 2 / 3 * 4.0 * double(n);
   EXPECT_GE(tx, 0.98 * ring) << line;
