@@ -22,7 +22,9 @@ def main() -> int:
         results = json.load(f)
     series = defaultdict(list)
     for r in results:
-        series[r["algo"]].append((r["count"] * 4, r["time_ms"]))
+        # Rows behind the host hierarchy (--hierarchy off,host) are their own series.
+        label = r["algo"] if r.get("hierarchy", "off") == "off" else f'{r["algo"]}+{r["hierarchy"]}'
+        series[label].append((r["count"] * 4, r["time_ms"]))
     fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
     for algo, points in series.items():
         points.sort()
