@@ -8,7 +8,7 @@
 #    overrides it), with --system-site-packages so that packages the
 #    interpreter already has (pyenv's torch, say) are used, not fetched
 #    again. Debian's own python3 has no torch: there pip installs it into
-#    the venv (about 3 GB, a minute or two).
+#    the venv (about 3 GB; minutes).
 # 3. The Python packages the demo and the tests use, into the venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -94,7 +94,7 @@ PY
 if [ ${#missing_py[@]} -gt 0 ]; then
   pip_names=("${missing_py[@]/#sklearn/scikit-learn}")  # import name -> PyPI name
   note=
-  case " ${pip_names[*]} " in *" torch "*) note=" (torch is about 3 GB: a minute or two)" ;; esac
+  case " ${pip_names[*]} " in *" torch "*) note=" (torch is about 3 GB: minutes)" ;; esac
   echo "install-deps: pip install ${pip_names[*]} into $COMPCOLL_VENV$note"
   # pip's lines (Collecting, Downloading, Installing) are the progress; the
   # bar itself is drawn only on a terminal.
