@@ -103,6 +103,17 @@ def _install_exit_hooks():
     multiprocessing.util.Finalize(None, _C.finish_all, exitpriority=100)
 
 
+def _global_identity(rank, size, global_ranks):
+    """This process's global rank and the world size, for COMPCOLL_STATS_FILE
+    (one file per process, every group of it inside). The default group is
+    created before is_initialized() holds: its rank is the global one."""
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    if global_ranks:
+        return int(list(global_ranks)[rank]), size
+    return rank, size
+
+
 def _build(args, device_lane):
     """The backend for either calling convention of Backend.register_backend;
     device_lane: whether cuda tensors may get their own (NCCL) lane."""
@@ -123,7 +134,8 @@ def _build(args, device_lane):
         lane = "cuda"
         factory = lambda: _inner_nccl(store, rank, size, timeout, group_name,  # noqa: E731
                                       global_ranks)
-    backend = _C.create_backend(inner, timeout, lane, factory)
+    stats_rank, stats_world = _global_identity(rank, size, global_ranks)
+    backend = _C.create_backend(inner, timeout, lane, factory, stats_rank, stats_world)
     _install_exit_hooks()
     return backend
 

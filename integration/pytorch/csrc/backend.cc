@@ -9,6 +9,7 @@
 
 #include "collectives/dense.h"
 #include "compcoll/error.h"
+#include "integration/pytorch/csrc/group_stats.h"
 #include "integration/pytorch/csrc/torch_comm.h"
 #include "plugin/stats.h"
 
@@ -25,13 +26,13 @@ std::vector<c10::weak_intrusive_ptr<CompcollBackend>>& registry() {
   return r;
 }
 
-// Errors reach Python as RuntimeError; make sure they name compcoll.
-std::exception_ptr as_compcoll_error(const std::exception& e) {
-  const std::string what = e.what();
-  if (dynamic_cast<const Error*>(&e) != nullptr || what.rfind("compcoll", 0) == 0) {
-    return std::make_exception_ptr(std::runtime_error(what));
-  }
-  return std::make_exception_ptr(std::runtime_error("compcoll: " + what));
+// Errors reach Python as RuntimeError; make sure they name compcoll, and
+// (context, "rank 0/2, group '0': all_reduce (...)") the operation and group.
+std::exception_ptr as_compcoll_error(const std::exception& e, const std::string& context) {
+  std::string what = e.what();
+  if (what.rfind("compcoll: ", 0) == 0) what = what.substr(10);
+  return std::make_exception_ptr(std::runtime_error(
+      "compcoll: " + (context.empty() ? what : context + " failed: " + what)));
 }
 
 // The device of an operation: its first defined tensor's, else cpu.
@@ -51,32 +52,84 @@ std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& list
   return flat;
 }
 
+// What a message calls an operation: its name, and the dtype, element count
+// and device of its first tensor ("all_reduce (Float, 100 elements)").
+std::string op_label(const char* title, const std::vector<at::Tensor>& tensors) {
+  std::string name = title;
+  if (name.rfind("compcoll:", 0) == 0) name = name.substr(9);
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    name += detail::concat(" (", c10::toString(t.scalar_type()), ", ", t.numel(), " elements",
+                           t.is_cpu() ? std::string() : " on " + t.device().str(), ")");
+    break;
+  }
+  return name;
+}
+
+// The worker's part of a candidate: reduce (host, or t in place), copy a
+// staged result back into t, complete work. Owns what it touches (see
+// worker.h: it may outlive the backend).
+void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<const Config>& cfg,
+                   std::chrono::milliseconds timeout, const c10::intrusive_ptr<CompcollWork>& work,
+                   const at::Tensor& t, const at::Tensor& host, DType dtype, ReduceOp op,
+                   const std::string& key, const std::string& dropped,
+                   const std::string& context) {
+  try {
+    const std::optional<c10::Stream> stream =
+        lane->staged() ? lane->worker_stream(t.device()) : std::nullopt;
+    // The staging copies and the inner (NCCL) operations run on the worker's
+    // stream, never queued behind the user's work on the default stream.
+    c10::OptionalStreamGuard guard(stream);
+    try {
+      Communicator& comm =
+          lane->ensure_comm(*cfg, timeout, lane->staged() ? lane->device : std::nullopt);
+      if (!dropped.empty()) comm.drop_state(dropped);  // free it now, not at eviction
+      const at::Tensor& buf = lane->staged() ? host : t;
+      comm.allreduce(buf.data_ptr(), static_cast<size_t>(t.numel()), dtype, op,
+                     key.empty() ? nullptr : key.c_str());
+      // non_blocking=false: the result is in t when copy_ returns, so
+      // before the work completes.
+      if (lane->staged()) t.copy_(host);
+    } catch (const std::exception& e) {
+      work->fail(as_compcoll_error(e, context));
+      return;
+    }
+    work->complete();  // with the stream current: a device future's events are on it
+  } catch (const std::exception& e) {
+    work->fail(as_compcoll_error(e, context));  // no stream for the device
+  }
+}
+
 }  // namespace
 
 CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
-                                 std::chrono::milliseconds timeout, DeviceLaneSpec device_lane)
+                                 std::chrono::milliseconds timeout, DeviceLaneSpec device_lane,
+                                 StatsIdentity stats_id)
     : c10d::Backend(inner->getRank(), inner->getSize()),
       inner_(std::move(inner)),
       timeout_(timeout),
       cfg_(load_config()),
-      log_(cfg_.debug, inner_->getRank()) {
+      log_(cfg_.debug, inner_->getRank()),
+      stats_id_(stats_id) {
   init();
   // The process group decides who is who; torchrun's RANK/WORLD_SIZE (which
   // load_config falls back to) describe the world, not this group.
   cfg_.rank = getRank();
   cfg_.world_size = getSize();
   cfg_.timeout = timeout_;
-  lane_cfg_ = cfg_;
-  lane_cfg_.stats_file.clear();  // one file for all lanes, written by finish()
-  host_ = std::make_unique<Lane>("cpu", c10::DeviceType::CPU, inner_);
-  host_->ensure_comm(lane_cfg_, timeout_, std::nullopt);
+  if (stats_id_.rank < 0) stats_id_ = {getRank(), getSize()};
+  Config lane_cfg = cfg_;
+  lane_cfg.stats_file.clear();  // one file per process, written by finish()
+  lane_cfg_ = std::make_shared<const Config>(std::move(lane_cfg));
+  host_ = std::make_shared<Lane>("cpu", c10::DeviceType::CPU, inner_);
+  host_->ensure_comm(*lane_cfg_, timeout_, std::nullopt);
   if (device_lane.factory) {
     CC_CHECK(!device_lane.name.empty() && device_lane.name != host_->name(), kInvalidArgument,
              "the device lane needs a name of its own, not '", device_lane.name, "'");
-    device_ = std::make_unique<Lane>(device_lane.name, device_lane.type,
+    device_ = std::make_shared<Lane>(device_lane.name, device_lane.type,
                                      std::move(device_lane.factory));
   }
-  worker_ = std::thread([this] { worker_loop(); });
+  worker_ = Worker::start(getRank(), getSize(), timeout_, log_);
   log_.info("torch backend over ", inner_->getBackendName(),
             device_ ? " (" + device_->name() + " tensors: a lane built on first use)" : "", ": ",
             getSize(), " ranks, algo ", cfg_.algo, ", timeout ", timeout_.count(), " ms");
@@ -88,7 +141,7 @@ CompcollBackend::~CompcollBackend() {
   } catch (const std::exception& e) {
     log_.warn("finishing the torch backend failed: ", e.what());
   }
-  stop_worker();
+  worker_->stop();
 }
 
 std::vector<c10::intrusive_ptr<CompcollBackend>> CompcollBackend::live() {
@@ -108,8 +161,9 @@ std::vector<c10::intrusive_ptr<CompcollBackend>> CompcollBackend::live() {
 
 c10::intrusive_ptr<CompcollBackend> CompcollBackend::create(
     c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
-    DeviceLaneSpec device_lane) {
-  auto b = c10::make_intrusive<CompcollBackend>(std::move(inner), timeout, std::move(device_lane));
+    DeviceLaneSpec device_lane, StatsIdentity stats_id) {
+  auto b = c10::make_intrusive<CompcollBackend>(std::move(inner), timeout, std::move(device_lane),
+                                                stats_id);
   std::lock_guard<std::mutex> lock(registry_mutex());
   registry().emplace_back(b);
   return b;
@@ -117,137 +171,103 @@ c10::intrusive_ptr<CompcollBackend> CompcollBackend::create(
 
 // ---------------------------------------------------------------- worker --
 
-void CompcollBackend::worker_loop() {
-  for (;;) {
-    Task task;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      // Waits for work without a deadline: the worker is idle until the
-      // backend stops, and stop_worker() wakes it.
-      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping and drained
-      task = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-    }
-    task();  // tasks report their own errors through their work
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      busy_ = false;
-    }
-    idle_cv_.notify_all();
-  }
+GroupStats CompcollBackend::group_stats_skeleton() const {
+  GroupStats g;
+  g.group = getGroupUid();
+  g.rank = getRank();
+  g.world_size = getSize();
+  g.algo = cfg_.algo;
+  g.reduce_scatter_calls = rs_calls_.load();
+  g.reduce_scatter_elems = rs_elems_.load();
+  return g;
 }
-
-void CompcollBackend::stop_worker() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  work_cv_.notify_all();
-  if (!worker_.joinable()) return;
-  if (worker_.get_id() == std::this_thread::get_id()) {
-    worker_.detach();  // the last reference died in a callback on the worker
-    return;
-  }
-  without_gil([&] { worker_.join(); });
-}
-
-void CompcollBackend::run_on_worker(const std::function<void()>& fn) {
-  auto done = std::make_shared<std::pair<bool, std::exception_ptr>>(false, nullptr);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    CC_CHECK(!stopping_, kInvalidArgument, "the torch backend has been shut down");
-    queue_.push_back([this, fn, done] {
-      try {
-        fn();
-      } catch (...) {
-        done->second = std::current_exception();
-      }
-      std::lock_guard<std::mutex> l(mu_);
-      done->first = true;
-    });
-  }
-  work_cv_.notify_one();
-  bool finished = false;
-  without_gil([&] {
-    std::unique_lock<std::mutex> lock(mu_);
-    // Everything queued before fn must finish first; each of those waits at
-    // most the timeout for its inner operations, so allow for a queue.
-    finished = idle_cv_.wait_for(lock, timeout_ + std::chrono::seconds(5),
-                                 [&] { return done->first; });
-  });
-  CC_CHECK(finished, kTransport, "rank ", getRank(),
-           ": the torch backend's worker did not finish within ", timeout_.count(), " ms");
-  if (done->second) std::rethrow_exception(done->second);
-}
-
-void CompcollBackend::drain() { run_on_worker([] {}); }
 
 void CompcollBackend::finish() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_ || stopping_) return;
-    finished_ = true;
-  }
-  run_on_worker([this] {
-    for (Lane* lane : {host_.get(), device_.get()}) {
-      if (lane != nullptr && lane->comm() != nullptr) lane->comm()->finish();  // its summary line
+  if (finished_.exchange(true)) return;
+  if (!worker_->broken().empty()) return;  // its worker cannot be reached; nothing to write
+  // The task owns what it touches (worker.h); the file is written on the
+  // worker, after everything submitted so far.
+  auto task = [host = host_, device = device_, g = group_stats_skeleton(),
+               path = cfg_.stats_file.empty() ? std::string()
+                                              : stats_path(cfg_.stats_file, stats_id_.rank),
+               id = stats_id_, log = log_]() mutable {
+    for (const std::shared_ptr<Lane>& lane : {host, device}) {
+      if (lane == nullptr) continue;
+      if (lane->comm() != nullptr) lane->comm()->finish();  // its summary line
+      LaneStats x;
+      if (read_lane_stats(*lane, &x)) g.lanes.push_back(x);
     }
-    if (cfg_.stats_file.empty()) return;
-    const std::string path = stats_path(cfg_.stats_file, getRank());
-    const std::string json =
-        merged_stats_json(getRank(), getSize(), cfg_.algo, {host_.get(), device_.get()});
-    if (!write_file_atomically(path, json)) {
-      log_.warn("cannot write COMPCOLL_STATS_FILE ", path);
+    if (path.empty()) return;
+    if (!record_group_stats(path, id.rank, id.world_size, g)) {
+      log.warn("cannot write COMPCOLL_STATS_FILE ", path);
     }
-  });
+  };
+  worker_->run_and_wait("finish (stats)", task);
 }
 
 std::string CompcollBackend::stats_json() {
-  std::string out;
-  run_on_worker([&] {
-    out = merged_stats_json(getRank(), getSize(), cfg_.algo, {host_.get(), device_.get()});
+  auto out = std::make_shared<std::string>();
+  worker_->run_and_wait("stats", [out, host = host_, device = device_,
+                                  g = group_stats_skeleton()]() mutable {
+    for (const std::shared_ptr<Lane>& lane : {host, device}) {
+      LaneStats x;
+      if (lane != nullptr && read_lane_stats(*lane, &x)) g.lanes.push_back(x);
+    }
+    *out = group_stats_json(g);
   });
-  return out;
+  return *out;
 }
 
 size_t CompcollBackend::state_entries() {
-  size_t n = 0;
-  run_on_worker([&] {
-    for (Lane* lane : {host_.get(), device_.get()}) {
-      if (lane != nullptr && lane->comm() != nullptr) n += lane->comm()->state_entries();
+  auto n = std::make_shared<size_t>(0);
+  worker_->run_and_wait("state_entries", [n, host = host_, device = device_] {
+    for (const std::shared_ptr<Lane>& lane : {host, device}) {
+      if (lane != nullptr && lane->comm() != nullptr) *n += lane->comm()->state_entries();
     }
   });
-  return n;
+  return *n;
 }
 
-Lane& CompcollBackend::lane_named(const std::string& name) const {
-  if (name == host_->name()) return *host_;
-  if (device_ && name == device_->name()) return *device_;
+const std::shared_ptr<Lane>& CompcollBackend::lane_named(const std::string& name) const {
+  if (name == host_->name()) return host_;
+  if (device_ && name == device_->name()) return device_;
   CC_THROW(kInvalidArgument, "this compcoll backend has no lane '", name, "' (it has '",
            host_->name(), "'", device_ ? ", '" + device_->name() + "'" : "", ")");
 }
 
-Lane& CompcollBackend::lane_for(c10::Device device) {
-  if (device_ && device.type() == device_->type()) return *device_;
-  return *host_;
+const std::shared_ptr<Lane>& CompcollBackend::lane_for(c10::Device device) const {
+  if (device_ && device.type() == device_->type()) return device_;
+  return host_;
 }
 
 c10::intrusive_ptr<c10d::Backend> CompcollBackend::inner_of(const std::string& lane) const {
-  return lane_named(lane).built_inner();
+  return lane_named(lane)->built_inner();
 }
 
 std::vector<SlotInfo> CompcollBackend::slots(const std::string& lane) {
-  Lane& l = lane_named(lane);
-  std::lock_guard<std::mutex> lock(mu_);
-  return l.slots.slots();
+  const std::shared_ptr<Lane>& l = lane_named(lane);
+  return worker_->locked([&] { return l->slots.slots(); });
 }
 
 std::vector<BufferSlots::TraceEntry> CompcollBackend::key_trace(const std::string& lane) {
-  Lane& l = lane_named(lane);
-  std::lock_guard<std::mutex> lock(mu_);
-  return {l.slots.trace().begin(), l.slots.trace().end()};
+  const std::shared_ptr<Lane>& l = lane_named(lane);
+  return worker_->locked([&] {
+    return std::vector<BufferSlots::TraceEntry>(l->slots.trace().begin(), l->slots.trace().end());
+  });
+}
+
+void CompcollBackend::note_reduce_scatter(int64_t elems) {
+  rs_calls_.fetch_add(1);
+  rs_elems_.fetch_add(static_cast<uint64_t>(elems));
+  if (!cfg_.compression_enabled() || static_cast<size_t>(elems) < cfg_.min_elems) return;
+  if (compressible_candidates_.load() > 0 || rs_warned_.exchange(true)) return;
+  if (getRank() != 0) return;  // once per group
+  log_.warn("group '", getGroupUid(), "': a reduce-scatter of ", elems,
+            " elements went uncompressed, and no allreduce of this group so far could be "
+            "compressed: compcoll compresses allreduce only. FSDP (FULL_SHARD, SHARD_GRAD_OP, "
+            "HYBRID_SHARD) and FSDP2's fully_shard reduce gradients with reduce-scatter, so "
+            "COMPCOLL_ALGO=", cfg_.algo, " saves nothing for them; DDP, or FSDP NO_SHARD, "
+            "allreduces them (docs/pytorch.md, FSDP)");
 }
 
 // ------------------------------------------------------------ delegation --
@@ -256,16 +276,40 @@ template <typename Issue>
 c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10d::OpType type,
                                                          const char* title,
                                                          std::vector<at::Tensor> outputs,
-                                                         Issue issue) {
-  Lane& lane = lane_for(device);
+                                                         Issue issue, bool collective) {
+  const std::shared_ptr<Lane>& lane = lane_for(device);
   // Builds the device lane's inner backend on its first operation: here, on
   // the caller's thread, before the queue lock (the factory takes the GIL).
-  c10::intrusive_ptr<c10d::Backend> inner = lane.inner();
-  std::unique_lock<std::mutex> lock(mu_);
-  // In order: nothing is ahead of it. Issued by the caller, with the
-  // caller's current stream: the inner backend handles streams itself.
-  if (!busy_ && queue_.empty()) return issue(*inner);
-  CC_CHECK(!stopping_, kInvalidArgument, "operation on a torch backend that has shut down");
+  c10::intrusive_ptr<c10d::Backend> inner = lane->inner();
+  const std::string what = op_label(title, outputs);
+  // In order: nothing is ahead of it (or a callback on the worker issues
+  // it). Issued by the caller, with the caller's current stream: the inner
+  // backend handles streams itself.
+  c10::intrusive_ptr<c10d::Work> direct;
+  if (worker_->run_now_if_idle(what, [&] { direct = issue(*inner); })) {
+    if (collective && device.is_cpu() && worker_->on_worker_thread()) {
+      // Issued by a callback the worker runs: completed before the call
+      // returns, so the future's own callbacks also run here, in order,
+      // instead of on Gloo's thread, where an operation they issued would
+      // queue behind this worker waiting for them. (Point-to-point
+      // operations are matched by peer and tag, not by order: they stay
+      // asynchronous, so a callback may post a receive before its send. A
+      // device future completes at issue: NCCL orders it on the stream.)
+      direct->wait(timeout_);
+      // Gloo may finish the work just before it completes the work's
+      // future; then() on an incomplete future would run the callback on
+      // Gloo's thread. The completion follows at once, so this wait is
+      // bounded by the one above.
+      c10::intrusive_ptr<c10::ivalue::Future> future;
+      try {
+        future = direct->getFuture();
+      } catch (const std::exception&) {
+        future.reset();  // a work without a future has no callbacks
+      }
+      if (future) future->wait();
+    }
+    return direct;
+  }
   auto work = c10::make_intrusive<CompcollWork>(getRank(), type, title, std::move(outputs));
   if (!device.is_cpu()) {
     // Issued later by the worker: it must see the tensors as the caller's
@@ -273,58 +317,58 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
     const c10::impl::VirtualGuardImpl impl(device.type());
     auto ready = std::make_shared<c10::Event>(device.type());
     ready->record(impl.getStream(device));
-    queue_.push_back([this, &lane, work, inner, issue, ready, device]() mutable {
+    worker_->submit(what, work, [&]() -> Worker::Task {
+      return [lane, work, inner, issue, ready, device, timeout = timeout_]() mutable {
+        try {
+          const std::optional<c10::Stream> stream = lane->worker_stream(device);
+          c10::OptionalStreamGuard guard(stream);
+          ready->block(*stream);
+          c10::intrusive_ptr<c10d::Work> in = issue(*inner);
+          work->set_inner(in);
+          in->wait(timeout);
+          stream->synchronize();
+          work->complete();  // with the stream current: the future's events are on it
+        } catch (const std::exception&) {
+          work->fail(std::current_exception());
+        }
+      };
+    });
+    return work;
+  }
+  worker_->submit(what, work, [&]() -> Worker::Task {
+    return [work, inner, issue]() mutable {
+      c10::intrusive_ptr<c10d::Work> in;
       try {
-        const std::optional<c10::Stream> stream = lane.worker_stream(device);
-        c10::OptionalStreamGuard guard(stream);
-        ready->block(*stream);
-        c10::intrusive_ptr<c10d::Work> in = issue(*inner);
-        work->set_inner(in);
-        in->wait(timeout_);
-        stream->synchronize();
-        work->complete();  // with the stream current: the future's events are on it
+        in = issue(*inner);
+      } catch (const std::exception& e) {
+        work->fail(std::current_exception());
+        return;
+      }
+      work->set_inner(in);
+      c10::intrusive_ptr<c10::ivalue::Future> future;
+      try {
+        future = in->getFuture();
+      } catch (const std::exception&) {
+        future.reset();  // Gloo's send/recv works have no future
+      }
+      if (future) {
+        future->addCallback([work](c10::ivalue::Future& f) {
+          if (f.hasError()) {
+            work->fail(f.exception_ptr());
+          } else {
+            work->complete_with(f.value(), work->result());
+          }
+        });
+        return;
+      }
+      try {
+        in->wait();
+        work->complete();
       } catch (const std::exception&) {
         work->fail(std::current_exception());
       }
-    });
-    lock.unlock();
-    work_cv_.notify_one();
-    return work;
-  }
-  queue_.push_back([work, inner, issue]() mutable {
-    c10::intrusive_ptr<c10d::Work> in;
-    try {
-      in = issue(*inner);
-    } catch (const std::exception& e) {
-      work->fail(std::current_exception());
-      return;
-    }
-    work->set_inner(in);
-    c10::intrusive_ptr<c10::ivalue::Future> future;
-    try {
-      future = in->getFuture();
-    } catch (const std::exception&) {
-      future.reset();  // Gloo's send/recv works have no future
-    }
-    if (future) {
-      future->addCallback([work](c10::ivalue::Future& f) {
-        if (f.hasError()) {
-          work->fail(f.exception_ptr());
-        } else {
-          work->complete_with(f.value(), work->result());
-        }
-      });
-      return;
-    }
-    try {
-      in->wait();
-      work->complete();
-    } catch (const std::exception&) {
-      work->fail(std::current_exception());
-    }
+    };
   });
-  lock.unlock();
-  work_cv_.notify_one();
   return work;
 }
 
@@ -348,43 +392,13 @@ bool CompcollBackend::is_candidate(const Lane& lane, const std::vector<at::Tenso
   return to_compcoll_dtype(st, dtype);
 }
 
-void CompcollBackend::run_candidate(Lane& lane, const c10::intrusive_ptr<CompcollWork>& work,
-                                    const at::Tensor& t, const at::Tensor& host, DType dtype,
-                                    ReduceOp op, const std::string& key,
-                                    const std::string& dropped) {
-  try {
-    const std::optional<c10::Stream> stream =
-        lane.staged() ? lane.worker_stream(t.device()) : std::nullopt;
-    // The staging copies and the inner (NCCL) operations run on the worker's
-    // stream, never queued behind the user's work on the default stream.
-    c10::OptionalStreamGuard guard(stream);
-    try {
-      Communicator& comm =
-          lane.ensure_comm(lane_cfg_, timeout_, lane.staged() ? lane.device : std::nullopt);
-      if (!dropped.empty()) comm.drop_state(dropped);  // free it now, not at eviction
-      const at::Tensor& buf = lane.staged() ? host : t;
-      comm.allreduce(buf.data_ptr(), static_cast<size_t>(t.numel()), dtype, op,
-                     key.empty() ? nullptr : key.c_str());
-      // non_blocking=false: the result is in t when copy_ returns, so
-      // before the work completes.
-      if (lane.staged()) t.copy_(host);
-    } catch (const std::exception& e) {
-      work->fail(as_compcoll_error(e));
-      return;
-    }
-    work->complete();  // with the stream current: a device future's events are on it
-  } catch (const std::exception& e) {
-    work->fail(as_compcoll_error(e));  // no stream for the device
-  }
-}
-
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
   const c10::Device device = device_of(tensors);
-  Lane& lane = lane_for(device);
+  const std::shared_ptr<Lane>& lane = lane_for(device);
   DType dtype;
   ReduceOp op;
-  if (!is_candidate(lane, tensors, opts, &dtype, &op)) {
+  if (!is_candidate(*lane, tensors, opts, &dtype, &op)) {
     return delegate(device, c10d::OpType::ALLREDUCE, "compcoll:all_reduce", tensors,
                     [tensors, opts](c10d::Backend& in) mutable {
                       return in.allreduce(tensors, opts);
@@ -393,10 +407,11 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
   at::Tensor t = tensors[0];
   const bool compress =
       cfg_.compression_enabled() && static_cast<size_t>(t.numel()) >= cfg_.min_elems;
-  if (lane.staged() && !compress) {
+  if (compress) compressible_candidates_.fetch_add(1);
+  if (lane->staged() && !compress) {
     // Kept dense by the policy: the inner backend's own allreduce (exact,
     // AVG included), without the two staging copies. Counted.
-    lane.count_direct(
+    lane->count_direct(
         ring_allreduce_bytes(static_cast<size_t>(t.numel()) * dtype_size(dtype), getSize()));
     return delegate(device, c10d::OpType::ALLREDUCE, "compcoll:all_reduce", tensors,
                     [tensors, opts](c10d::Backend& in) mutable {
@@ -404,49 +419,70 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
                     });
   }
   at::Tensor host;
-  if (lane.staged()) {
-    lane.inner();  // built on the first operation, on this thread (it may take the GIL)
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      CC_CHECK(!lane.device || *lane.device == t.device(), kInvalidArgument, "rank ", getRank(),
-               ": the compcoll ", lane.name(), " communicator of this process group works on ",
-               lane.device->str(), "; an allreduce of a tensor on ", t.device().str(),
+  if (lane->staged()) {
+    lane->inner();  // built on the first operation, on this thread (it may take the GIL)
+    worker_->locked([&] {
+      CC_CHECK(!lane->device || *lane->device == t.device(), kInvalidArgument, "rank ", getRank(),
+               ": the compcoll ", lane->name(), " communicator of this process group works on ",
+               lane->device->str(), "; an allreduce of a tensor on ", t.device().str(),
                " cannot join it (use one device per rank: torch.cuda.set_device)");
-    }
+    });
     // The snapshot, now: the caller's current stream has finished with t
     // when it returns. Not under the queue lock (it waits for the device).
     host = stage_to_host(t);
   }
   auto work = c10::make_intrusive<CompcollWork>(getRank(), c10d::OpType::ALLREDUCE,
                                                 "compcoll:all_reduce", tensors);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    CC_CHECK(!stopping_, kInvalidArgument, "allreduce on a torch backend that has shut down");
-    if (lane.staged() && !lane.device) lane.device = t.device();
+  const std::string what = op_label("all_reduce", tensors);
+  worker_->submit(what, work, [&]() -> Worker::Task {
+    if (lane->staged() && !lane->device) lane->device = t.device();
     // Keys are assigned in submission order, on the caller's thread, while
     // the tensor is certainly alive. Tensors the policy keeps dense (the
     // algorithm is dense, or fewer than COMPCOLL_MIN_ELEMS elements) need
     // no state and get no slot.
     SlotAssignment a{"", SlotEvent::kSame, 0};
-    if (compress) a = lane.slots.assign(t);
-    if (a.event == SlotEvent::kFresh || a.event == SlotEvent::kResized) {
-      // A warning, not info: dropping a residual must never be silent.
-      log_.warn("error-feedback state ", a.key, ": a new buffer of ", t.numel(),
-                " elements replaced a freed one; the freed buffer's residual (", a.dropped_elems,
-                " elements) is dropped",
-                a.event == SlotEvent::kFresh
-                    ? " (first replacement, as at DDP's bucket rebuild: its layout may differ)"
-                    : " (different size)");
-    } else if (a.event != SlotEvent::kSame) {
-      log_.trace("error-feedback state ", a.key, " for ", t.numel(), " elements: ",
+    if (compress) a = lane->slots.assign(t);
+    log_drop(*lane, a, t.numel());
+    return [lane, cfg = lane_cfg_, timeout = timeout_, work, t, host, dtype, op, key = a.key,
+            dropped = a.dropped_key,
+            context = detail::concat("rank ", getRank(), "/", getSize(), ", group '",
+                                     getGroupUid(), "': ", what)] {
+      run_candidate(lane, cfg, timeout, work, t, host, dtype, op, key, dropped, context);
+    };
+  });
+  return work;
+}
+
+void CompcollBackend::log_drop(const Lane& lane, const SlotAssignment& a, int64_t numel) {
+  if (a.event != SlotEvent::kFresh && a.event != SlotEvent::kResized) {
+    if (a.event != SlotEvent::kSame) {
+      log_.trace("error-feedback state ", a.key, " for ", numel, " elements: ",
                  slot_event_name(a.event));
     }
-    queue_.push_back([this, &lane, work, t, host, dtype, op, key = a.key, dropped = a.dropped_key] {
-      run_candidate(lane, work, t, host, dtype, op, key, dropped);
-    });
+    return;
   }
-  work_cv_.notify_one();
-  return work;
+  // A slot's first replacement is what DDP's bucket rebuild does once (its
+  // buckets change layout after iteration 1): expected, so INFO. A slot
+  // whose residual is dropped again is a program that keeps reducing new
+  // buffers of changing shapes: error feedback is lost each time, which a
+  // user should know about (WARN, once per lane; INFO afterwards).
+  const std::string msg = detail::concat(
+      "error-feedback state ", a.key, " (", lane.name(), "): a new buffer of ", numel,
+      " elements replaced a freed one; the freed buffer's residual (", a.dropped_elems,
+      " elements) is dropped",
+      a.event == SlotEvent::kFresh
+          ? " (first replacement, as at DDP's bucket rebuild: its layout may differ)"
+          : " (different size or dtype)");
+  if (a.replacements == 0) {
+    log_.info(msg);
+  } else if (!(lane.name() == host_->name() ? host_drop_warned_ : device_drop_warned_)
+                  .exchange(true)) {
+    log_.warn(msg, ". This slot has lost its residual ", a.replacements + 1,
+              " times: the program keeps reducing new buffers of changing size, so error "
+              "feedback restarts each time; reuse the buffers (further drops at INFO)");
+  } else {
+    log_.info(msg);
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce_sparse(
@@ -542,6 +578,11 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::scatter(
 c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
+  int64_t elems = 0;
+  for (const auto& list : inputs) {
+    for (const at::Tensor& t : list) elems += t.numel();
+  }
+  note_reduce_scatter(elems);
   return delegate(device_of(outputs), c10d::OpType::REDUCE_SCATTER, "compcoll:reduce_scatter",
                   outputs, [outputs, inputs, opts](c10d::Backend& in) mutable {
                     return in.reduce_scatter(outputs, inputs, opts);
@@ -550,6 +591,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  note_reduce_scatter(input.numel());
   return delegate(input.device(), c10d::OpType::_REDUCE_SCATTER_BASE,
                   "compcoll:_reduce_scatter_base", {output},
                   [output, input, opts](c10d::Backend& in) mutable {
@@ -560,6 +602,9 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
+  int64_t elems = 0;
+  for (const at::Tensor& t : inputs) elems += t.numel();
+  note_reduce_scatter(elems);
   return delegate(device_of(inputs, outputs), c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
                   "compcoll:reduce_scatter_tensor_coalesced", outputs,
                   [outputs, inputs, opts](c10d::Backend& in) mutable {
@@ -591,7 +636,8 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::send(std::vector<at::Tensor>& te
   return delegate(device_of(tensors), c10d::OpType::SEND, "compcoll:send", tensors,
                   [tensors, dst, tag](c10d::Backend& in) mutable {
                     return in.send(tensors, dst, tag);
-                  });
+                  },
+                  /*collective=*/false);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::recv(std::vector<at::Tensor>& tensors, int src,
@@ -599,7 +645,8 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::recv(std::vector<at::Tensor>& te
   return delegate(device_of(tensors), c10d::OpType::RECV, "compcoll:recv", tensors,
                   [tensors, src, tag](c10d::Backend& in) mutable {
                     return in.recv(tensors, src, tag);
-                  });
+                  },
+                  /*collective=*/false);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::recvAnysource(std::vector<at::Tensor>& tensors,
@@ -607,7 +654,8 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::recvAnysource(std::vector<at::Te
   return delegate(device_of(tensors), c10d::OpType::RECVANYSOURCE, "compcoll:recv_any_source",
                   tensors, [tensors, tag](c10d::Backend& in) mutable {
                     return in.recvAnysource(tensors, tag);
-                  });
+                  },
+                  /*collective=*/false);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::barrier(const c10d::BarrierOptions& opts) {
@@ -619,7 +667,8 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::barrier(const c10d::BarrierOptio
 }
 
 void CompcollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
-  drain();  // synchronous: everything submitted before it is issued first
+  // Synchronous: everything submitted before it is issued first.
+  worker_->run_and_wait("monitored_barrier", [] {});
   inner_->monitoredBarrier(opts, wait_all_ranks);
 }
 
@@ -632,6 +681,7 @@ void CompcollBackend::setTimeout(std::chrono::milliseconds timeout) {
 
 void CompcollBackend::setGroupUid(const std::string& pg_uid) {
   c10d::Backend::setGroupUid(pg_uid);
+  worker_->set_group(pg_uid);
   host_->set_group_uid(pg_uid);
   if (device_) device_->set_group_uid(pg_uid);
 }
@@ -644,10 +694,11 @@ void CompcollBackend::setBoundDeviceId(std::optional<at::Device> device) {
 
 void CompcollBackend::eagerConnectSingleDevice(at::Device device) {
   // An explicit request: builds the device lane's inner backend now.
-  lane_for(device).inner()->eagerConnectSingleDevice(device);
+  lane_for(device)->inner()->eagerConnectSingleDevice(device);
 }
 
 c10d::ErrorType CompcollBackend::getError() {
+  if (!worker_->broken().empty()) return c10d::ErrorType::TIMEOUT;
   const c10d::ErrorType e = inner_->getError();
   if (e != c10d::ErrorType::SUCCESS || !device_) return e;
   auto built = device_->built_inner();

@@ -28,22 +28,29 @@
 //   delegated   everything else (other dtypes and ops, sparse tensors,
 //               broadcast, allgather, reduce_scatter, alltoall, send/recv,
 //               barrier, ...): the same call on the lane's inner backend.
-//   worker      one thread per backend runs candidates (and the operations
-//               queued behind them) in submission order, whatever their
-//               lane. Gloo and NCCL match operations by the order in which
-//               they are issued, and every rank submits in the same order, so
-//               issuing every inner operation in submission order keeps each
-//               inner backend in lockstep across ranks (one queue for both
-//               lanes: each inner backend sees its operations in submission
-//               order, and a lane's Communicator is made by the worker at its
-//               first candidate, at the same point of that order on every
-//               rank). A delegated operation is issued directly by the caller
-//               when the worker is idle and nothing is queued (under the
-//               queue lock), else queued. A queued operation on device
-//               tensors records an event on the caller's current stream at
-//               submission; the worker makes its own stream wait for it,
-//               issues the operation with that stream current, waits for the
-//               inner work and synchronises the stream before completing.
+//   worker      one thread per backend (worker.h) runs candidates (and the
+//               operations queued behind them) in submission order, whatever
+//               their lane. Gloo and NCCL match operations by the order in
+//               which they are issued, and every rank submits in the same
+//               order, so issuing every inner operation in submission order
+//               keeps each inner backend in lockstep across ranks (one queue
+//               for both lanes: each inner backend sees its operations in
+//               submission order, and a lane's Communicator is made by the
+//               worker at its first candidate, at the same point of that
+//               order on every rank). A delegated operation is issued
+//               directly by the caller when the worker is idle and nothing is
+//               queued (under the queue lock), else queued. An operation
+//               submitted from a future callback that the worker is running
+//               (DDP comm hooks: PowerSGD) runs at once on the worker, right
+//               after the operation that completed (worker.h, "Callbacks").
+//               Every queued operation settles by its deadline (submission +
+//               the group's timeout) or fails with a compcoll error naming it
+//               and the group; the group is then unusable (worker.h,
+//               "Deadlines"). A queued operation on device tensors records
+//               an event on the caller's current stream at submission; the
+//               worker makes its own stream wait for it, issues the
+//               operation with that stream current, waits for the inner work
+//               and synchronises the stream before completing.
 //   work        candidates and queued operations return a CompcollWork whose
 //               future completes on the worker (or on Gloo's thread) with the
 //               output tensors, or with the compcoll error; wait() rethrows.
@@ -51,27 +58,32 @@
 //               (see buffer_slots.h): buffer identity, robust to DDP's
 //               rebuild.
 //
+// FSDP: reduce-scatter is delegated, never compressed. A group that has
+// delegated a reduce-scatter of at least COMPCOLL_MIN_ELEMS elements while
+// no allreduce of it could be compressed (FSDP FULL_SHARD, fully_shard:
+// compression enabled, nothing compressed) says so at WARN, once, on group
+// rank 0.
+//
 // finish() (called at destruction and, from Python, at interpreter exit)
-// drains the queue, finishes the lanes' Communicators and writes one
-// COMPCOLL_STATS_FILE per rank: totals over the lanes, and each lane's own
-// under "devices".
+// drains the queue, finishes the lanes' Communicators and records the
+// group's counters in the process's COMPCOLL_STATS_FILE (group_stats.h:
+// one file per process, every group under its name, totals at the top).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <functional>
+#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "integration/pytorch/csrc/buffer_slots.h"
+#include "integration/pytorch/csrc/group_stats.h"
 #include "integration/pytorch/csrc/lane.h"
 #include "integration/pytorch/csrc/work.h"
+#include "integration/pytorch/csrc/worker.h"
 #include "plugin/communicator.h"
 #include "plugin/config.h"
 #include "plugin/logging.h"
@@ -87,13 +99,21 @@ struct DeviceLaneSpec {
   Lane::Factory factory;
 };
 
+// Who the process is in COMPCOLL_STATS_FILE: its global rank (the file's
+// {rank}) and the world size. rank < 0: the group's own.
+struct StatsIdentity {
+  int rank = -1;
+  int world_size = -1;
+};
+
 class CompcollBackend final : public c10d::Backend {
  public:
   // Collective over inner: reads the COMPCOLL_* configuration (rank and size
   // are inner's) and builds the host lane's Communicator, which agrees on
-  // it. timeout: the process group's timeout; every inner wait honours it.
+  // it. timeout: the process group's timeout; every inner wait honours it,
+  // and every queued operation settles within it.
   CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
-                  DeviceLaneSpec device_lane = {});
+                  DeviceLaneSpec device_lane = {}, StatsIdentity stats_id = {});
   ~CompcollBackend() override;
 
   const std::string getBackendName() const override { return "compcoll"; }
@@ -167,10 +187,10 @@ class CompcollBackend final : public c10d::Backend {
   // The device lane's name, or "" without one.
   std::string device_lane() const { return device_ ? device_->name() : std::string(); }
   const Config& config() const { return cfg_; }
-  // Drains the queue and writes the stats file; idempotent.
+  // Drains the queue and records the stats (group_stats.h); idempotent.
   void finish();
-  // The stats as JSON (the stats file's content, see merged_stats_json),
-  // taken on the worker after everything submitted so far.
+  // The group's stats as JSON (group_stats_json), taken on the worker after
+  // everything submitted so far.
   std::string stats_json();
   std::vector<SlotInfo> slots(const std::string& lane);
   std::vector<BufferSlots::TraceEntry> key_trace(const std::string& lane);
@@ -181,50 +201,51 @@ class CompcollBackend final : public c10d::Backend {
   // live().
   static c10::intrusive_ptr<CompcollBackend> create(c10::intrusive_ptr<c10d::Backend> inner,
                                                     std::chrono::milliseconds timeout,
-                                                    DeviceLaneSpec device_lane = {});
+                                                    DeviceLaneSpec device_lane = {},
+                                                    StatsIdentity stats_id = {});
   // Every live backend of this process (for the exit hook).
   static std::vector<c10::intrusive_ptr<CompcollBackend>> live();
 
  private:
-  using Task = std::function<void()>;
-
   // Issues issue(inner) on the lane serving device, in submission order.
+  // collective: false for point-to-point operations (matched by peer and
+  // tag, not by order).
   template <typename Issue>
   c10::intrusive_ptr<c10d::Work> delegate(c10::Device device, c10d::OpType type,
                                           const char* title, std::vector<at::Tensor> outputs,
-                                          Issue issue);
-  Lane& lane_for(c10::Device device);
-  Lane& lane_named(const std::string& name) const;
-  // The worker's part of a candidate: reduce (host, or t in place), copy a
-  // staged result back into t, complete work.
-  void run_candidate(Lane& lane, const c10::intrusive_ptr<CompcollWork>& work, const at::Tensor& t,
-                     const at::Tensor& host, DType dtype, ReduceOp op, const std::string& key,
-                     const std::string& dropped);
-  // Runs fn on the worker after everything queued before it and waits for
-  // it (at most the timeout); rethrows its exception.
-  void run_on_worker(const std::function<void()>& fn);
-  void drain();
-  void worker_loop();
-  void stop_worker();
+                                          Issue issue, bool collective = true);
+  const std::shared_ptr<Lane>& lane_for(c10::Device device) const;
+  const std::shared_ptr<Lane>& lane_named(const std::string& name) const;
   bool is_candidate(const Lane& lane, const std::vector<at::Tensor>& tensors,
                     const c10d::AllreduceOptions& opts, DType* dtype, ReduceOp* op) const;
+  // Reports a dropped residual (under the queue lock).
+  void log_drop(const Lane& lane, const SlotAssignment& a, int64_t numel);
+  // Counts a delegated reduce-scatter of elems input elements; the FSDP
+  // warning (see the top of this file).
+  void note_reduce_scatter(int64_t elems);
+  // The group's stats without the lanes' (read on the worker).
+  GroupStats group_stats_skeleton() const;
 
   c10::intrusive_ptr<c10d::Backend> inner_;  // the host lane's (Gloo)
   std::chrono::milliseconds timeout_;
   Config cfg_;
-  Config lane_cfg_;  // cfg_ for the lanes' Communicators: the backend writes the stats file
+  // cfg_ for the lanes' Communicators (no stats file: the backend writes
+  // it), shared with the worker's tasks.
+  std::shared_ptr<const Config> lane_cfg_;
   Logger log_;
-  std::unique_ptr<Lane> host_;
-  std::unique_ptr<Lane> device_;  // null without a device lane
+  StatsIdentity stats_id_;
+  // Shared with the worker's tasks, which may outlive the backend (worker.h).
+  std::shared_ptr<Lane> host_;
+  std::shared_ptr<Lane> device_;  // null without a device lane
+  std::shared_ptr<Worker> worker_;
 
-  std::mutex mu_;  // guards everything below
-  std::condition_variable work_cv_;
-  std::condition_variable idle_cv_;
-  std::deque<Task> queue_;
-  bool busy_ = false;
-  bool stopping_ = false;
-  bool finished_ = false;
-  std::thread worker_;
+  std::atomic<bool> finished_{false};
+  std::atomic<bool> host_drop_warned_{false};
+  std::atomic<bool> device_drop_warned_{false};
+  std::atomic<uint64_t> compressible_candidates_{0};
+  std::atomic<uint64_t> rs_calls_{0};
+  std::atomic<uint64_t> rs_elems_{0};
+  std::atomic<bool> rs_warned_{false};
 };
 
 }  // namespace compcoll::torch_integration

@@ -16,6 +16,7 @@ using compcoll::torch_integration::BufferSlots;
 using compcoll::torch_integration::CompcollBackend;
 using compcoll::torch_integration::DeviceLaneSpec;
 using compcoll::torch_integration::Lane;
+using compcoll::torch_integration::StatsIdentity;
 
 namespace {
 
@@ -122,7 +123,8 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "create_backend",
       [](const c10::intrusive_ptr<c10d::Backend>& inner, std::chrono::milliseconds timeout,
-         std::optional<std::string> device_lane, std::optional<py::function> device_factory) {
+         std::optional<std::string> device_lane, std::optional<py::function> device_factory,
+         int stats_rank, int stats_world_size) {
         DeviceLaneSpec spec;
         if (device_lane) {
           TORCH_CHECK(device_factory, "compcoll: a device lane needs a device_factory");
@@ -138,15 +140,17 @@ PYBIND11_MODULE(_C, m) {
           spec.factory = backend_factory(std::move(*device_factory));
         }
         py::gil_scoped_release nogil;  // collective: other threads may need the GIL meanwhile
-        return c10::intrusive_ptr<c10d::Backend>(
-            CompcollBackend::create(inner, timeout, std::move(spec)));
+        return c10::intrusive_ptr<c10d::Backend>(CompcollBackend::create(
+            inner, timeout, std::move(spec), StatsIdentity{stats_rank, stats_world_size}));
       },
       py::arg("inner"), py::arg("timeout"), py::arg("device_lane") = py::none(),
-      py::arg("device_factory") = py::none(),
+      py::arg("device_factory") = py::none(), py::arg("stats_rank") = -1,
+      py::arg("stats_world_size") = -1,
       "Wraps an inner (Gloo) backend; collective: every rank of the group calls it. "
       "device_lane ('cuda', or 'staged_cpu' for tests) with device_factory (a callable "
       "returning the inner backend for those tensors, called on their first operation) "
-      "adds a host-staged lane for that device.");
+      "adds a host-staged lane for that device. stats_rank/stats_world_size: the process's "
+      "global rank and world size, for COMPCOLL_STATS_FILE (default: the group's).");
 
   m.def("is_compcoll", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return static_cast<bool>(c10::dynamic_intrusive_pointer_cast<CompcollBackend>(b));

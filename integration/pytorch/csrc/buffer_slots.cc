@@ -65,6 +65,7 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
   Slot* pick = same ? same : other;
   SlotEvent event = SlotEvent::kNew;
   int64_t dropped = 0;
+  int before = 0;
   std::string dropped_key;
   if (pick != nullptr) {
     by_buffer_.erase(id_of(*pick));
@@ -85,7 +86,7 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
       dropped = pick->numel;
       dropped_key = pick->key();
     }
-    ++pick->replacements;
+    before = pick->replacements++;
   } else {
     slots_.emplace_back();
     pick = &slots_.back();
@@ -98,6 +99,7 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
   by_buffer_[id_of(*pick)] = static_cast<size_t>(pick - slots_.data());
   SlotAssignment a = record(*pick, event, dropped);
   a.dropped_key = std::move(dropped_key);
+  a.replacements = before;
   return a;
 }
 

@@ -58,6 +58,7 @@ struct SlotAssignment {
   SlotEvent event;
   int64_t dropped_elems = 0;  // residual elements dropped (kFresh, kResized)
   std::string dropped_key;    // kFresh, kResized: the key whose state is to be freed
+  int replacements = 0;       // how often the slot was taken over before this time
 };
 
 struct SlotInfo {

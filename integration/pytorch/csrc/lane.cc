@@ -5,7 +5,6 @@
 #include <ATen/ATen.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
-#include <sstream>
 #include <stdexcept>
 
 #include "compcoll/error.h"
@@ -148,58 +147,6 @@ at::Tensor stage_to_host(const at::Tensor& t) {
   at::Tensor host = at::empty(t.sizes(), options);
   host.copy_(t);  // non_blocking=false: complete (the caller's stream synchronised) on return
   return host;
-}
-
-std::string merged_stats_json(int rank, int world_size, const std::string& algo,
-                              const std::vector<const Lane*>& lanes) {
-  struct Sums {
-    uint64_t calls = 0, compressed = 0, dense = 0, wire = 0, state = 0, direct = 0;
-    double ms = 0.0;
-  };
-  const auto write = [&](std::ostringstream& os, const Sums& x) {
-    os << "\"rank\": " << rank << ", \"world_size\": " << world_size << ", \"algo\": \"" << algo
-       << "\", \"calls\": " << x.calls << ", \"compressed_calls\": " << x.compressed
-       << ", \"dense_bytes\": " << x.dense << ", \"wire_bytes\": " << x.wire
-       << ", \"ratio\": " << (x.wire ? double(x.dense) / double(x.wire) : 0.0)
-       << ", \"time_ms\": " << x.ms << ", \"state_bytes\": " << x.state;
-  };
-  Sums total;
-  std::ostringstream devices;
-  bool first = true;
-  for (const Lane* lane : lanes) {
-    if (lane == nullptr) continue;
-    const Communicator* c = lane->comm();
-    Sums x;
-    if (c != nullptr) {
-      const Stats& s = c->stats();
-      x.calls = s.calls();
-      x.compressed = s.compressed_calls();
-      x.dense = s.dense_bytes();
-      x.wire = s.wire_bytes();
-      x.ms = s.total_ms();
-      x.state = c->state_bytes();
-    }
-    x.direct = lane->direct_calls();
-    if (c == nullptr && x.direct == 0) continue;
-    x.calls += x.direct;
-    x.dense += lane->direct_bytes();
-    x.wire += lane->direct_bytes();
-    total.calls += x.calls;
-    total.compressed += x.compressed;
-    total.dense += x.dense;
-    total.wire += x.wire;
-    total.ms += x.ms;
-    total.state += x.state;
-    devices << (first ? "" : ", ") << "\"" << lane->name() << "\": {";
-    write(devices, x);
-    devices << ", \"direct_calls\": " << x.direct << "}";
-    first = false;
-  }
-  std::ostringstream os;
-  os << "{";
-  write(os, total);
-  os << ", \"devices\": {" << devices.str() << "}}";
-  return os.str();
 }
 
 }  // namespace compcoll::torch_integration

@@ -24,7 +24,8 @@
 //
 // Threads: inner() and the setters may be called from any thread; comm(),
 // ensure_comm() and worker_stream() only on the backend's worker (or before
-// it starts); slots and device are guarded by the backend's queue mutex.
+// it starts); slots and device are guarded by the worker's queue lock
+// (Worker::locked).
 #pragma once
 
 #include <c10/core/Device.h>
@@ -95,7 +96,7 @@ class Lane {
   uint64_t direct_calls() const { return direct_calls_.load(); }
   uint64_t direct_bytes() const { return direct_bytes_.load(); }
 
-  // Guarded by the backend's queue mutex.
+  // Guarded by the worker's queue lock.
   BufferSlots slots;
   std::optional<c10::Device> device;  // staged lanes: the device of the first candidate
 
@@ -128,15 +129,5 @@ void without_gil(const std::function<void()>& fn);
 // caller's current stream of t's device; returns when the copy is complete,
 // so everything the caller's stream did to t before is in it.
 at::Tensor stage_to_host(const at::Tensor& t);
-
-// The stats JSON of several lanes: the top-level fields of the stats file
-// (rank, world_size, algo, calls, compressed_calls, dense_bytes, wire_bytes,
-// ratio, time_ms, state_bytes) sum the lanes, and "devices" holds each
-// lane's own, by lane name, with the same fields plus direct_calls (dense
-// candidates given to the inner backend directly: counted in calls,
-// dense_bytes and wire_bytes, not in time_ms). A lane without a
-// Communicator and without direct calls is left out.
-std::string merged_stats_json(int rank, int world_size, const std::string& algo,
-                              const std::vector<const Lane*>& lanes);
 
 }  // namespace compcoll::torch_integration

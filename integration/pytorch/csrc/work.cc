@@ -25,9 +25,22 @@ CompcollWork::CompcollWork(int rank, c10d::OpType type, const char* profiling_ti
       future_(c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get()), device_outputs(outputs_))) {}
 
-void CompcollWork::complete() { complete_with(c10::IValue(outputs_), outputs_); }
+bool CompcollWork::settle() {
+  if (settled_.exchange(true)) return false;
+  if (on_settle_) {
+    std::function<void()> fn = std::move(on_settle_);
+    fn();
+  }
+  return true;
+}
 
-void CompcollWork::complete_with(const c10::IValue& value, std::vector<at::Tensor> outputs) {
+bool CompcollWork::complete() {
+  std::vector<at::Tensor> outputs = result();
+  return complete_with(c10::IValue(outputs), outputs);
+}
+
+bool CompcollWork::complete_with(const c10::IValue& value, std::vector<at::Tensor> outputs) {
+  if (!settle()) return false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     outputs_ = std::move(outputs);
@@ -35,11 +48,14 @@ void CompcollWork::complete_with(const c10::IValue& value, std::vector<at::Tenso
   // Work first, so that a future callback that waits on this work returns.
   finish();
   future_->markCompleted(value);
+  return true;
 }
 
-void CompcollWork::fail(std::exception_ptr e) {
+bool CompcollWork::fail(std::exception_ptr e) {
+  if (!settle()) return false;
   finish(e);
   future_->setError(e);
+  return true;
 }
 
 void CompcollWork::set_inner(c10::intrusive_ptr<c10d::Work> inner) {

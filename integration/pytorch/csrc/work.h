@@ -5,6 +5,11 @@
 // A failure completes both with the exception: wait() rethrows it and the
 // future's callbacks see it.
 //
+// Settled once: the first of complete/fail wins and later ones are ignored.
+// The backend's watchdog fails a work whose deadline has passed while the
+// worker may still be running it (see worker.h); whatever the worker does
+// afterwards must not complete the future a second time.
+//
 // Outputs on a device (cuda) make the future device-aware: completing it
 // records an event on the completing thread's current stream for each
 // device, and future.wait() / then() callbacks order themselves after those
@@ -16,7 +21,9 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <exception>
+#include <functional>
 #include <vector>
 
 namespace compcoll::torch_integration {
@@ -26,10 +33,15 @@ class CompcollWork final : public c10d::Work {
   CompcollWork(int rank, c10d::OpType type, const char* profiling_title,
                std::vector<at::Tensor> outputs);
 
-  // Completes with the outputs given at construction (or these).
-  void complete();
-  void complete_with(const c10::IValue& value, std::vector<at::Tensor> outputs);
-  void fail(std::exception_ptr e);
+  // Completes with the outputs given at construction (or these). Each
+  // returns false when the work was settled before (nothing is done).
+  bool complete();
+  bool complete_with(const c10::IValue& value, std::vector<at::Tensor> outputs);
+  bool fail(std::exception_ptr e);
+  bool settled() const { return settled_.load(); }
+  // Called once when the work settles, before the future's callbacks run
+  // (the worker forgets its deadline there). Set before the work is shared.
+  void on_settle(std::function<void()> fn) { on_settle_ = std::move(fn); }
   // For a delegated operation: the inner work, consulted by sourceRank().
   void set_inner(c10::intrusive_ptr<c10d::Work> inner);
 
@@ -38,9 +50,13 @@ class CompcollWork final : public c10d::Work {
   int sourceRank() const override;
 
  private:
+  bool settle();
+
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   c10::intrusive_ptr<c10d::Work> inner_;
+  std::atomic<bool> settled_{false};
+  std::function<void()> on_settle_;
 };
 
 }  // namespace compcoll::torch_integration

@@ -1,0 +1,335 @@
+#include "integration/pytorch/csrc/worker.h"
+
+#include <cstdio>
+#include <iterator>
+#include <exception>
+
+#include "compcoll/error.h"
+#include "integration/pytorch/csrc/lane.h"
+
+namespace compcoll::torch_integration {
+namespace {
+
+std::string seconds(Worker::Clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f",
+                std::chrono::duration_cast<std::chrono::duration<double>>(d).count());
+  return buf;
+}
+
+std::exception_ptr error(const std::string& msg) {
+  return std::make_exception_ptr(Error(ErrorKind::kTransport, "compcoll: " + msg));
+}
+
+// How long stop() waits for a worker thread that is still running a task
+// beyond the timeout (its own deadline has passed by then).
+constexpr std::chrono::seconds kStopGrace{2};
+
+}  // namespace
+
+Worker::Worker(int rank, int size, std::chrono::milliseconds timeout, const Logger& log)
+    : rank_(rank), size_(size), timeout_(timeout), log_(log) {}
+
+std::shared_ptr<Worker> Worker::start(int rank, int size, std::chrono::milliseconds timeout,
+                                      const Logger& log) {
+  CC_CHECK(timeout.count() > 0, kInvalidArgument, "the torch backend needs a positive timeout, not ",
+           timeout.count(), " ms");
+  std::shared_ptr<Worker> w(new Worker(rank, size, timeout, log));
+  std::lock_guard<std::mutex> lock(w->mu_);  // no task before worker_id_ is known
+  w->worker_ = std::thread([w] { w->worker_loop(); });
+  w->worker_id_ = w->worker_.get_id();
+  w->watchdog_ = std::thread([w] { w->watchdog_loop(); });
+  return w;
+}
+
+Worker::~Worker() {
+  // stop() joined or detached both threads; a thread that still runs holds
+  // a reference, so this only runs once neither does.
+  if (worker_.joinable()) worker_.detach();
+  if (watchdog_.joinable()) watchdog_.detach();
+}
+
+void Worker::set_group(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  group_ = name;
+}
+
+bool Worker::on_worker_thread() const { return std::this_thread::get_id() == worker_id_; }
+
+std::string Worker::broken() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return broken_;
+}
+
+std::string Worker::where() const {
+  return detail::concat("rank ", rank_, "/", size_, ", group '",
+                        group_.empty() ? "(unnamed)" : group_, "'");
+}
+
+void Worker::check_usable(const std::string& what) const {
+  CC_CHECK(broken_.empty(), kTransport, where(), ": ", what,
+           " refused: the group is unusable on this rank since an operation timed out (",
+           broken_, ")");
+  CC_CHECK(!stopping_, kInvalidArgument, where(), ": ", what,
+           " on a torch backend that has shut down");
+}
+
+uint64_t Worker::track(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
+                       Entry::State state) {
+  const uint64_t id = next_id_++;
+  const Clock::time_point now = Clock::now();
+  Entry& e = pending_[id];
+  e.what = what;
+  e.work = work;
+  e.submitted = now;
+  e.deadline = now + timeout_;
+  e.started = now;
+  e.state = state;
+  std::weak_ptr<Worker> self = weak_from_this();
+  work->on_settle([self, id] {
+    if (auto w = self.lock()) w->forget(id);
+  });
+  return id;
+}
+
+void Worker::forget(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.erase(id);
+}
+
+void Worker::finished_running(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(id);
+  if (it != pending_.end()) it->second.state = Entry::kIssued;  // completes asynchronously
+}
+
+void Worker::submit(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
+                    const std::function<Task()>& make) {
+  std::unique_lock<std::mutex> lock(mu_);
+  check_usable(what);
+  Task task = make();
+  if (on_worker_thread()) {
+    // Issued by a future callback the worker is running: now, here.
+    const uint64_t id = track(what, work, Entry::kRunning);
+    lock.unlock();
+    task();
+    finished_running(id);
+    return;
+  }
+  const uint64_t id = track(what, work, Entry::kQueued);
+  queue_.emplace_back(id, std::move(task));
+  lock.unlock();
+  work_cv_.notify_one();
+}
+
+bool Worker::run_now_if_idle(const std::string& what, const std::function<void()>& issue) {
+  std::unique_lock<std::mutex> lock(mu_);
+  check_usable(what);
+  if (on_worker_thread()) {
+    lock.unlock();  // issued by a callback: its place in the order is here
+    issue();
+    return true;
+  }
+  if (busy_ || !queue_.empty()) return false;
+  issue();  // under the lock: nothing can be submitted ahead of it meanwhile
+  return true;
+}
+
+void Worker::run_and_wait(const std::string& what, std::function<void()> fn) {
+  if (on_worker_thread()) {
+    fn();
+    return;
+  }
+  auto work = c10::make_intrusive<CompcollWork>(rank_, c10d::OpType::UNKNOWN, "compcoll:internal",
+                                                std::vector<at::Tensor>{});
+  submit(what, work, [&] {
+    return [work, fn = std::move(fn)] {
+      try {
+        fn();
+      } catch (...) {
+        work->fail(std::current_exception());
+        return;
+      }
+      work->complete();
+    };
+  });
+  without_gil([&] {
+    // The watchdog fails the work at its deadline; the margin only bounds
+    // this wait should the watchdog itself be held up.
+    try {
+      work->wait(timeout_ + kStopGrace);
+    } catch (const c10::Error&) {
+      if (!work->settled()) {
+        CC_THROW(kTransport, where(), ": ", what, " did not finish within ",
+                 (timeout_ + kStopGrace).count(), " ms");
+      }
+      throw;
+    }
+  });
+}
+
+void Worker::worker_loop() {
+  for (;;) {
+    uint64_t id = 0;
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Idle until there is work or the backend stops (stop() wakes it).
+      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) {
+        worker_exited_ = true;
+        exit_cv_.notify_all();
+        return;
+      }
+      id = queue_.front().first;
+      task = std::move(queue_.front().second);
+      queue_.pop_front();
+      busy_ = true;
+      current_id_ = id;
+      current_since_ = Clock::now();
+      auto it = pending_.find(id);
+      current_what_ = it != pending_.end() ? it->second.what : std::string("an operation");
+      if (it != pending_.end()) {
+        it->second.state = Entry::kRunning;
+        it->second.started = current_since_;
+      }
+    }
+    try {
+      task();  // tasks report their own errors through their work
+    } catch (const std::exception& e) {
+      log_.warn("a task of the torch backend's worker failed: ", e.what());
+    }
+    task = nullptr;  // what it captured goes now, not when the next one comes
+    finished_running(id);
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+  }
+}
+
+std::string Worker::expire(uint64_t id, const Entry& e, Clock::time_point now) {
+  std::string reason;
+  switch (e.state) {
+    case Entry::kQueued:
+      reason = detail::concat("it was waiting for the worker thread, which has been busy for ",
+                              seconds(now - current_since_), " s with ", current_what_,
+                              " (operation #", current_id_, ")");
+      if (current_id_ != 0 && pending_.count(current_id_) == 0) {
+        reason += "; that operation has completed and the worker is running its future "
+                  "callbacks (a callback that blocks holds the worker)";
+      }
+      break;
+    case Entry::kRunning:
+      reason = detail::concat("it had been running on the worker thread for ",
+                              seconds(now - e.started), " s");
+      break;
+    case Entry::kIssued:
+      reason = detail::concat("it was issued to the inner backend ", seconds(now - e.started),
+                              " s ago and has not completed");
+      break;
+  }
+  const std::string msg = detail::concat(
+      where(), ": ", e.what, " (operation #", id, ") did not finish within the group's timeout of ",
+      timeout_.count(), " ms: ", reason,
+      ". The group cannot be used on this rank any more: destroy it and create a new one");
+  broken_ = msg;
+  return msg;
+}
+
+void Worker::watchdog_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!watchdog_stop_) {
+    if (pending_.empty() || !broken_.empty()) {
+      // Nothing can fall due before a new entry's deadline, a timeout away.
+      watchdog_cv_.wait_for(lock, timeout_);
+      continue;
+    }
+    // Ids rise with submission time and every deadline is submission +
+    // timeout, so the first entry falls due first.
+    const auto first = pending_.begin();
+    const Clock::time_point now = Clock::now();
+    if (now < first->second.deadline) {
+      watchdog_cv_.wait_until(lock, first->second.deadline);
+      continue;
+    }
+    std::vector<std::pair<c10::intrusive_ptr<CompcollWork>, std::string>> fail;
+    const std::string msg = expire(first->first, first->second, now);
+    fail.emplace_back(first->second.work, msg);
+    for (auto it = std::next(first); it != pending_.end(); ++it) {
+      fail.emplace_back(it->second.work,
+                        detail::concat(where(), ": ", it->second.what, " (operation #", it->first,
+                                       ") cancelled: an earlier operation timed out (", msg, ")"));
+    }
+    pending_.clear();
+    std::deque<std::pair<uint64_t, Task>> dropped = std::move(queue_);
+    queue_.clear();
+    lock.unlock();
+    fail_detached(std::move(fail), std::move(dropped));
+    lock.lock();
+  }
+}
+
+void Worker::fail_detached(
+    std::vector<std::pair<c10::intrusive_ptr<CompcollWork>, std::string>> f,
+    std::deque<std::pair<uint64_t, Task>> dropped) {
+  if (f.empty() && dropped.empty()) return;
+  std::thread([f = std::move(f), dropped = std::move(dropped)]() mutable {
+    for (auto& [work, msg] : f) work->fail(error(msg));
+    dropped.clear();
+  }).detach();
+}
+
+void Worker::stop() {
+  std::vector<std::pair<c10::intrusive_ptr<CompcollWork>, std::string>> fail;
+  std::deque<std::pair<uint64_t, Task>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    for (auto& [id, task] : queue_) {
+      auto it = pending_.find(id);
+      if (it == pending_.end()) continue;
+      fail.emplace_back(it->second.work,
+                        detail::concat(where(), ": ", it->second.what, " (operation #", id,
+                                       ") cancelled: the backend shut down before it ran"));
+      pending_.erase(it);
+    }
+    dropped = std::move(queue_);
+    queue_.clear();
+  }
+  work_cv_.notify_all();
+  fail_detached(std::move(fail), std::move(dropped));
+  if (worker_.joinable()) {
+    if (on_worker_thread()) {
+      worker_.detach();  // the last reference died in a callback on the worker
+    } else {
+      bool exited = false;
+      without_gil([&] {
+        std::unique_lock<std::mutex> lock(mu_);
+        exited = exit_cv_.wait_for(lock, timeout_ + kStopGrace, [&] { return worker_exited_; });
+      });
+      if (exited) {
+        worker_.join();
+      } else {
+        // Wedged (a callback that never returns): it keeps this object
+        // alive, and its task what it captured, until it ends.
+        std::string what;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          what = detail::concat(where(), ": the worker thread has been busy for ",
+                                seconds(Clock::now() - current_since_), " s with ", current_what_);
+        }
+        log_.warn(what, " (operation #", current_id_,
+                  ") and is still busy at shutdown; leaving it behind");
+        worker_.detach();
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    watchdog_stop_ = true;
+  }
+  watchdog_cv_.notify_all();
+  if (watchdog_.joinable()) without_gil([&] { watchdog_.join(); });
+}
+
+}  // namespace compcoll::torch_integration

@@ -1,0 +1,163 @@
+// Worker: the thread that issues a compcoll backend's queued operations in
+// submission order, and the deadline that bounds every one of them.
+//
+// Order. Gloo and NCCL match operations by the order in which they are
+// issued, and every rank submits in the same order. The worker runs queued
+// tasks first in, first out. A delegated operation may instead be issued by
+// its caller when the worker is idle and nothing is queued (checked and
+// issued under the queue lock: run_now_if_idle), which is the same order.
+//
+// Callbacks. A queued operation's future is completed by the thread that
+// finishes it, usually the worker, so its then() callbacks (DDP comm hooks
+// such as PowerSGD's, which issue further collectives and wait for them) run
+// on the worker. Queued behind the worker, an operation such a callback
+// issues would wait for the thread that is waiting for it. So an operation
+// submitted on the worker thread runs at once, there, nested in the one
+// whose completion ran the callback: its place in the order is right after
+// that operation, ahead of anything queued behind it. Every rank gets the
+// same order whatever the timing, as long as each callback is attached
+// before later operations are submitted (as DDP's hooks and
+// `.get_future().then(cb)` chains do): attached before the operation
+// completed, the callback runs on the worker right after it; attached after,
+// it runs at once on the attaching thread, also before any later
+// submission. (The order NCCL gives such chains: its futures complete at
+// issue, so their callbacks run at once.)
+//
+// Deadlines. Every submitted operation must settle by its deadline,
+// submission + the group's timeout. A watchdog thread fails the first one
+// that does not, whether it was queued (waiting for the worker), running on
+// the worker, or issued to an inner backend and not yet completed, with a
+// compcoll error naming the operation, the group and where it was stuck.
+// The worker is then broken: this rank's order can no longer match the
+// other ranks', so every other unsettled operation fails naming the first,
+// queued tasks are dropped unrun and later submissions are refused. The
+// watchdog runs no user code: failures, and so the futures' error
+// callbacks, are delivered on a short-lived thread of their own.
+//
+// Lifetime. The Worker is shared with its two threads. stop() drains
+// nothing (the backend drains first); it waits a bounded time for the
+// worker thread and, if that thread is wedged (in a callback that never
+// returns), detaches it: the thread keeps the Worker, and its task keeps
+// what it captured, alive until it ends. Tasks must therefore own (or share)
+// everything they touch.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "integration/pytorch/csrc/work.h"
+#include "plugin/logging.h"
+
+namespace compcoll::torch_integration {
+
+class Worker : public std::enable_shared_from_this<Worker> {
+ public:
+  using Task = std::function<void()>;
+  using Clock = std::chrono::steady_clock;
+
+  // A started worker for rank `rank` of a group of `size`.
+  static std::shared_ptr<Worker> start(int rank, int size, std::chrono::milliseconds timeout,
+                                       const Logger& log);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // The group's name, for messages (torch sets it after creation).
+  void set_group(const std::string& name);
+
+  // Queues an operation. make() runs under the queue lock (whatever it
+  // records, such as error-feedback keys, is in submission order) and
+  // returns the task; the task must settle work. On the worker thread the
+  // task runs now instead (see "Callbacks"). Throws, without calling make(),
+  // when the worker is broken or stopped; `what` names the operation in
+  // messages ("all_reduce (float32, 1000 elements)").
+  void submit(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
+              const std::function<Task()>& make);
+
+  // Runs issue() now and returns true when the worker is idle with nothing
+  // queued (under the queue lock), or when called on the worker thread;
+  // returns false otherwise (queue it). Throws when broken or stopped.
+  bool run_now_if_idle(const std::string& what, const std::function<void()>& issue);
+
+  // Runs fn on the worker after everything submitted before it (at once on
+  // the worker thread) and waits for it, at most until its deadline;
+  // rethrows what it threw. fn may still be running after a timeout, so it
+  // must own (or share) everything it touches.
+  void run_and_wait(const std::string& what, std::function<void()> fn);
+
+  // Runs fn under the queue lock (for state kept in submission order).
+  template <typename F>
+  auto locked(F&& fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fn();
+  }
+
+  bool on_worker_thread() const;
+  // "" while usable, else the error that broke it.
+  std::string broken() const;
+  // Stops both threads (idempotent); queued tasks, if any, fail.
+  void stop();
+
+ private:
+  struct Entry {
+    std::string what;
+    c10::intrusive_ptr<CompcollWork> work;
+    Clock::time_point submitted, deadline, started;
+    enum State { kQueued, kRunning, kIssued } state = kQueued;
+  };
+
+  Worker(int rank, int size, std::chrono::milliseconds timeout, const Logger& log);
+  void worker_loop();
+  void watchdog_loop();
+  // Under mu_: a new entry for work, which forgets it when it settles.
+  uint64_t track(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
+                 Entry::State state);
+  void forget(uint64_t id);
+  void finished_running(uint64_t id);
+  void check_usable(const std::string& what) const;  // under mu_
+  std::string where() const;                         // "rank 0/2, group '1'"
+  // Under mu_: the timeout error of entry id, and breaks the worker.
+  std::string expire(uint64_t id, const Entry& e, Clock::time_point now);
+  // Fails works with their errors on a short-lived thread (no user code on
+  // the caller's thread) and destroys the dropped tasks there.
+  static void fail_detached(std::vector<std::pair<c10::intrusive_ptr<CompcollWork>, std::string>> f,
+                            std::deque<std::pair<uint64_t, Task>> dropped);
+
+  const int rank_;
+  const int size_;
+  const std::chrono::milliseconds timeout_;
+  const Logger log_;
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable work_cv_;
+  std::condition_variable watchdog_cv_;
+  std::condition_variable exit_cv_;
+  std::deque<std::pair<uint64_t, Task>> queue_;
+  std::map<uint64_t, Entry> pending_;  // unsettled operations; ids rise with deadlines
+  uint64_t next_id_ = 1;
+  bool busy_ = false;
+  // The task the worker thread is running (outermost), for messages.
+  uint64_t current_id_ = 0;
+  std::string current_what_;
+  Clock::time_point current_since_;
+  std::string group_;
+  std::string broken_;
+  bool stopping_ = false;
+  bool worker_exited_ = false;
+  bool watchdog_stop_ = false;
+  std::thread::id worker_id_;
+  std::thread worker_;
+  std::thread watchdog_;
+};
+
+}  // namespace compcoll::torch_integration

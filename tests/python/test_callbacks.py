@@ -1,0 +1,94 @@
+"""Collectives from future callbacks, and no wait without a deadline
+(issue 14): a callback run by the backend's worker thread may issue and wait
+for collectives on every lane, whether compressed, kept dense or delegated,
+in the same order on every rank; an operation that cannot make progress
+becomes a compcoll error naming it and the group within the timeout."""
+import os
+import sys
+
+import pytest
+
+from conftest import launch, run_single, worker
+
+ALGOS = ["dense", "dgc", "sbc", "sdagc", "csc", "onebit", "auto"]
+
+REPRODUCER = """
+import torch, torch.distributed as dist
+from datetime import timedelta
+dist.init_process_group("gloo", timeout=timedelta(seconds=10))
+t = torch.ones(100)
+def cb(fut):
+    u = torch.ones(100, dtype=torch.int64 if INT else torch.float32)
+    return dist.all_reduce(u, async_op=True).get_future().wait()[0]
+out = dist.all_reduce(t, async_op=True).get_future().then(cb).wait()
+backend = dist.group.WORLD._get_backend(torch.device("cpu")).name()
+print("RESULT", __import__("json").dumps({"out": out[:3].tolist(), "backend": backend}))
+dist.destroy_process_group()
+"""
+
+
+def test_registry_algorithms_are_all_tested(compcoll_ext):
+    """ALGOS here (and in test_hooks.py) is every registered algorithm."""
+    names = {n.strip() for n in compcoll_ext.algorithm_names().split(",")}
+    assert names == set(ALGOS), names
+
+
+@pytest.mark.parametrize("dtype", ["float", "int64"])
+def test_issue_reproducer_finishes(dtype):
+    """The issue's reproducer, verbatim but for the dtype of the callback's
+    tensor: an unmodified "gloo" script under COMPCOLL_ALGO=dgc."""
+    code = REPRODUCER.replace("INT", "True" if dtype == "int64" else "False")
+    ranks = launch(["-c", code], 2, env={"COMPCOLL_ALGO": "dgc"}, timeout=120)
+    for r in ranks:
+        assert r.result["backend"] == "compcoll", r.result
+        assert r.result["out"] == [2, 2, 2], r.result
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_callbacks_issue_and_wait_on_every_lane_and_algorithm(world):
+    """Every algorithm, the host lane and the staged lane (the cuda lane's
+    path, on cpu tensors): callbacks issue and wait for a compressed, a
+    dense and a delegated allreduce, an all_gather and a nested chain, while
+    the main thread submits more. Exact results where the path is exact,
+    results identical on every rank, the callbacks ran on the worker."""
+    ranks = launch([worker("callbacks.py"), "chains"], world,
+                   env={"TEST_ALGOS": ",".join(ALGOS), "TEST_LANES": "cpu,staged_cpu",
+                        "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, timeout=300)
+    for r in ranks:
+        assert len(r.result) == 2 * len(ALGOS)
+        for name, res in r.result.items():
+            where = f"rank {r.rank} {name}"
+            assert all(res["checks"].values()), f"{where}: {res['checks']}"
+            assert res["identical"], where
+            lane, algo = name.split("/")
+            assert lane in res["lanes"], f"{where}: {res['lanes']}"
+            if algo != "dense":
+                assert res["compressed_calls"] > 0, where
+            # The first operation's callbacks ran on the worker (a thread
+            # Python did not start) at least once in three rounds.
+            assert any(t != "MainThread" for t in res["threads"]), f"{where}: {res['threads']}"
+
+
+def test_wedged_worker_fails_every_rank_within_timeout():
+    """Rank 0's worker is held by a future callback that blocks. The next
+    allreduce fails on every rank within the group's timeout + 2 s with a
+    compcoll error naming the operation and the group (rank 0: queued behind
+    the wedged worker; rank 1: waiting for rank 0 in Gloo); later operations
+    are refused at once; the group is destroyed in bounded time once the
+    callback returns."""
+    timeout_s = 4
+    ranks = launch([worker("callbacks.py"), "wedge"], 2,
+                   env={"COMPCOLL_ALGO": "dgc", "TEST_TIMEOUT_S": str(timeout_s)}, timeout=120)
+    for r in ranks:
+        res, end = r.results[0], r.results[-1]
+        where = f"rank {r.rank}: {res}"
+        assert res["backend"] == "compcoll", where
+        assert res["error"] is not None, where
+        assert res["error"].startswith("compcoll"), where
+        assert "all_reduce" in res["error"] and "group '0'" in res["error"], where
+        assert res["after_s"] <= timeout_s + 2, where
+        assert res["later"] is not None and "compcoll" in res["later"], where
+        assert end["destroy_s"] <= timeout_s + 5, end
+    err0 = ranks[0].results[0]["error"]
+    assert "did not finish within the group's timeout" in err0, err0
+    assert "waiting for the worker thread" in err0 and "future callbacks" in err0, err0
