@@ -1,6 +1,9 @@
 #include "collectives/agreement.h"
 
+#include <unistd.h>
+
 #include <map>
+#include <random>
 #include <sstream>
 #include <string_view>
 
@@ -65,6 +68,32 @@ void ensure_agreement(Comm& comm, const std::string& description) {
   CC_CHECK(differing == 0, kMismatch, "ranks disagree on the compression configuration (seen by rank ",
            comm.rank(), "; ", differing, " of ", all.parts(),
            " ranks differ from rank 0); set the same COMPCOLL_* values everywhere:", diff.str());
+}
+
+void agree_step_succeeded(Comm& world, const std::string& step, const std::string& my_error) {
+  constexpr size_t kMaxMessage = 1024;
+  const std::string mine = my_error.substr(0, kMaxMessage);
+  const Gathered all =
+      world.allgatherv({reinterpret_cast<const uint8_t*>(mine.data()), mine.size()}, kMaxMessage);
+  std::ostringstream failures;
+  for (int r = 0; r < all.parts(); ++r) {
+    const auto p = all.part(r);
+    if (!p.empty()) {
+      failures << (failures.tellp() > 0 ? "; " : "") << "rank " << r << ": "
+               << std::string(reinterpret_cast<const char*>(p.data()), p.size());
+    }
+  }
+  CC_CHECK(failures.tellp() == 0, kTransport, step, ": ", failures.str());
+}
+
+uint64_t shared_nonce(Comm& world) {
+  uint64_t nonce = 0;
+  if (world.rank() == 0) {
+    std::random_device rd;
+    nonce = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  }
+  world.broadcast(&nonce, sizeof nonce, 0);
+  return nonce;
 }
 
 }  // namespace compcoll

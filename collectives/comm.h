@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <limits>
 #include <span>
 #include <string>
@@ -69,6 +70,21 @@ class Comm {
   // (payloads and size headers; a ring allreduce counts what the ring
   // sends). Stats and the benchmark report differences of it.
   virtual uint64_t bytes_sent() const { return 0; }
+
+  // A communicator of `members` only (world ranks, ascending, this rank
+  // among them; its rank is the index in members), connected directly
+  // between them: the other ranks take no part in its calls. Only members
+  // call it, all with the same `name`, unique within this communicator.
+  // What it sends also counts in this Comm's bytes_sent(). Null when the
+  // transport cannot (can_connect_subgroup() is false): the caller then
+  // builds the group on this Comm's own calls (collectives/leader_comm.h).
+  virtual bool can_connect_subgroup() const { return false; }
+  virtual std::unique_ptr<Comm> connect_subgroup(const std::vector<int>& members,
+                                                 const std::string& name) {
+    (void)members;
+    (void)name;
+    return nullptr;
+  }
 };
 
 // max_part for callers that know nothing about the payloads (tests, tools).

@@ -1,7 +1,9 @@
 #include "collectives/hierarchical.h"
 
+#include <cstdio>
 #include <vector>
 
+#include "collectives/agreement.h"
 #include "compcoll/error.h"
 #include "compression/half.h"
 
@@ -14,15 +16,43 @@ Hierarchy::Hierarchy(Comm& world, HostLayout layout, std::unique_ptr<LocalGroup>
   const int r = world.rank();
   CC_CHECK_EQ(local_ ? local_->local_size() : 1, layout_.local_size(r), kInternal,
               "rank ", r, ": the local group's size differs from the layout's");
-  if (layout_.is_leader(r)) leaders_ = std::make_unique<LeaderComm>(world, layout_.leaders());
+  leader_ = layout_.is_leader(r);
+  // Every rank runs the same transport, so every rank takes the same branch.
+  direct_mode_ = world.can_connect_subgroup();
+  if (!direct_mode_) {
+    if (leader_) on_world_ = std::make_unique<LeaderComm>(world, layout_.leaders());
+    return;
+  }
+  char name[40];
+  std::snprintf(name, sizeof name, "leaders-%016llx",
+                static_cast<unsigned long long>(shared_nonce(world)));
+  std::string error;
+  if (leader_) {
+    try {
+      direct_ = world.connect_subgroup(layout_.leaders(), name);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree_step_succeeded(world, "the host leaders could not connect among themselves", error);
+}
+
+void Hierarchy::fail_now(const std::string& why) noexcept {
+  if (failed_.empty()) failed_ = why.empty() ? "unknown error" : why;
+  if (local_) local_->abort(why);
+  direct_.reset();  // closes the leaders' sockets: the other leaders see it at once
 }
 
 Hierarchy::~Hierarchy() = default;
 
 void Hierarchy::leader_phase(const std::function<void(Comm& leaders)>& fn) {
-  if (leaders_) {
-    fn(*leaders_);
-    leaders_->release();
+  CC_CHECK(failed_.empty(), kTransport, "rank ", world_.rank(),
+           ": the host hierarchy failed earlier and must be rebuilt; first error: ", failed_);
+  if (direct_mode_) {
+    if (leader_) fn(*direct_);  // followers take no part
+  } else if (leader_) {
+    fn(*on_world_);
+    on_world_->release();
   } else {
     LeaderComm::follow(world_);
   }
@@ -32,7 +62,7 @@ CallInfo Hierarchy::allreduce(const Algorithm& algo, float* buf, size_t n, bool 
                               CodecState* state) {
   CC_CHECK(buf != nullptr || n == 0, kInvalidArgument, "allreduce of ", n,
            " elements from a null buffer");
-  CC_CHECK(!leaders_ || state != nullptr, kInternal,
+  CC_CHECK(!leader_ || state != nullptr, kInternal,
            "a host leader's compressed allreduce without error-feedback state");
   const auto timeout = world_.timeout();
   CallInfo info;
@@ -45,7 +75,7 @@ CallInfo Hierarchy::allreduce(const Algorithm& algo, float* buf, size_t n, bool 
     });
     if (local_) local_->broadcast_from_leader(buf, n, timeout);
   } catch (const std::exception& e) {
-    if (local_) local_->abort(e.what());
+    fail_now(e.what());
     throw;
   }
   return info;

@@ -5,8 +5,13 @@
 //                     the host's leader over a LocalGroup (shared memory,
 //                     transport/shm_group.h), not over the network;
 //   2. leader phase   the leaders, one per host, run the configured algorithm
-//                     (any of them, unchanged) on their host sums over a
-//                     LeaderComm (leader_comm.h); the other ranks follow;
+//                     (any of them, unchanged) on their host sums over the
+//                     leaders' communicator: a subgroup connected directly
+//                     between the leaders when the world's transport can
+//                     (Comm::connect_subgroup: Gloo), so the other ranks
+//                     take no part and no message of theirs costs the
+//                     leaders a wake-up; else a LeaderComm (leader_comm.h)
+//                     on the world's own calls, which the other ranks follow;
 //   3. share back     each leader copies the result to its host's ranks.
 //
 // Why it pays: a host's ranks put one compressed payload per host on the
@@ -72,9 +77,11 @@ class Hierarchy {
   ~Hierarchy();
 
   const HostLayout& layout() const { return layout_; }
-  bool is_leader() const { return leaders_ != nullptr; }
-  // The leaders' communicator; null on followers.
-  LeaderComm* leaders() { return leaders_.get(); }
+  bool is_leader() const { return leader_; }
+  // The leaders' communicator; null on followers (and after a failure).
+  Comm* leaders() { return direct_ ? direct_.get() : static_cast<Comm*>(on_world_.get()); }
+  // Whether the leaders talk over a subgroup of their own (no followers).
+  bool leaders_connected_directly() const { return direct_mode_; }
 
   // Collective over the world: leaders run fn on the leaders' communicator,
   // the others follow until the leaders are done.
@@ -87,10 +94,19 @@ class Hierarchy {
   CallInfo allreduce(const Algorithm& algo, float* buf, size_t n, bool average, CodecState* state);
 
  private:
+  // A failed step leaves the hierarchy unusable: the local group is
+  // aborted and the leaders' direct subgroup closed, so that peers in
+  // either fail now rather than at their timeout.
+  void fail_now(const std::string& why) noexcept;
+
   Comm& world_;
   HostLayout layout_;
   std::unique_ptr<LocalGroup> local_;
-  std::unique_ptr<LeaderComm> leaders_;
+  bool leader_ = false;
+  bool direct_mode_ = false;
+  std::unique_ptr<Comm> direct_;             // leaders' subgroup (direct mode)
+  std::unique_ptr<LeaderComm> on_world_;     // else: on the world's calls
+  std::string failed_;
 };
 
 // Any algorithm behind the hierarchy, as an Algorithm: for code that runs

@@ -23,6 +23,11 @@ class LentComm final : public Comm {
   void broadcast(void* b, size_t n, int root) override { c_.broadcast(b, n, root); }
   void barrier() override { c_.barrier(); }
   uint64_t bytes_sent() const override { return c_.bytes_sent(); }
+  bool can_connect_subgroup() const override { return c_.can_connect_subgroup(); }
+  std::unique_ptr<Comm> connect_subgroup(const std::vector<int>& members,
+                                         const std::string& name) override {
+    return c_.connect_subgroup(members, name);
+  }
 
  private:
   Comm& c_;

@@ -37,7 +37,7 @@ void CallScope::send(int peer, const void* data, size_t n, uint8_t phase) {
     auto buf = comm_.context_->createUnboundBuffer(const_cast<void*>(data), n);
     buf->send(peer, slot);
     ops_.push_back(Op{std::move(buf), peer, n, true});
-    comm_.bytes_sent_ += n;
+    comm_.note_sent(n);
   });
 }
 

@@ -80,7 +80,7 @@ void GlooComm::allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
     opts.setTimeout(call.remaining());
     gloo::allreduce(opts);
   });
-  bytes_sent_ += ring_bytes_sent(rank_, size_, count * elem, elem);
+  note_sent(ring_bytes_sent(rank_, size_, count * elem, elem));
 }
 
 }  // namespace compcoll

@@ -10,6 +10,7 @@
 
 #include <gloo/context.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -42,6 +43,25 @@ GlooComm::GlooComm(std::shared_ptr<gloo::Context> context,
 }
 
 GlooComm::~GlooComm() = default;
+
+std::unique_ptr<Comm> GlooComm::connect_subgroup(const std::vector<int>& members,
+                                                 const std::string& name) {
+  CC_CHECK(subgroup_connector_ != nullptr, kUnsupported, who(),
+           ": this communicator was built without a rendezvous store to connect subgroups through");
+  CC_CHECK(std::is_sorted(members.begin(), members.end()) &&
+               std::adjacent_find(members.begin(), members.end()) == members.end(),
+           kInvalidArgument, who(), ": subgroup members must be distinct and ascending");
+  CC_CHECK(std::find(members.begin(), members.end(), rank_) != members.end(), kInvalidArgument,
+           who(), ": only a member connects to subgroup '", name, "'");
+  for (int m : members) {
+    CC_CHECK(m >= 0 && m < size_, kInvalidArgument, who(), ": subgroup member ", m,
+             " is outside [0, ", size_, ")");
+  }
+  check_usable("connect_subgroup");
+  std::unique_ptr<GlooComm> sub = subgroup_connector_(members, name);
+  sub->parent_sent_ = subgroups_sent_;
+  return sub;
+}
 
 std::string GlooComm::who() const {
   return detail::concat("rank ", rank_, "/", size_);

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,7 +64,18 @@ class GlooComm : public Comm {
   // Gloo's ring sends (2*N - the two chunks this rank never forwards, so
   // the sum over ranks is 2*(P-1)*N). Gloo's own 48-byte message preambles
   // are not counted.
-  uint64_t bytes_sent() const override { return bytes_sent_; }
+  // Subgroups' bytes are included (see connect_subgroup).
+  uint64_t bytes_sent() const override { return bytes_sent_ + *subgroups_sent_; }
+
+  // Subgroups: a new Gloo context between the members, through the same
+  // rendezvous store (connect_gloo installs the connector; a GlooComm built
+  // without one cannot).
+  using SubgroupConnector = std::function<std::unique_ptr<GlooComm>(
+      const std::vector<int>& members, const std::string& name)>;
+  void set_subgroup_connector(SubgroupConnector c) { subgroup_connector_ = std::move(c); }
+  bool can_connect_subgroup() const override { return static_cast<bool>(subgroup_connector_); }
+  std::unique_ptr<Comm> connect_subgroup(const std::vector<int>& members,
+                                         const std::string& name) override;
 
   // True after a transport error; every further call throws kTransport.
   bool broken() const { return broken_; }
@@ -97,7 +109,19 @@ class GlooComm : public Comm {
   std::vector<std::vector<std::string>> peer_addresses_;
   uint32_t next_tag_ = 1;
   uint64_t calls_ = 0;
+  // Every byte this rank hands to its sockets goes through note_sent().
+  void note_sent(uint64_t n) {
+    bytes_sent_ += n;
+    if (parent_sent_) *parent_sent_ += n;
+  }
+
   uint64_t bytes_sent_ = 0;
+  // What this comm's subgroups sent (they add to it), and for a subgroup,
+  // its parent's tally. Comms are used by one thread at a time, a subgroup
+  // by its parent's thread, so plain counters suffice.
+  std::shared_ptr<uint64_t> subgroups_sent_ = std::make_shared<uint64_t>(0);
+  std::shared_ptr<uint64_t> parent_sent_;
+  SubgroupConnector subgroup_connector_;
   bool broken_ = false;
   std::string broken_reason_;
 };

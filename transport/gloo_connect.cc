@@ -168,8 +168,21 @@ std::unique_ptr<GlooComm> connect_gloo(const GlooOptions& o) {
              e.what());
   }
   context->setTimeout(o.timeout);
-  return std::make_unique<GlooComm>(context, o.timeout,
-                                    discover_peer_addresses(connect_store, o.rank, o.size));
+  auto comm = std::make_unique<GlooComm>(context, o.timeout,
+                                         discover_peer_addresses(connect_store, o.rank, o.size));
+  // Subgroups rendezvous through the same store under this communicator's
+  // prefix, with the same device settings and timeout.
+  GlooOptions parent = o;
+  parent.store = base;
+  parent.rendezvous.clear();
+  comm->set_subgroup_connector([parent](const std::vector<int>& members, const std::string& name) {
+    GlooOptions s = parent;
+    s.rank = static_cast<int>(std::find(members.begin(), members.end(), parent.rank) - members.begin());
+    s.size = static_cast<int>(members.size());
+    s.prefix = parent.prefix + "/subgroup/" + name;
+    return connect_gloo(s);
+  });
+  return comm;
 }
 
 }  // namespace compcoll

@@ -15,9 +15,8 @@
 #include <cstring>
 #include <fstream>
 #include <new>
-#include <random>
-#include <sstream>
 
+#include "collectives/agreement.h"
 #include "compcoll/error.h"
 
 namespace compcoll {
@@ -394,39 +393,13 @@ void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::millisec
   }
 }
 
-namespace {
-
-// Every rank says whether its step worked; any failure becomes an error on
-// every rank, naming the ranks that failed.
-void agree_on_setup(Comm& world, const std::string& my_error) {
-  constexpr size_t kMaxMessage = 1024;
-  const std::string mine = my_error.substr(0, kMaxMessage);
-  const Gathered all =
-      world.allgatherv({reinterpret_cast<const uint8_t*>(mine.data()), mine.size()}, kMaxMessage);
-  std::ostringstream failures;
-  for (int r = 0; r < all.parts(); ++r) {
-    const auto p = all.part(r);
-    if (!p.empty()) {
-      failures << (failures.tellp() > 0 ? "; " : "") << "rank " << r << ": "
-               << std::string(reinterpret_cast<const char*>(p.data()), p.size());
-    }
-  }
-  CC_CHECK(failures.tellp() == 0, kTransport,
-           "the host hierarchy's shared memory could not be set up (set COMPCOLL_HIERARCHY=off "
-           "to run without it): ",
-           failures.str());
-}
-
-}  // namespace
+constexpr const char* kSetupStep =
+    "the host hierarchy's shared memory could not be set up (set COMPCOLL_HIERARCHY=off to run "
+    "without it)";
 
 std::unique_ptr<LocalGroup> connect_local_group(Comm& world, const HostLayout& layout,
                                                 size_t chunk_floats) {
-  uint64_t nonce = 0;
-  if (world.rank() == 0) {
-    std::random_device rd;
-    nonce = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
-  }
-  world.broadcast(&nonce, sizeof nonce, 0);
+  const uint64_t nonce = shared_nonce(world);
   const int me = world.rank();
   const int host = layout.host_of[static_cast<size_t>(me)];
   ShmGroupOptions o;
@@ -447,7 +420,7 @@ std::unique_ptr<LocalGroup> connect_local_group(Comm& world, const HostLayout& l
       error = e.what();
     }
   }
-  agree_on_setup(world, error);
+  agree_step_succeeded(world, kSetupStep, error);
   if (grouped && o.local_rank > 0) {
     try {
       group = ShmGroup::open(o);
@@ -455,7 +428,7 @@ std::unique_ptr<LocalGroup> connect_local_group(Comm& world, const HostLayout& l
       error = e.what();
     }
   }
-  agree_on_setup(world, error);
+  agree_step_succeeded(world, kSetupStep, error);
   if (group) group->unlink_name();  // everyone has it mapped
   return group;
 }

@@ -278,6 +278,65 @@ TEST(Hierarchy, DenseBetweenLeadersGivesTheExactSumForEveryLayout) {
   }
 }
 
+// A view of a Comm whose transport cannot connect subgroups (as NCCL's and
+// the PyTorch backend's cannot): the hierarchy's leaders then talk over a
+// LeaderComm on the world's own calls.
+class NoSubgroups final : public Comm {
+ public:
+  explicit NoSubgroups(Comm& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  std::chrono::milliseconds timeout() const override { return c_.timeout(); }
+  Gathered allgatherv(std::span<const uint8_t> s, size_t m) override { return c_.allgatherv(s, m); }
+  std::vector<Bytes> alltoallv(const std::vector<Bytes>& s, size_t m) override {
+    return c_.alltoallv(s, m);
+  }
+  void allreduce(void* b, size_t n, DType d, ReduceOp o) override { c_.allreduce(b, n, d, o); }
+  void broadcast(void* b, size_t n, int root) override { c_.broadcast(b, n, root); }
+  void barrier() override { c_.barrier(); }
+  uint64_t bytes_sent() const override { return c_.bytes_sent(); }
+
+ private:
+  Comm& c_;
+};
+
+// Over Gloo the leaders connect a subgroup of their own; without that the
+// leaders' calls ride on the world's. Both give the same bits, call after
+// call, and the direct subgroup's bytes count in the world's bytes_sent.
+TEST(Hierarchy, DirectLeadersAndLeadersOnTheWorldGiveTheSameBits) {
+  const int P = 5, per_host = 2;
+  std::vector<std::vector<float>> direct(P), on_world(P);
+  for (const bool use_direct : {true, false}) {
+    testing::run_gloo_ranks(P, [&](Comm& gloo) {
+      NoSubgroups plain(gloo);
+      Comm& comm = use_direct ? gloo : static_cast<Comm&>(plain);
+      const int r = comm.rank();
+      const HostLayout layout = exchange_host_layout(comm, host_label(r / per_host));
+      Hierarchy h(comm, layout, connect_local_group(comm, layout));
+      EXPECT_EQ(h.leaders_connected_directly(), use_direct);
+      EXPECT_EQ(h.leaders() != nullptr, h.is_leader());
+      const auto algo = make_algorithm("dgc", AlgoParams{});
+      h.leader_phase([&](Comm& leaders) { algo->attach(leaders); });
+      const size_t n = 50000;
+      auto state = algo->make_state(n, layout.hosts());
+      std::vector<float> out;
+      for (int step = 0; step < 3; ++step) {
+        std::vector<float> g(n);
+        for (size_t i = 0; i < n; ++i) g[i] = std::sin(float(i * (r + 1) + step));
+        const uint64_t before = comm.bytes_sent();
+        h.allreduce(*algo, g.data(), n, false, h.is_leader() ? state.get() : nullptr);
+        if (h.is_leader() && layout.hosts() > 1) EXPECT_GT(comm.bytes_sent(), before);
+        out.insert(out.end(), g.begin(), g.end());
+      }
+      (use_direct ? direct : on_world)[size_t(r)] = out;
+    });
+  }
+  for (int r = 0; r < P; ++r) {
+    EXPECT_TRUE(same_bits(direct[size_t(r)], direct[0])) << "rank " << r;
+    EXPECT_TRUE(same_bits(on_world[size_t(r)], direct[0])) << "rank " << r;
+  }
+}
+
 class HierarchyNonFinite : public ::testing::TestWithParam<std::string> {};
 
 // A NaN or Inf of any rank (a follower here) reaches every rank's output
