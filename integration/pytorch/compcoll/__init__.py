@@ -24,5 +24,6 @@ from compcoll._backend import (  # noqa: F401
     state_entries,
     stats,
 )
+from compcoll._checkpoint import load_state_dict, state_dict  # noqa: F401
 
 register()

@@ -196,6 +196,12 @@ class CompcollBackend final : public c10d::Backend {
   std::vector<BufferSlots::TraceEntry> key_trace(const std::string& lane);
   // Error-feedback states held by every lane's Communicator.
   size_t state_entries();
+  // Error-feedback checkpoints (checkpoint.cc), taken and restored on the
+  // worker after everything submitted so far: each lane that has a
+  // Communicator -> its Communicator::save_state() bytes; load_state gives
+  // each named lane its bytes and says per lane whether they were used.
+  std::map<std::string, Bytes> save_state();
+  std::map<std::string, bool> load_state(const std::map<std::string, Bytes>& lanes);
 
   // Builds a backend (collective, see the constructor) and records it for
   // live().
@@ -240,8 +246,6 @@ class CompcollBackend final : public c10d::Backend {
   std::shared_ptr<Worker> worker_;
 
   std::atomic<bool> finished_{false};
-  std::atomic<bool> host_drop_warned_{false};
-  std::atomic<bool> device_drop_warned_{false};
   std::atomic<uint64_t> compressible_candidates_{0};
   std::atomic<uint64_t> rs_calls_{0};
   std::atomic<uint64_t> rs_elems_{0};

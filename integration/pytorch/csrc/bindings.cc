@@ -178,6 +178,33 @@ PYBIND11_MODULE(_C, m) {
       "state_entries",
       [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->state_entries(); },
       py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "save_state",
+      [](const c10::intrusive_ptr<c10d::Backend>& b) {
+        std::map<std::string, compcoll::Bytes> lanes;
+        {
+          py::gil_scoped_release release;
+          lanes = as_compcoll(b)->save_state();
+        }
+        py::dict d;
+        for (const auto& [name, bytes] : lanes) {
+          d[py::str(name)] = py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        }
+        return d;
+      },
+      "Each lane's error-feedback checkpoint: {lane name: bytes}.");
+  m.def(
+      "load_state",
+      [](const c10::intrusive_ptr<c10d::Backend>& b, const py::dict& lanes) {
+        std::map<std::string, compcoll::Bytes> in;
+        for (const auto& [name, value] : lanes) {
+          const std::string bytes = py::cast<py::bytes>(value);
+          in[py::cast<std::string>(name)] = compcoll::Bytes(bytes.begin(), bytes.end());
+        }
+        py::gil_scoped_release release;
+        return as_compcoll(b)->load_state(in);
+      },
+      "Restores {lane name: bytes}; returns {lane name: whether its state was used}.");
   m.def("algo", [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->config().algo; });
   m.def(
       "inner",

@@ -1,0 +1,74 @@
+"""Error-feedback state that survives a checkpoint: a run interrupted and
+resumed matches an uninterrupted one bit for bit when the data order is the
+same, through compcoll.state_dict/load_state_dict and through
+COMPCOLL_STATE_DIR; a checkpoint of another configuration is a fresh start
+with an INFO line, a malformed one a clear error."""
+import os
+import shutil
+
+from conftest import launch, worker
+
+RANKS = 2
+TRAIN = worker("checkpoint_train.py")
+
+
+def run(tmp, name, start, stop, env, explicit, check=True):
+    args = [TRAIN, "--start", str(start), "--stop", str(stop), "--ckpt", str(tmp / name)]
+    if explicit:
+        args.append("--compcoll-state")
+    return launch(args, RANKS, env=env, check=check)
+
+
+def interrupted_equals_whole(tmp_path, env, explicit, ckpt_env=None):
+    whole = run(tmp_path, "whole", 0, 8, env, explicit)
+    first = run(tmp_path, "resumed", 0, 4, dict(env, **(ckpt_env or {})), explicit)
+    shutil.copytree(tmp_path / "resumed", tmp_path / "half")  # the checkpoint at step 4
+    second = run(tmp_path, "resumed", 4, 8, dict(env, **(ckpt_env or {})), explicit)
+    for w, a, b in zip(whole, first, second):
+        assert a.result["losses"] + b.result["losses"] == w.result["losses"], w.rank
+        assert b.result["params"] == w.result["params"], f"rank {w.rank}: parameters differ"
+    return whole, first, second
+
+
+def test_state_dict_resume_is_bit_exact(tmp_path):
+    # Every algorithm resumes bit for bit in tests/plugin/state_file_test.cc;
+    # here dgc with momentum correction (residual, momentum and step counter).
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_MOMENTUM": "0.9", "COMPCOLL_DENSITY": "0.01",
+           "COMPCOLL_DEBUG": "INFO"}
+    whole, _, second = interrupted_equals_whole(tmp_path, env, explicit=True)
+    assert second[0].result["restored"] == {"cpu": True}
+    # The same model and optimizer checkpoint without compcoll's state: the
+    # resumed half differs (so the comparison above can fail).
+    cold = run(tmp_path, "half", 4, 8, env, explicit=False)
+    assert cold[0].result["params"] != whole[0].result["params"]
+
+
+def test_state_dir_resume_is_bit_exact_and_needs_no_code(tmp_path):
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DENSITY": "0.01", "COMPCOLL_DEBUG": "INFO"}
+    state = {"COMPCOLL_STATE_DIR": str(tmp_path / "state")}
+    _, first, second = interrupted_equals_whole(tmp_path, env, explicit=False, ckpt_env=state)
+    assert "no checkpoint" in first[0].stderr
+    assert "restored the error-feedback state of 1 tensors" in second[1].stderr, second[1].stderr
+    files = sorted(os.listdir(tmp_path / "state"))
+    assert files == [f"compcoll-state-rank{r}-of{RANKS}.bin" for r in range(RANKS)], files
+
+
+def test_other_configuration_starts_fresh_and_says_why(tmp_path):
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DENSITY": "0.01", "COMPCOLL_DEBUG": "INFO"}
+    run(tmp_path, "ck", 0, 3, env, explicit=True)
+    other = run(tmp_path, "ck", 3, 5, dict(env, COMPCOLL_DENSITY="0.02"), explicit=True)
+    assert other[0].result["restored"] == {"cpu": False}
+    assert "not used (the configuration differs: density=0.02" in other[0].stderr, other[0].stderr
+
+
+def test_malformed_state_file_is_a_clear_error(tmp_path):
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DENSITY": "0.01",
+           "COMPCOLL_STATE_DIR": str(tmp_path / "state")}
+    run(tmp_path, "ck", 0, 2, env, explicit=False)
+    bad = tmp_path / "state" / f"compcoll-state-rank1-of{RANKS}.bin"
+    data = bad.read_bytes()
+    bad.write_bytes(data[: len(data) // 2])
+    res = run(tmp_path, "ck", 2, 3, env, explicit=False, check=False)
+    assert all(r.returncode != 0 for r in res)
+    assert "compcoll state file" in res[1].stderr and str(bad) in res[1].stderr, res[1].stderr
+    assert "another rank's checkpoint is unreadable" in res[0].stderr, res[0].stderr
