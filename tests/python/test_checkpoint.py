@@ -72,3 +72,25 @@ def test_malformed_state_file_is_a_clear_error(tmp_path):
     assert all(r.returncode != 0 for r in res)
     assert "compcoll state file" in res[1].stderr and str(bad) in res[1].stderr, res[1].stderr
     assert "another rank's checkpoint is unreadable" in res[0].stderr, res[0].stderr
+
+
+def test_device_lane_keeps_its_own_state_file(tmp_path):
+    """The test lane staged_cpu (the cuda lane's path, on cpu tensors) saves
+    beside the host lane and restores its own file at the next start."""
+    code = ("import torch, torch.distributed as dist\n"
+            "import compcoll\n"
+            "from compcoll import _backend\n"
+            "_backend._TEST_STAGED_CPU = True\n"
+            "dist.init_process_group('compcoll')\n"
+            "x = torch.ones(50_000)\n"
+            "for _ in range(3): dist.all_reduce(x)\n"
+            "print('RESULT {}')\n"
+            "dist.destroy_process_group()\n")
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DEBUG": "INFO",
+           "COMPCOLL_STATE_DIR": str(tmp_path / "state")}
+    launch(["-c", code], RANKS, env=env)
+    files = sorted(os.listdir(tmp_path / "state"))
+    assert f"compcoll-state-staged_cpu-rank0-of{RANKS}.bin" in files, files
+    assert f"compcoll-state-rank0-of{RANKS}.bin" in files, files
+    again = launch(["-c", code], RANKS, env=env)
+    assert "restored the error-feedback state of 1 tensors" in again[0].stderr, again[0].stderr

@@ -116,8 +116,12 @@ Communicator& Lane::ensure_comm(const Config& cfg, std::chrono::milliseconds tim
            " tensors could not be created earlier; the process group must be rebuilt (",
            comm_error_, ")");
   try {
+    // A device lane keeps its own COMPCOLL_STATE_DIR file beside the host
+    // lane's ("cpu" keeps the plain name).
+    Config lane_cfg = cfg;
+    if (name_ != "cpu") lane_cfg.state_tag = name_;
     comm_ = std::make_unique<Communicator>(std::make_unique<TorchComm>(inner(), timeout, staging),
-                                           cfg);
+                                           lane_cfg);
   } catch (const std::exception& e) {
     comm_error_ = e.what();
     throw;
