@@ -1,6 +1,8 @@
 #include "plugin/communicator.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <filesystem>
 #include <mutex>
@@ -30,6 +32,10 @@ std::mutex g_state_claims_mu;
 std::set<std::string>& state_claims() {
   static std::set<std::string> claims;
   return claims;
+}
+
+bool all_finite(const std::vector<float>& x) {
+  return std::all_of(x.begin(), x.end(), [](float f) { return std::isfinite(f); });
 }
 
 // "a=1;b=2" vs "a=1;b=3" -> "b=3 (checkpoint: b=2)": the settings that differ.
@@ -177,6 +183,10 @@ bool Communicator::load_state(std::span<const uint8_t> bytes) {
     const auto fresh = algo_->make_state(n, hier_ ? hier_->layout().hosts() : size());
     if (e.key.rfind("key:", 0) != 0 || !seen.insert(e.key).second) {
       why = "entry '" + e.key + "' is not a unique explicit key";
+    } else if (!std::isfinite(e.state->lambda) || !all_finite(e.state->v) ||
+               !all_finite(e.state->u)) {
+      // Residuals never hold NaN/Inf (DESIGN.md): such a file was not written by compcoll.
+      why = e.key + " holds non-finite values";
     } else if (fresh->u.size() != e.state->u.size()) {
       why = e.key + " has a momentum/server error of " + std::to_string(e.state->u.size()) +
             " elements where " + cfg_.algo + " keeps " + std::to_string(fresh->u.size()) +

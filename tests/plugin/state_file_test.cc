@@ -212,6 +212,12 @@ TEST(StateCheckpoint, AnotherConfigurationOrRankIsAFreshStartNotAMismatch) {
       EXPECT_TRUE(same.load_state(saved));
     }
     EXPECT_THROW(cc.load_state(Bytes{1, 2, 3}), Error);
+    // An intact file whose residual holds a NaN (compcoll never keeps one).
+    Communicator same(std::make_unique<LentComm>(comm), algo_config("dgc"));
+    StateFile nan = parse_state_file(saved);
+    nan.entries[0].owned->v[5] = std::nanf("");
+    EXPECT_FALSE(same.load_state(serialize_state_file(nan)));
+    EXPECT_EQ(same.state_entries(), 0u);
   });
 }
 
