@@ -23,24 +23,6 @@
 #include "plugin/config.h"
 
 namespace compcoll::bench {
-namespace {
-
-std::string self_exe() {
-  char buf[4096];
-  const ssize_t len = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  CC_CHECK(len > 0, kInternal, "cannot find the compcoll-bench executable (/proc/self/exe)");
-  buf[len] = '\0';
-  return buf;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 int allreduce_main(int argc, char** argv, int first) {
   Args args(argc, argv, first);

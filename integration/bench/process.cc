@@ -265,12 +265,24 @@ bool wait_all(std::vector<Child>& children, std::chrono::steady_clock::time_poin
   }
 }
 
-std::string tail_of(const std::string& path, size_t max_bytes) {
+std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string s = ss.str();
+  return ss.str();
+}
+
+std::string tail_of(const std::string& path, size_t max_bytes) {
+  const std::string s = read_file(path);
   return s.size() <= max_bytes ? s : s.substr(s.size() - max_bytes);
+}
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t len = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  CC_CHECK(len > 0, kInternal, "cannot find the compcoll-bench executable (/proc/self/exe)");
+  buf[len] = '\0';
+  return buf;
 }
 
 }  // namespace compcoll::bench

@@ -75,4 +75,10 @@ std::string describe_status(int status);
 // The last max_bytes of a file, for error reports.
 std::string tail_of(const std::string& path, size_t max_bytes = 4000);
 
+// A whole file ("" when it cannot be read).
+std::string read_file(const std::string& path);
+
+// This executable's path, to start ranks of the same build.
+std::string self_exe();
+
 }  // namespace compcoll::bench

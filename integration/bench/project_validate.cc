@@ -28,14 +28,6 @@ namespace {
 
 constexpr double kTarget = 0.30;  // the bound on |error|
 
-std::string self_exe() {
-  char buf[4096];
-  const ssize_t len = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  CC_CHECK(len > 0, kInternal, "cannot find the compcoll-bench executable (/proc/self/exe)");
-  buf[len] = '\0';
-  return buf;
-}
-
 // The flat objects of `allreduce --json` as key -> raw value text.
 std::vector<std::map<std::string, std::string>> parse_rows(const std::string& json) {
   std::vector<std::map<std::string, std::string>> rows;
@@ -61,13 +53,6 @@ std::vector<std::map<std::string, std::string>> parse_rows(const std::string& js
   return rows;
 }
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // One `allreduce` run; returns its rows or throws with the end of its log.
 std::vector<std::map<std::string, std::string>> run_allreduce(
     const std::string& dir, int ranks, const LinkRate& link, size_t count, const std::string& algos,
@@ -87,7 +72,7 @@ std::vector<std::map<std::string, std::string>> run_allreduce(
   CC_CHECK(ok, kInternal, "project --validate: `allreduce --ranks ", ranks, " --link ", link.text,
            "` failed (", describe_status(run[0].status), "):\n", tail_of(log));
   // stderr carries the ranks' progress lines; the JSON list starts at '['.
-  const std::string out = read_all(log);
+  const std::string out = read_file(log);
   const size_t start = out.find("[{");
   CC_CHECK(start != std::string::npos, kInternal, "project --validate: no JSON in:\n", tail_of(log));
   return parse_rows(out.substr(start));
