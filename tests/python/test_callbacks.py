@@ -62,7 +62,7 @@ def test_callbacks_issue_and_wait_on_every_lane_and_algorithm(world):
             assert res["identical"], where
             lane, algo = name.split("/")
             assert lane in res["lanes"], f"{where}: {res['lanes']}"
-            if algo != "dense":
+            if algo not in ("dense", "auto"):  # auto compresses when it predicts a gain
                 assert res["compressed_calls"] > 0, where
             # The first operation's callbacks ran on the worker (a thread
             # Python did not start) at least once in three rounds.

@@ -461,28 +461,16 @@ void CompcollBackend::log_drop(const Lane& lane, const SlotAssignment& a, int64_
     }
     return;
   }
-  // A slot's first replacement is what DDP's bucket rebuild does once (its
-  // buckets change layout after iteration 1): expected, so INFO. A slot
-  // whose residual is dropped again is a program that keeps reducing new
-  // buffers of changing shapes: error feedback is lost each time, which a
-  // user should know about (WARN, once per lane; INFO afterwards).
-  const std::string msg = detail::concat(
-      "error-feedback state ", a.key, " (", lane.name(), "): a new buffer of ", numel,
-      " elements replaced a freed one; the freed buffer's residual (", a.dropped_elems,
-      " elements) is dropped",
-      a.event == SlotEvent::kFresh
-          ? " (first replacement, as at DDP's bucket rebuild: its layout may differ)"
-          : " (different size or dtype)");
-  if (a.replacements == 0) {
-    log_.info(msg);
-  } else if (!(lane.name() == host_->name() ? host_drop_warned_ : device_drop_warned_)
-                  .exchange(true)) {
-    log_.warn(msg, ". This slot has lost its residual ", a.replacements + 1,
-              " times: the program keeps reducing new buffers of changing size, so error "
-              "feedback restarts each time; reuse the buffers (further drops at INFO)");
-  } else {
-    log_.info(msg);
-  }
+  // Expected: DDP's bucket rebuild does this once per bucket (its buckets
+  // change layout after iteration 1), and so does every new DDP model on
+  // the group. Nothing to act on, so INFO (issue 12); a drop is never
+  // silent at that level.
+  log_.info("error-feedback state ", a.key, " (", lane.name(), "): a new buffer of ", numel,
+            " elements replaced a freed one; the freed buffer's residual (", a.dropped_elems,
+            " elements) is dropped",
+            a.event == SlotEvent::kFresh
+                ? " (first replacement, as at DDP's bucket rebuild: its layout may differ)"
+                : " (different size or dtype)");
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce_sparse(

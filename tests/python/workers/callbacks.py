@@ -14,6 +14,7 @@ usage: callbacks.py MODE
           callback that blocks; then every rank runs one allreduce and
           reports how long it took to fail and with what.
 """
+import faulthandler
 import os
 import sys
 import threading
@@ -27,6 +28,8 @@ from common import emit
 
 MODE = sys.argv[1]
 torch.set_num_threads(1)
+# A hang shows where every thread is, before the test's deadline kills us.
+faulthandler.dump_traceback_later(float(os.environ.get("TEST_DUMP_AFTER_S", "240")), exit=True)
 BIG = 20_000  # at least COMPCOLL_MIN_ELEMS: compressed (unless dense)
 
 
@@ -37,9 +40,10 @@ def equal_everywhere(t, world_group=None):
     return all(torch.equal(e, mine) for e in everyone)
 
 
-def chain_round(group, rank, world, step):
+def chain_round(group, rank, world, step, concurrent):
     """One round of collectives from callbacks; returns (checks, tensors to
-    compare across ranks)."""
+    compare across ranks). concurrent: the main thread submits an operation
+    while the callbacks may be running."""
     g = torch.Generator().manual_seed(1000 * step + rank)
     first = torch.randn(BIG, generator=g)
     big = torch.randn(BIG, generator=g)
@@ -49,11 +53,12 @@ def chain_round(group, rank, world, step):
     seen = {}
 
     def inner_cb(fut):
-        # A callback of an operation issued from a callback.
+        # A callback of an operation issued from a callback. It issues
+        # nothing itself: where the outer callback runs on one of Gloo's two
+        # threads (delegated operations issued directly), a second blocking
+        # level would hold both, which hangs plain Gloo too.
         seen["inner_thread"] = threading.current_thread().name
-        x = torch.full((10,), 1.0)
-        dist.all_reduce(x, group=group)  # synchronous: waits inside the callback
-        return fut.value()[0] + x[0]
+        return fut.value()[0] + float(world)
 
     def cb(fut):
         seen["cb_thread"] = threading.current_thread().name
@@ -68,11 +73,14 @@ def chain_round(group, rank, world, step):
 
     work = dist.all_reduce(first, group=group, async_op=True)
     fut = work.get_future().then(cb)
-    # Submitted while the callbacks may be running: after them on every
-    # rank (the callback was attached before this was submitted).
     after = torch.full((BIG,), 0.5)
-    w_after = dist.all_reduce(after, group=group, async_op=True)
+    if concurrent:
+        # Submitted while the callbacks may be running: after them on every
+        # rank (the callback was attached before this was submitted).
+        w_after = dist.all_reduce(after, group=group, async_op=True)
     res = fut.wait()
+    if not concurrent:
+        w_after = dist.all_reduce(after, group=group, async_op=True)
     w_after.wait()
     n = world * (world + 1) / 2
     checks = {
@@ -97,8 +105,14 @@ def chains():
             os.environ["COMPCOLL_ALGO"] = algo
             group = dist.new_group(backend="compcoll")
             res = {"checks": {}, "identical": True, "threads": set()}
+            # The staged lane hands what it keeps dense to its inner Gloo
+            # directly: callbacks on such an operation run on Gloo's thread,
+            # concurrently with the main thread, whose next operation then
+            # races with theirs as on plain Gloo (docs/pytorch.md). Those
+            # rounds submit it after the callbacks.
+            concurrent = not (lane == "staged_cpu" and algo in ("dense", "auto"))
             for step in range(3):
-                checks, compare, seen = chain_round(group, rank, world, step)
+                checks, compare, seen = chain_round(group, rank, world, step, concurrent)
                 for k, v in checks.items():
                     res["checks"][k] = res["checks"].get(k, True) and v
                 for t in compare:
@@ -109,6 +123,7 @@ def chains():
             res["lanes"] = sorted(st["devices"])
             res["threads"] = sorted(res["threads"])
             out[f"{lane}/{algo}"] = res
+            print(f"rank {rank}: {lane}/{algo} done", file=sys.stderr, flush=True)
             dist.destroy_process_group(group)
     _backend._TEST_STAGED_CPU = False
     emit(out)

@@ -30,7 +30,8 @@ def train(m, steps=2):
         opt.step()
 
 
-train(FSDP(model(), sharding_strategy=ShardingStrategy.FULL_SHARD, use_orig_params=True))
+train(FSDP(model(), sharding_strategy=ShardingStrategy.FULL_SHARD, use_orig_params=True,
+           device_id=torch.device("cpu")))  # FSDP on cpu tensors: Gloo
 out = {"full_shard_backend": dist.group.WORLD._get_backend(torch.device("cpu")).name()}
 
 sub = dist.new_group(backend="gloo")  # also compcoll through the hook
