@@ -7,8 +7,8 @@
 #   scripts/install-python-package.sh          (after scripts/install-deps.sh)
 #
 # The wheel goes to build-wheel/. Compiling the extension takes minutes on
-# two cores: one line per compiled file shows where it is (the full build
-# log is printed only if the build fails). Build files stay in
+# two cores: one line per compiled file shows where it is (if the build
+# fails, its compiler errors are printed; the whole log stays in build-wheel/). Build files stay in
 # build-python/, so a second run recompiles only what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,8 +33,12 @@ if ! "$PY" -m pip wheel -v --no-build-isolation --no-deps --disable-pip-version-
            if (src == "") { for (i = 1; i <= NF; i++) if ($i ~ /\.(cc|cpp|so)$/) src = $i }
            n = split(src, parts, "/")
            printf "  %s %s\n", $1, (n >= 2 ? parts[n - 1] "/" parts[n] : src); fflush() }') 2>&1; then
-  echo "install-python-package: the wheel build FAILED; its log ($log):" >&2
-  tail -n 60 "$log" >&2
+  # The compiler's errors first (pip's traceback after them says only that
+  # the build failed), then the end of the log.
+  echo "install-python-package: the wheel build FAILED; compiler errors (whole log: $log):" >&2
+  grep -E -A4 "(error|fatal error):" "$log" | head -n 80 >&2 || true
+  echo "install-python-package: end of the log:" >&2
+  tail -n 8 "$log" >&2
   exit 1
 fi
 wheels=("$WHEEL_DIR"/compcoll-*.whl)
