@@ -100,3 +100,23 @@ def test_clean_ddp_run_prints_no_warn(tmp_path):
                 drops = [ln for ln in r.stderr.splitlines()
                          if "compcoll INFO" in ln and "residual" in ln and "dropped" in ln]
                 assert drops, r.describe()
+
+
+def test_powersgd_with_several_buckets_keeps_one_order():
+    """PowerSGD with two DDP buckets per step (after the rebuild), 4 ranks:
+    one bucket's callbacks allreduce its factors while the autograd thread
+    submits the next bucket's allreduce. compcoll runs a callback's operations right
+    after the one that completed (docs/pytorch.md), so every rank issues the
+    same order: every algorithm finishes with identical parameters. (Plain
+    Gloo runs the callbacks on its own threads: there the two race, and this
+    run fails with a collective mismatch, so there is no Gloo reference.)"""
+    ranks = launch([worker("hooks.py")], 4,
+                   env={"TEST_HOOKS": "powerSGD,batched_powerSGD", "TEST_ALGOS": ",".join(ALGOS),
+                        "TEST_STEPS": "6", "TEST_BUCKET_MB": "0.03", "TEST_GLOO_REFERENCE": "0",
+                        "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+                   timeout=300)
+    for r in ranks:
+        for hook in ("powerSGD", "batched_powerSGD"):
+            for algo in ALGOS:
+                run = r.result[hook][algo]
+                assert run["identical"] and len(run["losses"]) == 6, (r.rank, hook, algo, run)

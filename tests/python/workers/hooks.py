@@ -6,7 +6,9 @@ subgroup (the reference) and over one compcoll subgroup per algorithm of
 TEST_ALGOS (COMPCOLL_ALGO is read when a group is created). Every run
 reports its per-step losses and whether its parameters are bitwise equal on
 every rank. TEST_BUCKET_MB (optional) caps DDP's buckets, for several
-buckets per step.
+buckets per step; TEST_GLOO_REFERENCE=0 skips the Gloo run (with several
+buckets PowerSGD's callbacks race with the next bucket's allreduce on plain
+Gloo, which then fails with a collective mismatch).
 """
 import os
 import sys
@@ -111,12 +113,14 @@ def main():
     algos = os.environ["TEST_ALGOS"].split(",")
     out = {}
     for hook_name in hooks:
-        ref_group = dist.new_group(backend="gloo")
-        t0 = time.monotonic()
-        losses, flat = train(ref_group, hook_name, rank)
-        runs = {"gloo": {"losses": losses, "identical": identical_everywhere(flat),
-                         "seconds": time.monotonic() - t0}}
-        ref = flat
+        runs, ref = {}, None
+        if os.environ.get("TEST_GLOO_REFERENCE", "1") == "1":
+            ref_group = dist.new_group(backend="gloo")
+            t0 = time.monotonic()
+            losses, ref = train(ref_group, hook_name, rank)
+            runs["gloo"] = {"losses": losses, "identical": identical_everywhere(ref),
+                            "seconds": time.monotonic() - t0}
+            dist.destroy_process_group(ref_group)
         for algo in algos:
             os.environ["COMPCOLL_ALGO"] = algo
             group = dist.new_group(backend="compcoll")
@@ -124,11 +128,10 @@ def main():
             losses, flat = train(group, hook_name, rank)
             st = compcoll.stats(group)
             runs[algo] = {"losses": losses, "identical": identical_everywhere(flat),
-                          "equal_to_gloo": bool(torch.equal(flat, ref)),
+                          "equal_to_gloo": ref is not None and bool(torch.equal(flat, ref)),
                           "calls": st["calls"], "compressed_calls": st["compressed_calls"],
                           "seconds": time.monotonic() - t0}
             dist.destroy_process_group(group)
-        dist.destroy_process_group(ref_group)
         out[hook_name] = runs
         print(f"rank {rank}: {hook_name} done", file=sys.stderr, flush=True)
     emit(out)
