@@ -83,3 +83,18 @@ def test_torchrun(tmp_path):
     assert len(lines) == 2 and all(x["cpu_backend"] == "compcoll" for x in lines), r.describe()
     for st in read_stats(tmp_path, 2):
         assert st["algo"] == "csc" and st["compressed_calls"] > 0, st
+
+
+def test_import_compcoll_before_torch(tmp_path):
+    """`import compcoll` first, with COMPCOLL_ALGO set: torch's autoload runs
+    inside compcoll's import and must find a whole compcoll._backend."""
+    import subprocess
+
+    code = ("import compcoll, torch.distributed as dist; "
+            "print(compcoll.is_gloo_hooked(), dist.is_backend_available('compcoll'))")
+    for algo in ("dgc", ""):
+        env = dict(os.environ, COMPCOLL_ALGO=algo)
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert out.stdout.split() == [str(bool(algo)), "True"], (algo, out.stdout, out.stderr[-2000:])

@@ -11,6 +11,12 @@ in an unmodified script gets the compcoll backend too (torch's backend
 autoload; or `python -m compcoll.run script.py` where autoload cannot reach).
 See docs/pytorch.md.
 """
+# torch first: `import torch` runs torch's backend autoload, which (with
+# COMPCOLL_ALGO set) imports compcoll._backend. Had _backend's own
+# `import torch` started that, autoload would meet a half-imported _backend
+# (`import compcoll` before `import torch` failed with a circular import).
+import torch  # noqa: F401
+
 from compcoll._backend import (  # noqa: F401
     BACKEND_NAME,
     backend_of,
