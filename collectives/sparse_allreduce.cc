@@ -51,6 +51,7 @@ CallInfo SparseAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool avera
                   predict_seconds(sparse_pattern_cost(SparsePattern::kScatter, n, comm.size(),
                                                       density_, bytes_per_entry_), link_) * 1e3,
                   link_known_ ? "" : " on an assumed link");
+    std::lock_guard<std::mutex> lock(decision_mutex_);
     last_decision_ = text;
   }
   if (p == SparsePattern::kScatter) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "collectives/algorithm.h"
@@ -34,7 +35,10 @@ class SparseAllreduce final : public Algorithm {
                      CodecState& state) const override;
   CostShape cost_shape(size_t n, int world_size) const override;
   void attach(Comm& comm) override;
-  std::string last_decision() const override { return last_decision_; }
+  std::string last_decision() const override {
+    std::lock_guard<std::mutex> lock(decision_mutex_);
+    return last_decision_;
+  }
 
   // The link the auto pattern weighs the patterns on (auto.cc passes its own).
   void set_link(const LinkModel& link) {
@@ -54,6 +58,10 @@ class SparseAllreduce final : public Algorithm {
   SparseEncoding encoding_;
   LinkModel link_ = assumed_link();
   bool link_known_ = false;
+  // allreduce is const and so may run on several threads at once (one
+  // algorithm object serving ranks as threads); the decision text is its
+  // only write.
+  mutable std::mutex decision_mutex_;
   mutable std::string last_decision_;
 };
 

@@ -193,11 +193,11 @@ CodecResult run_one(const Options& o, const std::vector<float>& grad) {
   const size_t n = grad.size();
   CodecUnderTest c = make_codec(o, grad.data(), n);
   std::vector<float> copy(n), out(n);
-  std::memset(copy.data(), 0, n * sizeof(float));  // fault pages in before timing
+  if (n) std::memset(copy.data(), 0, n * sizeof(float));  // fault pages in before timing (data() may be null at 0)
   std::vector<double> t_memcpy, t_encode, t_decode;
   for (int it = -1; it < o.iters; ++it) {  // iteration -1 warms caches and state
     auto t0 = Clock::now();
-    std::memcpy(copy.data(), grad.data(), n * sizeof(float));
+    if (n) std::memcpy(copy.data(), grad.data(), n * sizeof(float));
     const double m = ms_since(t0);
     t0 = Clock::now();
     c.encode();
