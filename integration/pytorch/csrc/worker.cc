@@ -248,7 +248,10 @@ void Worker::watchdog_loop() {
     const auto first = pending_.begin();
     const Clock::time_point now = Clock::now();
     if (now < first->second.deadline) {
-      watchdog_cv_.wait_until(lock, first->second.deadline);
+      // A copy: wait_until reads its argument again after waking, and the
+      // entry may have settled (been erased) while the lock was released.
+      const Clock::time_point due = first->second.deadline;
+      watchdog_cv_.wait_until(lock, due);
       continue;
     }
     std::vector<std::pair<c10::intrusive_ptr<CompcollWork>, std::string>> fail;
