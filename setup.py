@@ -45,7 +45,7 @@ def compcoll_sources():
     # plugin/connect.cc, c_api.cc and info_main.cc need Gloo: not here.
     sources += [f"plugin/{name}.cc" for name in ("config", "logging", "stats", "state_store", "state_file",
                                                    "communicator")]
-    sources += rel("transport/shm_*.cc")  # the host hierarchy's shared memory (no Gloo)
+    sources += rel("transport/shm_*.cc") + ["transport/nonzero_pack.cc"]  # the host hierarchy's shared memory (no Gloo)
     sources += rel(f"{PKG_DIR}/csrc/*.cc")
     return sources
 

@@ -18,6 +18,7 @@
 
 #include "collectives/agreement.h"
 #include "compcoll/error.h"
+#include "transport/nonzero_pack.h"
 
 namespace compcoll {
 
@@ -28,11 +29,17 @@ static_assert(Counter::is_always_lock_free && sizeof(Counter) == sizeof(uint32_t
 namespace {
 
 constexpr uint64_t kMagic = 0x636f6d70636f6c6cull;  // "compcoll"
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr int kSpins = 256;
 // How often a sleeping wait looks at whether the awaited peer still runs.
 constexpr auto kLivenessEvery = std::chrono::milliseconds(50);
 constexpr size_t kReasonBytes = 480;
+// The broadcast sends a round as (index, bits) pairs when at most 1/8 of its
+// words are nonzero: then the pairs take at most half the bytes of a dense
+// round and the receivers' memset + scatter beats a copy (nonzero_pack.h).
+constexpr size_t kSparseResultDivisor = 8;
+// result_pairs of a round sent densely.
+constexpr uint64_t kDenseResult = ~uint64_t{0};
 
 uint64_t pid_namespace() {
   struct stat st {};
@@ -79,6 +86,7 @@ struct alignas(64) ShmGroup::Header {
   uint32_t local_size = 0;
   uint64_t chunk_floats = 0;
   alignas(64) Counter result{0};
+  std::atomic<uint64_t> result_pairs{0};  // this round's R: pairs, or kDenseResult
   alignas(64) Counter taken{0};  // the leader has added every slot of this round
   alignas(64) Counter failed{0};  // 0, or the local rank + 1 that failed first
 };
@@ -383,11 +391,32 @@ void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::millisec
           await(&slot(l).consumed, round - 1, l, "read the shared result", deadline, timeout);
         }
       }
-      if (len) std::memcpy(r, buf + off, len * sizeof(float));
+      uint64_t pairs = kDenseResult;
+      if (len) {
+        const size_t cap = len / kSparseResultDivisor;
+        const size_t packed = cap ? pack_nonzeros(buf + off, len, reinterpret_cast<uint32_t*>(r), cap)
+                                  : kNotSparse;
+        if (packed == kNotSparse) {
+          std::memcpy(r, buf + off, len * sizeof(float));
+        } else {
+          pairs = packed;
+        }
+      }
+      // Ordered before the readers see the round by publish()'s release.
+      h->result_pairs.store(pairs, std::memory_order_relaxed);
       publish(&h->result, round);
     } else {
       await(&h->result, round, 0, "share the result", deadline, timeout);
-      if (len) std::memcpy(buf + off, r, len * sizeof(float));
+      const uint64_t pairs = h->result_pairs.load(std::memory_order_relaxed);
+      if (pairs == kDenseResult) {
+        if (len) std::memcpy(buf + off, r, len * sizeof(float));
+      } else {
+        CC_CHECK_LE(pairs, len / kSparseResultDivisor, kInternal, "world rank ",
+                    world_ranks_[size_t(local_rank_)], ": the host's shared result announces ",
+                    pairs, " pairs for a ", len, "-element round (corrupted shared memory)");
+        unpack_nonzeros(reinterpret_cast<const uint32_t*>(r), static_cast<size_t>(pairs),
+                        buf + off, len);
+      }
       publish(&slot(local_rank_).consumed, round);
     }
   }

@@ -21,9 +21,13 @@
 //   One synchronisation per round: on hosts with more ranks than cores every
 //   wake-up costs a scheduling delay, which a reduce-scatter's second
 //   synchronisation would pay again to save the leader some additions.
-// broadcast_from_leader, per round: the leader copies its chunk into R (after
-//   every rank `consumed` the previous round) and sets `result`; the others
-//   copy it out and set `consumed`.
+// broadcast_from_leader, per round: the leader writes its chunk into R
+//   (after every rank `consumed` the previous round) and sets `result`; the
+//   others read it out and set `consumed`. A mostly-zero chunk (a sparse
+//   algorithm's result: at most 1/8 of its words nonzero) goes as (index,
+//   bits) pairs and the readers zero their chunk and scatter: a memset and a
+//   read-only scan instead of two copies (nonzero_pack.h); anything denser
+//   is copied as is.
 // Nothing from one call is still read when the next call writes: a rank
 // arrives in call c+1 only after it finished call c.
 //
