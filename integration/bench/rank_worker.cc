@@ -65,6 +65,25 @@ Clock::time_point common_start(Comm& comm) {
   return start;
 }
 
+// This process's CPU time (every thread: the caller's and the transport's),
+// in ms. Summed over ranks per call it is what the call cost the machine:
+// with more ranks than cores the time of a call is bounded below by that sum
+// divided by the cores, whatever the algorithm's critical path.
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+
+// Median over iterations of the sum over ranks of the CPU time.
+double summed_median(Comm& comm, std::vector<double> cpu) {
+  if (cpu.empty()) return 0.0;
+  comm.allreduce(cpu.data(), cpu.size(), DType::kFloat64, ReduceOp::kSum);
+  std::sort(cpu.begin(), cpu.end());
+  const size_t m = cpu.size() / 2;
+  return cpu.size() % 2 ? cpu[m] : 0.5 * (cpu[m - 1] + cpu[m]);
+}
+
 // Median over iterations of the slowest rank's time.
 double slowest_median(Comm& comm, std::vector<double> times) {
   if (times.empty()) return 0.0;
@@ -255,6 +274,7 @@ int worker_main(int argc, char** argv, int first) {
       std::unique_ptr<CodecState> state;
       std::vector<double> running;
       std::vector<double> times;
+      std::vector<double> cpu;  // this rank's CPU time per timed call
       uint64_t wire = 0;
       uint64_t host_tx = 0;  // this host's interface over the timed calls (reader only)
       std::vector<float> out;
@@ -264,7 +284,7 @@ int worker_main(int argc, char** argv, int first) {
       if (rows[a].algorithm) runs[a].state = rows[a].algorithm->make_state(count, ranks);
       runs[a].running.assign(count, 0.0);
     }
-    std::vector<double> dense_times;
+    std::vector<double> dense_times, dense_cpu;
     std::vector<double> baseline_running(skip_baseline ? 0 : count, 0.0);
     const size_t turns = rows.size() + (skip_baseline ? 0 : 1);
     std::fprintf(stderr, "compcoll-bench worker rank %d: running %s at %zu elements\n", rank,
@@ -275,8 +295,12 @@ int worker_main(int argc, char** argv, int first) {
         std::copy(grad.begin(), grad.begin() + count, buf.begin());
         if (a == rows.size()) {  // the baseline
           const auto t0 = common_start(*comm);
+          const double cpu0 = process_cpu_ms();
           gloo_allreduce(*comm, buf.data(), count);
-          if (it >= 0) dense_times.push_back(ms_since(t0));
+          if (it >= 0) {
+            dense_times.push_back(ms_since(t0));
+            dense_cpu.push_back(process_cpu_ms() - cpu0);
+          }
           // The same untimed work as a row's turn (its running sum below):
           // without it, the turn after the baseline found caches and ranks
           // in another state than the turn after a row, and compcoll's own
@@ -295,6 +319,7 @@ int worker_main(int argc, char** argv, int first) {
           meter->begin();
         }
         const auto t0 = common_start(*comm);
+        const double cpu0 = process_cpu_ms();
         const uint64_t before = comm->bytes_sent();
         if (rows[a].communicator) {
           rows[a].communicator->allreduce(buf.data(), count, DType::kFloat32, ReduceOp::kSum);
@@ -302,12 +327,14 @@ int worker_main(int argc, char** argv, int first) {
           rows[a].algorithm->allreduce(*comm, buf.data(), count, /*average=*/false, *run.state);
         }
         const double ms = ms_since(t0);
+        const double cpu = process_cpu_ms() - cpu0;
         if (metered) {
           comm->barrier();
           run.host_tx += meter->end();
         }
         if (it >= 0) {
           run.times.push_back(ms);
+          run.cpu.push_back(cpu);
           run.wire += comm->bytes_sent() - before;
         }
         for (size_t i = 0; i < count; ++i) run.running[i] += buf[i];
@@ -315,6 +342,7 @@ int worker_main(int argc, char** argv, int first) {
       }
     }
     const double dense_ms = slowest_median(*comm, dense_times);
+    const double dense_cpu_ms = summed_median(*comm, dense_cpu);
     for (size_t a = 0; a < rows.size(); ++a) {
       Run& run = runs[a];
       AllreduceResult r;
@@ -325,6 +353,8 @@ int worker_main(int argc, char** argv, int first) {
       r.iters = iters;
       r.time_ms = slowest_median(*comm, run.times);
       r.dense_time_ms = dense_ms;
+      r.cpu_ms = summed_median(*comm, run.cpu);
+      r.dense_cpu_ms = dense_cpu_ms;
       r.wire_bytes = iters > 0 ? run.wire / iters : 0;
       r.dense_wire_bytes = ring_allreduce_bytes(count * sizeof(float), ranks);
       r.decision = rows[a].algorithm ? rows[a].algorithm->last_decision() : "";

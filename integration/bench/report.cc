@@ -29,6 +29,8 @@ std::string results_json(const std::vector<AllreduceResult>& results) {
         .add("iters", r.iters)
         .add("time_ms", r.time_ms)
         .add("dense_time_ms", r.dense_time_ms)
+        .add("cpu_ms", r.cpu_ms)
+        .add("dense_cpu_ms", r.dense_cpu_ms)
         .add("speedup", r.speedup())
         .add("wire_bytes", static_cast<unsigned long long>(r.wire_bytes))
         .add("dense_wire_bytes", static_cast<unsigned long long>(r.dense_wire_bytes))
@@ -71,13 +73,13 @@ std::string results_table(const std::vector<AllreduceResult>& results) {
                   results[0].ranks_per_host, results[0].hosts);
     out += line;
   }
-  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %9s %10s %8s %8s %10s %8s %12s %8s %9s %9s %5s",
-                "size(B)", "count", "type", "redop", "algo", "time(ms)", "algbw", "busbw",
+  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %9s %10s %9s %8s %8s %10s %8s %12s %8s %9s %9s %5s",
+                "size(B)", "count", "type", "redop", "algo", "time(ms)", "cpu(ms)", "algbw", "busbw",
                 "dense(ms)", "speedup", "wire(B)", "ratio", "rel_err", "run_err", "same");
   out += line;
   out += host_tx ? "   host_tx(B)\n" : "\n";
-  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %9s %10s %8s %8s %10s %8s %12s %8s %9s %9s %5s",
-                "", "(elements)", "", "", "", "", "(GB/s)", "(GB/s)", "", "(x)", "(per rank)", "(x)",
+  std::snprintf(line, sizeof line, "#%12s %10s %6s %5s %9s %10s %9s %8s %8s %10s %8s %12s %8s %9s %9s %5s",
+                "", "(elements)", "", "", "", "", "(ranks)", "(GB/s)", "(GB/s)", "", "(x)", "(per rank)", "(x)",
                 "(L2 rel)", "(L2 rel)", "");
   out += line;
   out += host_tx ? "   (per host)\n" : "\n";
@@ -86,8 +88,8 @@ std::string results_table(const std::vector<AllreduceResult>& results) {
     const double algbw = r.time_ms > 0 ? bytes / (r.time_ms * 1e6) : 0.0;
     const double busbw = algbw * (r.ranks > 1 ? 2.0 * (r.ranks - 1) / r.ranks : 0.0);
     std::snprintf(line, sizeof line,
-                  " %12.0f %10zu %6s %5s %9s %10.2f %8.3f %8.3f %10.2f %8.2f %12llu %8s %9.2e %9.2e %5s",
-                  bytes, r.count, "float", "sum", r.label().c_str(), r.time_ms, algbw, busbw,
+                  " %12.0f %10zu %6s %5s %9s %10.2f %9.2f %8.3f %8.3f %10.2f %8.2f %12llu %8s %9.2e %9.2e %5s",
+                  bytes, r.count, "float", "sum", r.label().c_str(), r.time_ms, r.cpu_ms, algbw, busbw,
                   r.dense_time_ms, r.speedup(), static_cast<unsigned long long>(r.wire_bytes),
                   ratio_text(r.ratio()).c_str(), r.rel_error, r.running_rel_error,
                   r.identical ? "yes" : "NO");

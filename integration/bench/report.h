@@ -17,6 +17,11 @@ struct AllreduceResult {
   int iters = 0;
   double time_ms = 0.0;        // median over iterations of the slowest rank
   double dense_time_ms = 0.0;  // Gloo's own allreduce, same run
+  // CPU time of a call summed over all ranks (every thread of each rank's
+  // process), median over iterations: what the call costs the machine. With
+  // more ranks than cores, time_ms cannot fall below cpu_ms / cores.
+  double cpu_ms = 0.0;
+  double dense_cpu_ms = 0.0;  // the same for Gloo's own allreduce
   uint64_t wire_bytes = 0;     // sent per rank per call (measured)
   uint64_t dense_wire_bytes = 0;  // a ring allreduce's bytes per rank
   double rel_error = 0.0;      // last call vs the exact sum

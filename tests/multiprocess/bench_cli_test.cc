@@ -12,7 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <regex>
 #include <sstream>
@@ -223,6 +225,42 @@ TEST(BenchCli, OneRankAndZeroElementsRunLikeNcclTestsWithRatioNotApplicable) {
     EXPECT_NE(r.out.find(" n/a "), std::string::npos) << r.out;
   }
   EXPECT_TRUE(std::filesystem::is_empty(tmp.path())) << "a run left files in its TMPDIR";
+}
+
+// Every value of `key` in the JSON text, in order.
+std::vector<double> json_numbers(const std::string& json, const std::string& key) {
+  std::vector<double> out;
+  const std::string tag = "\"" + key + "\": ";
+  for (size_t p = json.find(tag); p != std::string::npos; p = json.find(tag, p + 1)) {
+    out.push_back(std::strtod(json.c_str() + p + tag.size(), nullptr));
+  }
+  return out;
+}
+
+// cpu_ms is CPU time summed over the ranks for one call: positive for real
+// work, and never more than the machine's cores can give in the call's time.
+TEST(BenchCli, CpuTimeIsTheRanksSumAndFitsTheMachine) {
+  const std::vector<std::string> args{"allreduce", "--ranks", "2",       "--algo", "dense,dgc",
+                                      "--count",   "2M",      "--iters", "3",      "--json"};
+  const BenchRun r = bench(args);
+  ASSERT_EQ(r.code, 0) << describe(args, r);
+  const auto cpu = json_numbers(r.out, "cpu_ms");
+  const auto dense_cpu = json_numbers(r.out, "dense_cpu_ms");
+  const auto time = json_numbers(r.out, "time_ms");
+  ASSERT_EQ(cpu.size(), 2u) << r.out;
+  ASSERT_EQ(time.size(), 2u) << r.out;
+  ASSERT_EQ(dense_cpu.size(), 2u) << r.out;
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_GT(cpu[i], 0.0) << r.out;
+    EXPECT_GT(dense_cpu[i], 0.0) << r.out;
+    // Medians of different calls: allow one scheduler tick of slack.
+    EXPECT_LE(cpu[i], cores * time[i] + 5.0) << r.out;
+  }
+  const std::vector<std::string> table(args.begin(), args.end() - 1);
+  const BenchRun t = bench(table);
+  ASSERT_EQ(t.code, 0) << describe(table, t);
+  EXPECT_NE(t.out.find("cpu(ms)"), std::string::npos) << t.out;
 }
 
 // The ranks do not create communicators (they run the algorithms directly),
