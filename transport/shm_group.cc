@@ -334,17 +334,25 @@ void ShmGroup::publish(void* counter, uint32_t round) {
   futex_wake(word);
 }
 
-void ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout) {
+void ShmGroup::check_usable() const {
   CC_CHECK(!aborted_, kTransport, "world rank ", world_ranks_[size_t(local_rank_)],
            ": this host's shared-memory group failed earlier; the communicator must be rebuilt");
+}
+
+size_t ShmGroup::rounds(size_t n) const { return std::max<size_t>(1, (n + chunk_ - 1) / chunk_); }
+
+ShmGroup::Round ShmGroup::next_round(size_t k, size_t n) {
+  const size_t off = k * chunk_;
+  return {++round_, off, std::min(chunk_, n - std::min(n, off))};
+}
+
+void ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout) {
+  check_usable();
   const auto deadline = Clock::now() + timeout;
   const int L = local_size();
   auto* h = static_cast<Header*>(base_);
-  const size_t rounds = std::max<size_t>(1, (n + chunk_ - 1) / chunk_);
-  for (size_t k = 0; k < rounds; ++k) {
-    const uint32_t round = ++round_;
-    const size_t off = k * chunk_;
-    const size_t len = std::min(chunk_, n - std::min(n, off));
+  for (size_t k = 0; k < rounds(n); ++k) {
+    const auto [round, off, len] = next_round(k, n);
     if (local_rank_ > 0) {
       Slot& me = slot(local_rank_);
       // The slot still holds the previous round until the leader took it.
@@ -374,16 +382,12 @@ void ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds 
 }
 
 void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout) {
-  CC_CHECK(!aborted_, kTransport, "world rank ", world_ranks_[size_t(local_rank_)],
-           ": this host's shared-memory group failed earlier; the communicator must be rebuilt");
+  check_usable();
   const auto deadline = Clock::now() + timeout;
   const int L = local_size();
   auto* h = static_cast<Header*>(base_);
-  const size_t rounds = std::max<size_t>(1, (n + chunk_ - 1) / chunk_);
-  for (size_t k = 0; k < rounds; ++k) {
-    const uint32_t round = ++round_;
-    const size_t off = k * chunk_;
-    const size_t len = std::min(chunk_, n - std::min(n, off));
+  for (size_t k = 0; k < rounds(n); ++k) {
+    const auto [round, off, len] = next_round(k, n);
     float* r = data(L);
     if (local_rank_ == 0) {
       if (k > 0) {

@@ -108,6 +108,16 @@ class ShmGroup final : public LocalGroup {
   [[noreturn]] void fail(ErrorKind kind, const std::string& what);
   bool peer_gone(int l) const;
   void publish(void* counter, uint32_t round);
+  // Throws kTransport when an earlier failure broke the group.
+  void check_usable() const;
+  // A call of n elements moves in rounds(n) rounds (one even when n == 0,
+  // so every rank still meets the others); next_round numbers the k-th.
+  struct Round {
+    uint32_t number;
+    size_t off, len;  // the round's elements: [off, off + len)
+  };
+  size_t rounds(size_t n) const;
+  Round next_round(size_t k, size_t n);
 
   std::string name_;
   int local_rank_;
