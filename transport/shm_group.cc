@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <new>
@@ -134,7 +135,9 @@ void check_options(const ShmGroupOptions& o) {
                o.local_rank < static_cast<int>(o.world_ranks.size()),
            kInvalidArgument, "local rank ", o.local_rank, " of a ", o.world_ranks.size(),
            "-rank host group");
-  CC_CHECK(o.chunk_floats >= 1, kInvalidArgument, "the shared-memory chunk must hold an element");
+  CC_CHECK(o.chunk_floats >= 1 && o.chunk_floats <= UINT32_MAX, kInvalidArgument,
+           "the shared-memory chunk must hold 1 to 2^32 - 1 elements (the sparse share-back "
+           "indexes a round with 32 bits), not ", o.chunk_floats);
 }
 
 void* map(int fd, size_t bytes, const std::string& name) {
