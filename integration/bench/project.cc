@@ -25,10 +25,13 @@ namespace {
 
 bool is_sparse(const std::string& algo) { return algo == "dgc" || algo == "sdagc" || algo == "sbc"; }
 
-int decodes_per_call(const Variant& v, int ranks) {
-  if (v.pattern == "allgather") return ranks;
-  if (v.pattern == "scatter" || v.algo == "onebit") return 2;
-  return 1;
+// extra(v, P) of project.h: what a rank of P computes beyond the rank of one
+// that C(v) timed, in ms.
+double extra_compute_ms(const Variant& v, int ranks, const ProjectionInputs& in) {
+  const CodecSpeed& s = in.speeds.at(v.algo);
+  if (v.pattern == "allgather") return double(ranks - 1) * s.decode_ms;
+  if (v.algo == "onebit") return -(1.0 - 1.0 / double(ranks)) * (s.encode_ms + in.alloc_ms);
+  return 0.0;
 }
 
 std::vector<int> parse_ranks(const std::string& s) {
@@ -160,18 +163,54 @@ Projection project_one(const Variant& v, int ranks, const LinkRate& rate, const 
   p.rounds = shape.rounds;
   p.comm_s = predict_seconds(shape, link);
   if (v.algo != "dense") {
-    const CodecSpeed& s = in.speeds.at(v.algo);
-    double ms = s.encode_ms + double(decodes_per_call(v, ranks)) * s.decode_ms;
+    const auto c = in.call_ms.find(v.label());
+    CC_CHECK(c != in.call_ms.end(), kInternal, "project: no compute timing for ", v.label());
+    const auto alone = in.call_alone_ms.find(v.label());
+    CC_CHECK(alone != in.call_alone_ms.end() && alone->second > 0, kInternal,
+             "project: no compute timing alone for ", v.label());
+    const double per_call = c->second / in.call_share;
+    const double f = per_call / alone->second;  // contention while C was timed
+    double ms = std::max(0.0, per_call + f * extra_compute_ms(v, ranks, in));
     if (in.cores > 0) ms *= std::max(1.0, double(ranks) / double(in.cores));
     p.compute_s = ms * 1e-3;
   }
   return p;
 }
 
+int cores_here() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
 void measure_speeds(const std::vector<Variant>& variants, int iters, ProjectionInputs& in) {
+  // A fresh zeroed tensor-sized buffer, as the collectives allocate per
+  // call (page faults and zeroing); the median of iters.
+  std::vector<double> alloc;
+  for (int it = 0; it < iters; ++it) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<float> fresh(in.count, 0.0f);
+    const volatile float* keep = fresh.data();  // the allocation is not elided
+    (void)keep;
+    alloc.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(alloc.begin(), alloc.end());
+  in.alloc_ms = alloc[alloc.size() / 2];
   for (const Variant& v : variants) {
-    if (v.algo == "dense" || in.speeds.count(v.algo)) continue;
-    in.speeds[v.algo] = measure_codec(v.algo, in.count, in.params, iters);
+    if (v.algo == "dense") continue;
+    if (!in.speeds.count(v.algo)) in.speeds[v.algo] = measure_codec(v.algo, in.count, in.params, iters);
+    measure_call_ms(v, iters, in);
+  }
+}
+
+void measure_call_ms(const Variant& v, int iters, ProjectionInputs& in) {
+  if (v.algo == "dense") return;
+  Variant flat = v;
+  flat.hierarchical = false;
+  if (!in.call_alone_ms.count(flat.label())) {
+    in.call_alone_ms[flat.label()] = measure_call_compute(flat, in.count, in.params, 1, iters);
+  }
+  if (in.compute_workers == 1) {
+    in.call_ms[flat.label()] = in.call_alone_ms[flat.label()];
+  } else if (!in.call_ms.count(flat.label())) {
+    in.call_ms[flat.label()] =
+        measure_call_compute(flat, in.count, in.params, in.compute_workers, iters);
   }
 }
 
@@ -244,11 +283,25 @@ int project_main(int argc, char** argv, int first) {
   in.goodput = goodput;
   in.cores = static_cast<int>(cores);
   in.ranks_per_host = static_cast<int>(ranks_per_host);
-  std::fprintf(stderr, "compcoll-bench project: timing the codecs on %lld elements...\n", count);
+  // The cores of this machine: --validate runs every rank here, so they
+  // share them; a projection gives each rank a core and its host's N ranks
+  // run at once, which is how many workers time C(v) (at most the cores
+  // this machine has to time them on).
+  const int here = cores_here();
+  if (validate && in.cores == 0) in.cores = here;
+  // (--validate times C per rank count next to each run, project_validate.cc;
+  // here only C1, one process alone.)
+  in.compute_workers = validate ? 1 : std::min(here, in.cores > 0 ? in.cores : in.ranks_per_host);
+  in.call_share = std::max(1.0, double(in.compute_workers) / double(here));
+  std::fprintf(stderr,
+               "compcoll-bench project: timing the codecs and each variant's call on %lld "
+               "elements (%d at once)...\n",
+               count, in.compute_workers);
+  // Ctrl-C / SIGTERM: the timing workers and the plotter die, RunDirs go.
+  kill_children_on_signals();
   measure_speeds(variants, static_cast<int>(codec_iters), in);
 
   if (validate) {
-    if (in.cores == 0) in.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     return validate_projection(variants, ranks, links[0], in, static_cast<int>(validate_iters),
                                json, density);
   }
@@ -269,7 +322,9 @@ int project_main(int argc, char** argv, int first) {
     std::printf("# codecs timed here on one core each:");
     for (const auto& [name, s] : in.speeds)
       std::printf(" %s %.1f+%.2f ms", name.c_str(), s.encode_ms, s.decode_ms);
-    std::printf(" (encode+decode)\n# link: latency %.0f us, %.1f us per further message, goodput "
+    std::printf(" (encode+decode)\n# one call at P = 1, %d at once:", in.compute_workers);
+    for (const auto& [label, ms] : in.call_ms) std::printf(" %s %.1f ms", label.c_str(), ms);
+    std::printf("\n# link: latency %.0f us, %.1f us per further message, goodput "
                 "%.3f; %s; %d rank(s) per host port\n",
                 latency_us, message_us, goodput,
                 in.cores > 0 ? ("ranks share " + std::to_string(in.cores) + " cores").c_str()
@@ -292,9 +347,8 @@ int project_main(int argc, char** argv, int first) {
     }
   }
   if (!plot.empty()) {
-    char tmpl[] = "/tmp/compcoll-project-XXXXXX";
-    CC_CHECK(mkdtemp(tmpl) != nullptr, kInternal, "cannot create a temporary directory");
-    const std::string dir = tmpl;
+    const RunDir run_dir;
+    const std::string& dir = run_dir.path();
     std::ofstream(dir + "/projection.json") << json_list(items) << "\n";
     const std::string title = "compcoll-bench project: " + std::to_string(in.count) +
                               " float32, density " + std::to_string(in.params.density).substr(0, 6);
@@ -302,14 +356,14 @@ int project_main(int argc, char** argv, int first) {
                                       COMPCOLL_SOURCE_DIR "/scripts/plot_projection.py",
                                       dir + "/projection.json", plot, title},
                                      0, dir + "/plot.log")};
+    watch_child(plotter[0].pid);
+    ReapOnExit reap(plotter);
     const bool ok = wait_all(plotter, std::chrono::steady_clock::now() + std::chrono::seconds(120),
                              std::chrono::seconds(1));
     if (!ok) {
       std::cerr << "compcoll-bench project: --plot failed: " << tail_of(dir + "/plot.log") << "\n";
       return 1;
     }
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
     std::cerr << "plot written to " << plot << "\n";
   }
   return 0;

@@ -11,13 +11,38 @@
 //                                           (allgatherv/alltoallv post one
 //                                           send per peer)
 //            alpha_ring = 2 (P-1) latency   a ring allreduce's dependent steps
-//   compute  encode + decodes(P) * decode of the real codec on N elements
-//            (as `compcoll-bench codec` times them): decodes = P for the
-//            allgather pattern (every payload), 2 for scatter (the owners'
-//            parts, then the result), 2 for onebit (the shard sums, then the
-//            gathered shards), 1 for csc; dense has none in the model.
-//            With cores > 0 (the validation on this machine, where P ranks
-//            share the cores) compute is multiplied by max(1, P / cores).
+//   compute  (C(v) / m + extra(v, P)) * s, measured at start
+//            (project_compute.cc):
+//            C(v)    one call of the variant's real algorithm on a SelfComm
+//                    (the network replaced by the identity), the slowest of
+//                    W processes running it at once, each on its own tensor,
+//                    as ranks sharing cores and memory bandwidth run it:
+//                    encode, zero-fill, decode + accumulate, allocation,
+//                    whatever the algorithm does per call
+//            m       max(1, W / this machine's cores): how many calls each
+//                    core ran while C was timed, so C / m is one call's CPU
+//                    time under that contention
+//            extra   what a rank of P does beyond a rank of one, counted
+//                    from the collectives and priced with the codec timings
+//                    (`compcoll-bench codec`, one process alone) times f:
+//                    allgather decodes P payloads instead of 1, + (P-1)
+//                    decode; onebit quantizes the whole tensor once and its
+//                    own shard (n/P) once into a fresh n/P-float sum, where
+//                    a rank of one quantizes n twice into a fresh n-float
+//                    sum, - (1 - 1/P) (encode + alloc), alloc = a fresh
+//                    zeroed n-float buffer (page faults included); scatter
+//                    and csc do the same work at any P (a rank reduces a
+//                    region of n/P fed by P ranks' k/P entries)
+//            f       (C(v) / m) / C1(v), C1 timed with one process alone:
+//                    how much slower the same work runs under the contention
+//                    C was timed in, applied to the extra work too
+//            s       max(1, P / cores) with cores > 0 (P ranks share the
+//                    cores: each core runs s ranks' calls), else 1
+//            A projection times C with W = min(ranks per host, cores here)
+//            (a core per rank, the host's ranks computing at once). The
+//            validation runs all P ranks on this machine's cores: it times
+//            C with W = cores (m = 1) right before each rank count's runs,
+//            and s = P / cores.
 //   time     compute + predict_seconds(shape, link); dense uses one ring
 //            latency, as AutoAllreduce::predict_dense does.
 //   hosts    with ranks_per_host N > 1 the N ranks of a host share its port.
@@ -52,6 +77,13 @@ struct ProjectionInputs {
   int cores = 0;                 // 0: every rank has its own core
   int ranks_per_host = 1;        // N ranks share one host port (and memory)
   std::map<std::string, CodecSpeed> speeds;  // by codec name, measured at start
+  // C(v) above, ms, by flat variant label ("dgc/scatter", "csc"), measured
+  // at start with compute_workers threads at once.
+  std::map<std::string, double> call_ms;
+  std::map<std::string, double> call_alone_ms;  // C1(v), one process
+  double alloc_ms = 0.0;    // a fresh zeroed buffer of count floats
+  int compute_workers = 1;  // W
+  double call_share = 1.0;  // m = max(1, W / cores of this machine)
   // When set (project --validate): alpha and alpha_ring measured on the
   // real run's communicator, as auto measures them, instead of the
   // latency / message terms above. beta stays the rate's.
@@ -88,8 +120,22 @@ LinkModel projected_link(const LinkRate& rate, int ranks, const ProjectionInputs
 
 Projection project_one(const Variant& v, int ranks, const LinkRate& rate, const ProjectionInputs& in);
 
-// Measures every codec the variants need (encode/decode on in.count elements).
+// Measures every codec the variants need (encode/decode on in.count elements),
+// a fresh buffer's allocation, and C1(v) and C(v) (in.compute_workers at
+// once) of every flat compressed variant.
 void measure_speeds(const std::vector<Variant>& variants, int iters, ProjectionInputs& in);
+
+// C(v) of one variant into in.call_ms (in.compute_workers at once), unless
+// it is there already.
+void measure_call_ms(const Variant& v, int iters, ProjectionInputs& in);
+
+// This machine's cores (hardware threads).
+int cores_here();
+
+// C(v): the median over iters of the slowest of `workers` threads each
+// running one call of v's algorithm on a SelfComm (project_compute.cc).
+double measure_call_compute(const Variant& v, size_t count, const AlgoParams& params, int workers,
+                            int iters);
 
 int project_main(int argc, char** argv, int first);
 

@@ -11,14 +11,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
-#include <sstream>
 
 #include "compcoll/error.h"
+#include "integration/bench/bench_rows.h"
 #include "integration/bench/json.h"
 #include "integration/bench/process.h"
 #include "integration/bench/project.h"
@@ -28,33 +25,8 @@ namespace {
 
 constexpr double kTarget = 0.30;  // the issue's bound on |error|
 
-// The flat objects of `allreduce --json` as key -> raw value text.
-std::vector<std::map<std::string, std::string>> parse_rows(const std::string& json) {
-  std::vector<std::map<std::string, std::string>> rows;
-  size_t pos = 0;
-  while ((pos = json.find('{', pos)) != std::string::npos) {
-    const size_t end = json.find('}', pos);
-    CC_CHECK(end != std::string::npos, kInternal, "allreduce --json: unterminated object");
-    std::map<std::string, std::string> row;
-    size_t p = pos + 1;
-    while (p < end) {
-      const size_t k0 = json.find('"', p);
-      if (k0 == std::string::npos || k0 >= end) break;
-      const size_t k1 = json.find('"', k0 + 1);
-      const size_t colon = json.find(':', k1);
-      const size_t v0 = json.find_first_not_of(' ', colon + 1);
-      const size_t v1 = json[v0] == '"' ? json.find('"', v0 + 1) + 1 : json.find_first_of(",}", v0);
-      row[json.substr(k0 + 1, k1 - k0 - 1)] = json.substr(v0, v1 - v0);
-      p = v1;
-    }
-    rows.push_back(row);
-    pos = end + 1;
-  }
-  return rows;
-}
-
 // One `allreduce` run; returns its rows or throws with the end of its log.
-std::vector<std::map<std::string, std::string>> run_allreduce(
+std::vector<JsonRow> run_allreduce(
     const std::string& dir, int ranks, const LinkRate& link, size_t count, const std::string& algos,
     const std::string& pattern, int iters, const std::string& density) {
   std::vector<std::string> argv{"/usr/bin/env", "COMPCOLL_SPARSE_PATTERN=" + pattern, self_exe(),
@@ -65,17 +37,18 @@ std::vector<std::map<std::string, std::string>> run_allreduce(
   const std::string log = dir + "/allreduce-" + std::to_string(ranks) + "-" + pattern + ".log";
   std::fprintf(stderr, "compcoll-bench project --validate: %d ranks, %s, pattern %s...\n", ranks,
                algos.c_str(), pattern.c_str());
+  // Not watch_child(): the signal handler's SIGKILL would leave the run's
+  // namespaces behind. A Ctrl-C reaches the run through the process group
+  // and it tears its network down itself.
   std::vector<Child> run{spawn(argv, 0, log)};
-  watch_child(run[0].pid);
   const bool ok = wait_all(run, std::chrono::steady_clock::now() + std::chrono::minutes(20),
                            std::chrono::seconds(1));
   CC_CHECK(ok, kInternal, "project --validate: `allreduce --ranks ", ranks, " --link ", link.text,
            "` failed (", describe_status(run[0].status), "):\n", tail_of(log));
-  // stderr carries the ranks' progress lines; the JSON list starts at '['.
-  const std::string out = read_file(log);
-  const size_t start = out.find("[{");
-  CC_CHECK(start != std::string::npos, kInternal, "project --validate: no JSON in:\n", tail_of(log));
-  return parse_rows(out.substr(start));
+  // stderr carries the ranks' progress lines before the JSON list.
+  const std::vector<JsonRow> rows = parse_json_rows(read_file(log));
+  CC_CHECK(!rows.empty(), kInternal, "project --validate: no JSON rows in:\n", tail_of(log));
+  return rows;
 }
 
 }  // namespace
@@ -93,9 +66,10 @@ int validate_projection(const std::vector<Variant>& variants, const std::vector<
     std::string& list = algos_by_pattern[pattern];
     if (list.find(v.algo) == std::string::npos) list += (list.empty() ? "" : ",") + v.algo;
   }
-  char tmpl[] = "/tmp/compcoll-validate-XXXXXX";
-  CC_CHECK(mkdtemp(tmpl) != nullptr, kInternal, "cannot create a temporary directory");
-  const std::string dir = tmpl;
+  // The runs' logs; removed on every way out (signals: project_main
+  // installed kill_children_on_signals()).
+  const RunDir run_dir;
+  const std::string& dir = run_dir.path();
 
   struct Row {
     Projection projected;
@@ -118,38 +92,55 @@ int validate_projection(const std::vector<Variant>& variants, const std::vector<
                 "projection with the ranks sharing %d cores and the latencies (alpha, alpha_ring) "
                 "each run measured as auto does\n",
                 in.count, link.text.c_str(), iters, in.cores);
+    std::printf("# one call at P = 1, one process alone (ms):");
+    for (const auto& [label, ms] : in.call_alone_ms) std::printf(" %s %.2f", label.c_str(), ms);
+    std::printf("\n# fresh %zu-float buffer %.2f ms; codec decode (ms):", in.count, in.alloc_ms);
+    for (const auto& [name, sp] : in.speeds) std::printf(" %s %.3f", name.c_str(), sp.decode_ms);
+    std::printf("\n");
     std::printf("#%6s %16s %12s %12s %8s %14s %14s\n", "ranks", "variant", "measured_ms",
                 "projected_ms", "error", "wire_measured", "wire_projected");
   }
   for (int r : ranks) {
+    // C(v) with as many processes at once as this machine has cores (what
+    // the r ranks get between them; s = r / cores scales it), timed again
+    // right before the runs at r ranks: the machine's state then is the
+    // runs' state. (Timing r processes at once instead, W = r, was tried:
+    // on 2 cores shared with other work it varied up to 2x between
+    // variants doing the same work and overpredicted most rows.)
+    ProjectionInputs at_r = in;
+    at_r.call_ms.clear();
+    at_r.compute_workers = cores_here();
+    at_r.call_share = 1.0;
+    for (const Variant& v : variants) measure_call_ms(v, iters, at_r);  // C1 once, from `in`
+    if (!json) {
+      std::printf("#   %d ranks: one call at P = 1, %d at once (ms):", r, at_r.compute_workers);
+      for (const auto& [label, ms] : at_r.call_ms) std::printf(" %s %.2f", label.c_str(), ms);
+      std::printf("\n");
+    }
     for (const auto& [pattern, algos] : algos_by_pattern) {
       const auto measured = run_allreduce(dir, r, link, in.count, algos, pattern, iters, density_flag);
       if (!json && !measured.empty()) {
         std::printf("#   %d ranks, pattern %s: measured alpha %s ms, alpha_ring %s ms\n", r,
-                    pattern.c_str(), measured[0].at("link_alpha_ms").c_str(),
-                    measured[0].at("link_alpha_ring_ms").c_str());
+                    pattern.c_str(), row_text(measured[0], "link_alpha_ms").c_str(),
+                    row_text(measured[0], "link_alpha_ring_ms").c_str());
       }
       for (const auto& m : measured) {
-        std::string algo = m.at("algo");
-        algo = algo.substr(1, algo.size() - 2);  // unquote
+        const std::string& algo = row_text(m, "algo");
         Variant v{algo, ""};
         if (algo == "dgc" || algo == "sdagc" || algo == "sbc") v.pattern = pattern;
         Row row;
         // This machine's latencies, measured in the run as auto does.
-        ProjectionInputs here = in;
-        here.measured_latency = LinkModel{std::strtod(m.at("link_alpha_ring_ms").c_str(), nullptr) * 1e-3,
-                                          std::strtod(m.at("link_alpha_ms").c_str(), nullptr) * 1e-3,
-                                          0.0};
+        ProjectionInputs here = at_r;
+        here.measured_latency = LinkModel{row_number(m, "link_alpha_ring_ms") * 1e-3,
+                                          row_number(m, "link_alpha_ms") * 1e-3, 0.0};
         row.projected = project_one(v, r, link, here);
-        row.measured_ms = std::strtod(m.at("time_ms").c_str(), nullptr);
-        row.measured_wire = std::strtod(m.at("wire_bytes").c_str(), nullptr);
+        row.measured_ms = row_number(m, "time_ms");
+        row.measured_wire = row_number(m, "wire_bytes");
         rows.push_back(row);
         if (!json) print_row(row);
       }
     }
   }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 
   int within = 0;
   for (const Row& row : rows) within += std::fabs(row.error()) <= kTarget;

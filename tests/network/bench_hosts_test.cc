@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "compcoll/error.h"
+#include "integration/bench/bench_rows.h"
 #include "integration/bench/host_counters.h"
 #include "tests/support/process_util.h"
 
@@ -49,35 +50,8 @@ BenchRun run_bench(const std::vector<std::string>& args, int limit_s = 180) {
   return {status ? exit_code(*status) : -1, read_file(out)};
 }
 
-// The JSON rows of one run, each as key -> raw value text. The benchmark
-// writes one flat object per row; this reads exactly that shape.
-std::vector<std::map<std::string, std::string>> rows_of(const std::string& json) {
-  std::vector<std::map<std::string, std::string>> rows;
-  size_t pos = 0;
-  while ((pos = json.find('{', pos)) != std::string::npos) {
-    const size_t end = json.find('}', pos);
-    if (end == std::string::npos) break;
-    std::map<std::string, std::string> row;
-    size_t p = pos + 1;
-    while (p < end) {
-      const size_t k0 = json.find('"', p);
-      if (k0 == std::string::npos || k0 >= end) break;
-      const size_t k1 = json.find('"', k0 + 1);
-      const size_t colon = json.find(':', k1);
-      size_t v0 = json.find_first_not_of(' ', colon + 1), v1;
-      if (json[v0] == '"') {
-        v1 = json.find('"', v0 + 1) + 1;
-      } else {
-        v1 = json.find_first_of(",}", v0);
-      }
-      row[json.substr(k0 + 1, k1 - k0 - 1)] = json.substr(v0, v1 - v0);
-      p = v1;
-    }
-    rows.push_back(row);
-    pos = end + 1;
-  }
-  return rows;
-}
+// The JSON rows of one run (integration/bench/bench_rows.h: strings unquoted).
+std::vector<JsonRow> rows_of(const std::string& json) { return parse_json_rows(json); }
 
 double num(const std::map<std::string, std::string>& row, const std::string& key) {
   const auto it = row.find(key);
@@ -251,16 +225,16 @@ TEST(BenchHosts, FlatAndHierarchicalRowsInOneRun) {
   ASSERT_EQ(r.code, 0) << r.out;
   const auto rows = rows_of(r.out);
   ASSERT_EQ(rows.size(), 3u) << r.out;  // dense once, dgc per mode
-  std::map<std::string, std::map<std::string, std::string>> by;  // JSON strings keep their quotes
+  std::map<std::string, JsonRow> by;
   for (const auto& row : rows) {
     EXPECT_EQ(row.at("identical"), "true") << r.out;
     by[row.at("algo") + "/" + row.at("hierarchy")] = row;
   }
-  ASSERT_EQ(by.count("\"dense\"/\"off\""), 1u) << r.out;
-  ASSERT_EQ(by.count("\"dgc\"/\"off\""), 1u) << r.out;
-  ASSERT_EQ(by.count("\"dgc\"/\"host\""), 1u) << r.out;
-  const auto& flat = by["\"dgc\"/\"off\""];
-  const auto& host = by["\"dgc\"/\"host\""];
+  ASSERT_EQ(by.count("dense/off"), 1u) << r.out;
+  ASSERT_EQ(by.count("dgc/off"), 1u) << r.out;
+  ASSERT_EQ(by.count("dgc/host"), 1u) << r.out;
+  const auto& flat = by["dgc/off"];
+  const auto& host = by["dgc/host"];
   EXPECT_LT(num(host, "host_tx_bytes"), 0.7 * num(flat, "host_tx_bytes")) << r.out;
   EXPECT_TRUE(our_namespaces().empty()) << "left behind: " << our_namespaces().front();
 }

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "compcoll/error.h"
+#include "integration/bench/bench_rows.h"
 #include "tests/support/process_util.h"
 
 namespace compcoll::bench {
@@ -37,50 +39,66 @@ std::pair<int, std::string> run_project(const std::vector<std::string>& args, in
   return {status ? exit_code(*status) : -1, read_file(out)};
 }
 
-// The flat JSON objects of the output, key -> raw value.
-std::vector<std::map<std::string, std::string>> rows_of(const std::string& text) {
-  std::vector<std::map<std::string, std::string>> rows;
-  size_t pos = text.find("[{");
-  while (pos != std::string::npos && (pos = text.find('{', pos)) != std::string::npos) {
-    const size_t end = text.find('}', pos);
-    if (end == std::string::npos) break;
-    std::map<std::string, std::string> row;
-    size_t p = pos + 1;
-    while (p < end) {
-      const size_t k0 = text.find('"', p);
-      if (k0 == std::string::npos || k0 >= end) break;
-      const size_t k1 = text.find('"', k0 + 1);
-      const size_t v0 = text.find_first_not_of(' ', text.find(':', k1) + 1);
-      const size_t v1 = text[v0] == '"' ? text.find('"', v0 + 1) + 1 : text.find_first_of(",}", v0);
-      std::string v = text.substr(v0, v1 - v0);
-      if (!v.empty() && v[0] == '"') v = v.substr(1, v.size() - 2);
-      row[text.substr(k0 + 1, k1 - k0 - 1)] = v;
-      p = v1;
-    }
-    rows.push_back(row);
-    pos = end + 1;
-  }
-  return rows;
+std::vector<JsonRow> rows_of(const std::string& text) { return parse_json_rows(text); }
+
+// NaN when the key is missing (the EXPECTs comparing it then fail).
+double num(const JsonRow& row, const char* key) {
+  return row.count(key) ? row_number(row, key) : NAN;
 }
 
-double num(const std::map<std::string, std::string>& row, const char* key) {
-  const auto it = row.find(key);
-  return it == row.end() ? NAN : std::strtod(it->second.c_str(), nullptr);
+// The one reader of the benchmark's --json (bench_rows.h): what json.h
+// writes comes back, progress lines before the list are skipped, and a
+// broken list is an error, not a silently short result.
+TEST(Project, RowReaderReadsTheBenchmarksJson) {
+  const auto rows = parse_json_rows(
+      "rank 0: running [dgc]\n[{\"algo\": \"dgc\", \"time_ms\": 12.5, \"ok\": true, \"x\": null},\n"
+      " {\"algo\": \"a \\\"b\\\"\\\\c\", \"n\": -3e2}]\n");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(row_text(rows[0], "algo"), "dgc");
+  EXPECT_EQ(row_number(rows[0], "time_ms"), 12.5);
+  EXPECT_EQ(row_text(rows[0], "ok"), "true");
+  EXPECT_TRUE(std::isnan(row_number(rows[0], "x")));
+  EXPECT_EQ(row_text(rows[1], "algo"), "a \"b\"\\c");
+  EXPECT_EQ(row_number(rows[1], "n"), -300.0);
+  EXPECT_TRUE(parse_json_rows("no list here").empty());
+  EXPECT_TRUE(parse_json_rows("[]").empty());
+  const auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([] { parse_json_rows("[{\"a\": 1}, {\"b\": 2"); }).find("expected '}'"),
+            std::string::npos);
+  EXPECT_NE(message([] { parse_json_rows("[{\"a\": \"open"); }).find("unterminated string"),
+            std::string::npos);
+  EXPECT_NE(message([] { row_number(parse_json_rows("[{\"a\": \"x\"}]")[0], "a"); })
+                .find("\"a\" is 'x', not a number"),
+            std::string::npos);
+  EXPECT_NE(message([] { row_text(parse_json_rows("[{\"a\": 1}]")[0], "b"); }).find("no \"b\""),
+            std::string::npos);
 }
 
 TEST(Project, EveryVariantAtEveryRankCountAndLink) {
+  // Three timings each (their median): one alone can catch a scheduler
+  // hiccup of a loaded machine.
   const auto [code, out] = run_project({"--ranks", "4,64", "--link", "1gbit,100gbit", "--count",
-                                        "262144", "--json", "--codec-iters", "1"});
+                                        "262144", "--json", "--codec-iters", "3"});
   ASSERT_EQ(code, 0) << out;
   const auto rows = rows_of(out);
   // dense, dgc x2, sbc, sdagc x2, csc, onebit = 8 variants, x 2 ranks x 2 links.
   ASSERT_EQ(rows.size(), 32u) << out;
   std::map<std::string, double> t;  // "algo/pattern ranks link" -> time_ms
+  std::map<std::string, double> comm;  // the same -> comm_ms (no timing in it)
   for (const auto& r : rows) {
     EXPECT_GT(num(r, "time_ms"), 0.0) << out;
     EXPECT_NEAR(num(r, "time_ms"), num(r, "compute_ms") + num(r, "comm_ms"), 1e-3 * num(r, "time_ms"));
     t[r.at("algo") + "/" + r.at("pattern") + " " + r.at("ranks") + " " + r.at("link")] =
         num(r, "time_ms");
+    comm[r.at("algo") + "/" + r.at("pattern") + " " + r.at("ranks") + " " + r.at("link")] =
+        num(r, "comm_ms");
     if (r.at("algo") == "dense") {
       // Exactly the model: one ring latency (2 (P-1) x 50 us) + ring bytes
       // at the rate times the TCP goodput; no compute.
@@ -93,7 +111,25 @@ TEST(Project, EveryVariantAtEveryRankCountAndLink) {
     }
   }
   // The allgather pattern's traffic grows with P; scatter's does not.
-  EXPECT_GT(t["dgc/allgather 64 1gbit"], t["dgc/scatter 64 1gbit"]) << out;
+  EXPECT_GT(comm["dgc/allgather 64 1gbit"], comm["dgc/scatter 64 1gbit"]) << out;
+  // Compute: one measured call plus what P adds. Allgather decodes P
+  // payloads (more at 64 than at 4); scatter and csc do the same work at
+  // any P; onebit quantizes less of the tensor twice as P grows.
+  std::map<std::string, double> c;  // "algo/pattern ranks" -> compute_ms (1gbit)
+  for (const auto& r : rows) {
+    if (r.at("link") == "1gbit") {
+      c[r.at("algo") + "/" + r.at("pattern") + " " + r.at("ranks")] = num(r, "compute_ms");
+    }
+  }
+  EXPECT_GT(c["dgc/allgather 64"], c["dgc/allgather 4"]) << out;
+  EXPECT_EQ(c["dgc/scatter 64"], c["dgc/scatter 4"]) << out;
+  EXPECT_EQ(c["csc/ 64"], c["csc/ 4"]) << out;
+  EXPECT_LT(c["onebit/ 64"], c["onebit/ 4"]) << out;
+  for (const auto& [key, ms] : c) {
+    if (key.rfind("dense", 0) != 0) {
+      EXPECT_GT(ms, 0.0) << key;
+    }
+  }
   // A faster link never makes a call slower.
   for (const auto& [key, ms] : t) {
     if (key.find(" 1gbit") == std::string::npos) continue;
@@ -123,7 +159,9 @@ TEST(Project, RanksPerHostAddsTheHierarchicalVariants) {
   for (const auto& r : rows) {
     by[r.at("algo") + "/" + r.at("pattern") + (r.at("hierarchy") == "true" ? "+host " : " ") +
        r.at("ranks")] = r;
-    if (r.at("algo") == "dense") EXPECT_EQ(r.at("hierarchy"), "false");
+    if (r.at("algo") == "dense") {
+      EXPECT_EQ(r.at("hierarchy"), "false");
+    }
   }
   // One host: the hierarchy sends nothing. 8 hosts of 8: the leaders' phase
   // is the flat 8-rank phase on a port each.
