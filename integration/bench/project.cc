@@ -71,6 +71,19 @@ JsonObject to_json(const Projection& p, size_t count) {
 
 }  // namespace
 
+double contention(const ProjectionInputs& in) {
+  std::vector<double> ratios;
+  for (const auto& [label, ms] : in.call_ms) {
+    const auto alone = in.call_alone_ms.find(label);
+    if (alone != in.call_alone_ms.end() && alone->second > 0)
+      ratios.push_back(ms / in.call_share / alone->second);
+  }
+  if (ratios.empty()) return 1.0;
+  std::sort(ratios.begin(), ratios.end());
+  const size_t m = ratios.size() / 2;
+  return ratios.size() % 2 ? ratios[m] : 0.5 * (ratios[m - 1] + ratios[m]);
+}
+
 std::vector<Variant> variants_of(const std::vector<std::string>& algos, bool hierarchy) {
   std::vector<Variant> out;
   for (const auto& a : algos) {
@@ -165,12 +178,8 @@ Projection project_one(const Variant& v, int ranks, const LinkRate& rate, const 
   if (v.algo != "dense") {
     const auto c = in.call_ms.find(v.label());
     CC_CHECK(c != in.call_ms.end(), kInternal, "project: no compute timing for ", v.label());
-    const auto alone = in.call_alone_ms.find(v.label());
-    CC_CHECK(alone != in.call_alone_ms.end() && alone->second > 0, kInternal,
-             "project: no compute timing alone for ", v.label());
     const double per_call = c->second / in.call_share;
-    const double f = per_call / alone->second;  // contention while C was timed
-    double ms = std::max(0.0, per_call + f * extra_compute_ms(v, ranks, in));
+    double ms = std::max(0.0, per_call + contention(in) * extra_compute_ms(v, ranks, in));
     if (in.cores > 0) ms *= std::max(1.0, double(ranks) / double(in.cores));
     p.compute_s = ms * 1e-3;
   }
@@ -299,7 +308,8 @@ int project_main(int argc, char** argv, int first) {
                count, in.compute_workers);
   // Ctrl-C / SIGTERM: the timing workers and the plotter die, RunDirs go.
   kill_children_on_signals();
-  measure_speeds(variants, static_cast<int>(codec_iters), in);
+  // --validate compares with single runs: 9 timings at least, as there.
+  measure_speeds(variants, validate ? std::max(9, int(codec_iters)) : int(codec_iters), in);
 
   if (validate) {
     return validate_projection(variants, ranks, links[0], in, static_cast<int>(validate_iters),

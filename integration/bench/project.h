@@ -33,9 +33,11 @@
 //                    zeroed n-float buffer (page faults included); scatter
 //                    and csc do the same work at any P (a rank reduces a
 //                    region of n/P fed by P ranks' k/P entries)
-//            f       (C(v) / m) / C1(v), C1 timed with one process alone:
-//                    how much slower the same work runs under the contention
-//                    C was timed in, applied to the extra work too
+//            f       the median over the variants of (C(v) / m) / C1(v),
+//                    C1 timed with one process alone: how much slower the
+//                    same work runs under the contention C was timed in
+//                    (one factor for the machine, not one per variant: a
+//                    ratio of two timings of a loaded machine is noisy)
 //            s       max(1, P / cores) with cores > 0 (P ranks share the
 //                    cores: each core runs s ranks' calls), else 1
 //            A projection times C with W = min(ranks per host, cores here)
@@ -124,6 +126,9 @@ Projection project_one(const Variant& v, int ranks, const LinkRate& rate, const 
 // a fresh buffer's allocation, and C1(v) and C(v) (in.compute_workers at
 // once) of every flat compressed variant.
 void measure_speeds(const std::vector<Variant>& variants, int iters, ProjectionInputs& in);
+
+// f of the compute term above (1 when nothing was timed at once).
+double contention(const ProjectionInputs& in);
 
 // C(v) of one variant into in.call_ms (in.compute_workers at once), unless
 // it is there already.

@@ -8,6 +8,7 @@
 // (ProjectionInputs::cores), as the real runs do.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -111,11 +112,12 @@ int validate_projection(const std::vector<Variant>& variants, const std::vector<
     at_r.call_ms.clear();
     at_r.compute_workers = cores_here();
     at_r.call_share = 1.0;
-    for (const Variant& v : variants) measure_call_ms(v, iters, at_r);  // C1 once, from `in`
+    // At least 9 timings: their median must hold against a loaded machine.
+    for (const Variant& v : variants) measure_call_ms(v, std::max(iters, 9), at_r);  // C1: `in`'s
     if (!json) {
       std::printf("#   %d ranks: one call at P = 1, %d at once (ms):", r, at_r.compute_workers);
       for (const auto& [label, ms] : at_r.call_ms) std::printf(" %s %.2f", label.c_str(), ms);
-      std::printf("\n");
+      std::printf("; contention f %.2f\n", contention(at_r));
     }
     for (const auto& [pattern, algos] : algos_by_pattern) {
       const auto measured = run_allreduce(dir, r, link, in.count, algos, pattern, iters, density_flag);
