@@ -204,23 +204,31 @@ void measure_speeds(const std::vector<Variant>& variants, int iters, ProjectionI
   for (const Variant& v : variants) {
     if (v.algo == "dense") continue;
     if (!in.speeds.count(v.algo)) in.speeds[v.algo] = measure_codec(v.algo, in.count, in.params, iters);
-    measure_call_ms(v, iters, in);
   }
+  measure_calls(variants, iters, in);
 }
 
-void measure_call_ms(const Variant& v, int iters, ProjectionInputs& in) {
-  if (v.algo == "dense") return;
-  Variant flat = v;
-  flat.hierarchical = false;
-  if (!in.call_alone_ms.count(flat.label())) {
-    in.call_alone_ms[flat.label()] = measure_call_compute(flat, in.count, in.params, 1, iters);
+void measure_calls(const std::vector<Variant>& variants, int iters, ProjectionInputs& in) {
+  std::vector<Variant> alone, together;  // flat variants still to time
+  for (const Variant& v : variants) {
+    if (v.algo == "dense") continue;
+    Variant flat = v;
+    flat.hierarchical = false;
+    const auto listed = [&](const std::vector<Variant>& l) {
+      return std::any_of(l.begin(), l.end(), [&](const Variant& x) { return x.label() == flat.label(); });
+    };
+    if (!in.call_alone_ms.count(flat.label()) && !listed(alone)) alone.push_back(flat);
+    if (!in.call_ms.count(flat.label()) && !listed(together)) together.push_back(flat);
   }
+  for (const auto& [label, ms] : measure_call_compute(alone, in.count, in.params, 1, iters))
+    in.call_alone_ms[label] = ms;
   if (in.compute_workers == 1) {
-    in.call_ms[flat.label()] = in.call_alone_ms[flat.label()];
-  } else if (!in.call_ms.count(flat.label())) {
-    in.call_ms[flat.label()] =
-        measure_call_compute(flat, in.count, in.params, in.compute_workers, iters);
+    for (const Variant& v : together) in.call_ms[v.label()] = in.call_alone_ms.at(v.label());
+    return;
   }
+  for (const auto& [label, ms] :
+       measure_call_compute(together, in.count, in.params, in.compute_workers, iters))
+    in.call_ms[label] = ms;
 }
 
 int project_main(int argc, char** argv, int first) {

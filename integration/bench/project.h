@@ -130,17 +130,20 @@ void measure_speeds(const std::vector<Variant>& variants, int iters, ProjectionI
 // f of the compute term above (1 when nothing was timed at once).
 double contention(const ProjectionInputs& in);
 
-// C(v) of one variant into in.call_ms (in.compute_workers at once), unless
-// it is there already.
-void measure_call_ms(const Variant& v, int iters, ProjectionInputs& in);
+// C1(v) (one process alone) of the flat compressed variants not timed yet,
+// and C(v) with in.compute_workers at once of those not in in.call_ms.
+void measure_calls(const std::vector<Variant>& variants, int iters, ProjectionInputs& in);
 
 // This machine's cores (hardware threads).
 int cores_here();
 
-// C(v): the median over iters of the slowest of `workers` threads each
-// running one call of v's algorithm on a SelfComm (project_compute.cc).
-double measure_call_compute(const Variant& v, size_t count, const AlgoParams& params, int workers,
-                            int iters);
+// C(v) of each variant (flat, compressed): per variant the median over
+// iters of the slowest of `workers` processes, each running one call of
+// the variant's algorithm on a SelfComm, the variants taking turns
+// (project_compute.cc). By label.
+std::map<std::string, double> measure_call_compute(const std::vector<Variant>& variants,
+                                                   size_t count, const AlgoParams& params,
+                                                   int workers, int iters);
 
 int project_main(int argc, char** argv, int first);
 

@@ -113,7 +113,7 @@ int validate_projection(const std::vector<Variant>& variants, const std::vector<
     at_r.compute_workers = cores_here();
     at_r.call_share = 1.0;
     // At least 9 timings: their median must hold against a loaded machine.
-    for (const Variant& v : variants) measure_call_ms(v, std::max(iters, 9), at_r);  // C1: `in`'s
+    measure_calls(variants, std::max(iters, 9), at_r);  // C1 is `in`'s
     if (!json) {
       std::printf("#   %d ranks: one call at P = 1, %d at once (ms):", r, at_r.compute_workers);
       for (const auto& [label, ms] : at_r.call_ms) std::printf(" %s %.2f", label.c_str(), ms);
