@@ -3,13 +3,17 @@
 // `allreduce --link` run.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "compcoll/error.h"
@@ -210,6 +214,47 @@ TEST(Project, PlotWritesAPng) {
   const std::string bytes = read_file(png);
   ASSERT_GT(bytes.size(), 1000u) << out;
   EXPECT_EQ(bytes.substr(1, 3), "PNG");
+}
+
+// Processes whose command line holds `marker` (the test's own odd --count).
+std::vector<pid_t> processes_with(const std::string& marker) {
+  std::vector<pid_t> found;
+  if (DIR* d = opendir("/proc")) {
+    while (dirent* e = readdir(d)) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      if (pid <= 0) continue;
+      std::string cmd = read_file("/proc/" + std::string(e->d_name) + "/cmdline");
+      std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+      if (cmd.find(kBench) != std::string::npos && cmd.find(marker) != std::string::npos)
+        found.push_back(pid);
+    }
+    closedir(d);
+  }
+  return found;
+}
+
+// Ctrl-C while the calls are being timed on forked workers: the workers die
+// with the parent (kill_children_on_signals), nothing keeps running.
+TEST(Project, InterruptWhileTimingLeavesNoWorker) {
+  TempDir dir;
+  const std::string marker = "3999971";  // --count: no other run uses it
+  ChildSet children;
+  const pid_t pid = children.add(spawn({kBench, "project", "--ranks", "4", "--count", marker,
+                                        "--algo", "csc", "--cores", "2", "--codec-iters", "400"},
+                                       dir.path() + "/out"));
+  // The parent and two timing workers (W = 2) at once.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (processes_with(marker).size() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GE(processes_with(marker).size(), 3u) << read_file(dir.path() + "/out");
+  kill(pid, SIGINT);
+  const auto status = children.wait(pid, std::chrono::seconds(10));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(exit_code(*status), -SIGINT);
+  // Reaped by the handler before the parent died: nothing left to find.
+  const std::vector<pid_t> left = processes_with(marker);
+  EXPECT_TRUE(left.empty()) << left.size() << " worker(s) outlived the parent";
+  for (pid_t p : left) kill(p, SIGKILL);  // a failed run leaves no CPU hog behind
 }
 
 // A real run at 2 ranks on a 1gbit link: dense is link-bound, so the
