@@ -31,13 +31,18 @@ struct AlgoParams {
   float momentum = 0.0f;         // momentum correction (dgc, sdagc, csc)
   bool nesterov = false;
   float clip = 0.0f;             // local gradient clipping threshold; 0 = off
-  int warmup_steps = 0;          // dgc, sdagc warm-up
+  // dgc, sdagc, sbc density ramp; onebit runs dense. COMPCOLL_WARMUP_STEPS's
+  // default (300, plugin/config.cc) applies through the configuration; 0 here
+  // keeps code that builds AlgoParams itself (tests, benchmarks) on the
+  // steady state.
+  int warmup_steps = 0;
   ValueType values = ValueType::kFp32;  // sparse value encoding
   IndexType indices = IndexType::kU32;  // sparse index encoding
   size_t csc_chunk = 16384;      // csc chunk size (elements)
   double csc_fraction = 0.01;    // csc: fraction of chunks sent
   size_t onebit_block = 2048;    // onebit: elements per scale
   ScaleMode onebit_scale = ScaleMode::kMeanMagnitude;
+  float onebit_residual_bound = 0.5f;  // onebit: |residual| <= this x block scale; 0 = unbounded
   double sample_fraction = 0.01; // dgc, sbc: threshold sample
   std::string auto_algo = "dgc";  // auto: the compressed algorithm it weighs against dense
   SparsePattern sparse_pattern = SparsePattern::kAuto;  // dgc, sdagc

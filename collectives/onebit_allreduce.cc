@@ -3,13 +3,17 @@
 #include <algorithm>
 #include <vector>
 
+#include "collectives/dense.h"
 #include "compcoll/error.h"
 #include "compression/decode.h"
 
 namespace compcoll {
 
-OneBitAllreduce::OneBitAllreduce(const OneBitConfig& config) : config_(config) {
+OneBitAllreduce::OneBitAllreduce(const OneBitConfig& config, int warmup_steps)
+    : config_(config), warmup_steps_(warmup_steps) {
   validate_onebit_config(config);
+  CC_CHECK(warmup_steps >= 0, kInvalidArgument, "onebit: warm-up steps ", warmup_steps,
+           " must be >= 0");
 }
 
 OneBitAllreduce::Shard OneBitAllreduce::shard(size_t n, int world_size, int r) const {
@@ -32,6 +36,15 @@ CallInfo OneBitAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool avera
                                     CodecState& state) const {
   const int R = comm.size(), me = comm.rank();
   CC_CHECK_EQ(state.size(), n, kInvalidArgument, "onebit: state was made for another tensor size");
+  const uint64_t step = state.steps++;
+  if (step < static_cast<uint64_t>(warmup_steps_)) {
+    // Warm-up: exact, and the error memories stay empty.
+    dense_allreduce(comm, buf, n, DType::kFloat32, average ? ReduceOp::kAvg : ReduceOp::kSum);
+    set_decision("dense (warm-up step " + std::to_string(step + 1) + " of " +
+                 std::to_string(warmup_steps_) + ")");
+    return {ring_allreduce_bytes(n * sizeof(float), R), n};
+  }
+  set_decision("compressed");
   // Stage 1: quantize every shard with the worker error, send shard j to j.
   std::vector<Bytes> send(R);
   for (int j = 0; j < R; ++j) {
@@ -74,6 +87,11 @@ CallInfo OneBitAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool avera
   }
   if (average) scale_in_place(buf, n, R);
   return {sent_bytes + quantized.size() * size_t(R - 1), n};
+}
+
+void OneBitAllreduce::set_decision(std::string text) const {
+  std::lock_guard<std::mutex> lock(decision_mutex_);
+  last_decision_ = std::move(text);
 }
 
 CostShape OneBitAllreduce::cost_shape(size_t n, int world_size) const {

@@ -9,9 +9,17 @@
 //      them, adds its server_error, re-quantizes; server_error keeps the
 //      re-quantization error.
 //   3. allgatherv of the quantized shards; every rank decodes all of them.
-// State: v = worker error (n elements), u = server error (own shard).
+// State: v = worker error (n elements), u = server error (own shard), steps.
 // Wire per rank: about 2 (R-1)/R of n/8 bytes, 1/32 of a dense ring.
+//
+// Warm-up (COMPCOLL_WARMUP_STEPS): a tensor's first warmup_steps calls are
+// exact dense allreduces, as DeepSpeed's 1-bit Adam runs uncompressed for
+// its first steps (freeze_step): sign compression has no density to ramp,
+// and early gradients change fastest. last_decision() says which it was.
 #pragma once
+
+#include <mutex>
+#include <string>
 
 #include "collectives/algorithm.h"
 #include "compression/onebit.h"
@@ -20,12 +28,16 @@ namespace compcoll {
 
 class OneBitAllreduce final : public Algorithm {
  public:
-  explicit OneBitAllreduce(const OneBitConfig& config);
+  explicit OneBitAllreduce(const OneBitConfig& config, int warmup_steps = 0);
   const char* name() const override { return "onebit"; }
   std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
   CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
                      CodecState& state) const override;
   CostShape cost_shape(size_t n, int world_size) const override;
+  std::string last_decision() const override {
+    std::lock_guard<std::mutex> lock(decision_mutex_);
+    return last_decision_;
+  }
 
   struct Shard {
     size_t begin, len;
@@ -34,7 +46,14 @@ class OneBitAllreduce final : public Algorithm {
   Shard shard(size_t n, int world_size, int r) const;
 
  private:
+  void set_decision(std::string text) const;
+
   OneBitConfig config_;
+  int warmup_steps_;
+  // What the last call did ("dense (warm-up ...)" or "compressed"), for the
+  // communicator's log and stats; calls may come from several threads.
+  mutable std::mutex decision_mutex_;
+  mutable std::string last_decision_;
 };
 
 }  // namespace compcoll

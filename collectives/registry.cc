@@ -65,7 +65,8 @@ std::unique_ptr<Algorithm> make_csc(const AlgoParams& p) {
 }
 
 std::unique_ptr<Algorithm> make_onebit(const AlgoParams& p) {
-  return std::make_unique<OneBitAllreduce>(OneBitConfig{p.onebit_block, p.onebit_scale});
+  return std::make_unique<OneBitAllreduce>(
+      OneBitConfig{p.onebit_block, p.onebit_scale, p.onebit_residual_bound}, p.warmup_steps);
 }
 
 std::unique_ptr<Algorithm> make_auto(const AlgoParams& p) {
@@ -116,7 +117,9 @@ std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const Algo
     return std::make_unique<DgcCodec>(c);
   }
   if (name == "sdagc") return std::make_unique<SdagcCodec>(sparsify_config(p));
-  if (name == "sbc") return std::make_unique<SbcCodec>(SbcConfig{p.density, p.sample_fraction});
+  if (name == "sbc") {
+    return std::make_unique<SbcCodec>(SbcConfig{p.density, p.sample_fraction, p.warmup_steps});
+  }
   return nullptr;
 }
 
@@ -148,6 +151,7 @@ std::string AlgoParams::canonical() const {
      << ";csc_chunk=" << csc_chunk << ";csc_fraction=" << csc_fraction
      << ";onebit_block=" << onebit_block << ";onebit_scale="
      << (onebit_scale == ScaleMode::kSignedMeans ? "pair" : "mean")  // COMPCOLL_ONEBIT_SCALE's words
+     << ";onebit_residual_bound=" << onebit_residual_bound
      << ";sample_fraction=" << sample_fraction << ";auto_algo=" << auto_algo
      << ";sparse_pattern=" << sparse_pattern_name(sparse_pattern);
   return os.str();

@@ -95,27 +95,40 @@ BlockScales accumulate_block(const float* x, float* err, size_t len, size_t base
           negatives > 0 ? static_cast<float>(neg_total / negatives) : 0.0f};
 }
 
-// Pass B: the block's sign bits, and err = e - D(Q(e)).
-void quantize_block(float* err, size_t len, BlockScales s, uint8_t* bits) {
+// |r| <= bound (bound > 0; bound = +Inf leaves r as it is).
+simd::f32x4 clamp(simd::f32x4 r, simd::f32x4 bound) {
+  r = simd::select(r > bound, bound, r);
+  return simd::select(r < -bound, -bound, r);
+}
+
+// Pass B: the block's sign bits, and err = e - D(Q(e)), clamped to +-bound
+// (onebit.h: the bounded residual; +Inf when unbounded).
+void quantize_block(float* err, size_t len, BlockScales s, float bound, uint8_t* bits) {
   using simd::f32x4;
-  const f32x4 pos = simd::splat(s.pos), neg = simd::splat(-s.neg);
+  const f32x4 pos = simd::splat(s.pos), neg = simd::splat(-s.neg), lim = simd::splat(bound);
   size_t i = 0;
   for (; i + 8 <= len; i += 8) {
     const f32x4 e0 = simd::load(err + i), e1 = simd::load(err + i + 4);
     const simd::i32x4 m0 = simd::sign_mask(e0), m1 = simd::sign_mask(e1);
     bits[i / 8] = static_cast<uint8_t>(simd::bits(m0) | (simd::bits(m1) << 4));
-    simd::store(err + i, e0 - simd::select(m0, neg, pos));
-    simd::store(err + i + 4, e1 - simd::select(m1, neg, pos));
+    simd::store(err + i, clamp(e0 - simd::select(m0, neg, pos), lim));
+    simd::store(err + i + 4, clamp(e1 - simd::select(m1, neg, pos), lim));
   }
   if (i < len) {
     uint8_t b = 0;
     for (size_t j = 0; i + j < len; ++j) {
       const bool negative = std::signbit(err[i + j]);
       b |= static_cast<uint8_t>(negative) << j;
-      err[i + j] -= negative ? -s.neg : s.pos;
+      err[i + j] = std::clamp(err[i + j] - (negative ? -s.neg : s.pos), -bound, bound);
     }
     bits[i / 8] = b;
   }
+}
+
+// The residual bound of a block with these scales (+Inf: unbounded).
+float residual_limit(const OneBitConfig& c, BlockScales s) {
+  if (c.residual_bound == 0.0f) return std::numeric_limits<float>::infinity();
+  return c.residual_bound * std::max(s.pos, s.neg);
 }
 
 }  // namespace
@@ -127,6 +140,8 @@ void validate_onebit_config(const OneBitConfig& c) {
            " must be a power of two in [8, 2^24]");
   CC_CHECK(c.scale == ScaleMode::kMeanMagnitude || c.scale == ScaleMode::kSignedMeans,
            kInvalidArgument, "onebit: unknown scale mode ", int(c.scale));
+  CC_CHECK(c.residual_bound >= 0.0f && std::isfinite(c.residual_bound), kInvalidArgument,
+           "onebit: residual bound ", c.residual_bound, " must be a finite value >= 0 (0: unbounded)");
 }
 
 size_t onebit_payload_bytes(size_t n, const OneBitConfig& c) {
@@ -156,7 +171,7 @@ void onebit_encode(const OneBitConfig& c, const float* x, float* err, size_t n, 
             : accumulate_block<ScaleMode::kMeanMagnitude>(x + begin, err + begin, len, begin, odd);
     store_le<float>(scales + b * per * 4, s.pos);
     if (per == 2) store_le<float>(scales + b * per * 4 + 4, s.neg);
-    quantize_block(err + begin, len, s, bits + begin / 8);
+    quantize_block(err + begin, len, s, residual_limit(c, s), bits + begin / 8);
     // Sent exactly: the error memory restarts from zero there.
     for (size_t j = odd_before; j < odd.size(); ++j) err[odd[j].idx] = 0.0f;
   }

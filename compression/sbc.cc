@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "compcoll/error.h"
+#include "compression/dgc.h"  // warmup_density
 #include "compression/golomb.h"
 #include "compression/non_finite.h"
 #include "compression/payload.h"
@@ -85,6 +86,8 @@ SbcCodec::SbcCodec(const SbcConfig& config) : config_(config) {
            config.density, " is outside (0, 1]");
   CC_CHECK(config.sample_fraction > 0.0 && config.sample_fraction <= 1.0, kInvalidArgument,
            "sbc: sample fraction ", config.sample_fraction, " is outside (0, 1]");
+  CC_CHECK(config.warmup_steps >= 0, kInvalidArgument, "sbc: warm-up steps ", config.warmup_steps,
+           " must be >= 0");
 }
 
 std::unique_ptr<CodecState> SbcCodec::make_state(size_t n) const {
@@ -94,8 +97,8 @@ std::unique_ptr<CodecState> SbcCodec::make_state(size_t n) const {
 EncodeInfo SbcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& payload) const {
   CC_CHECK_EQ(st.size(), n, kInvalidArgument, "sbc: state was made for another tensor size");
   EncodeInfo info;
-  info.density = config_.density;
-  info.wanted = target_count(config_.density, n);
+  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
+  info.wanted = target_count(info.density, n);
   float* v = st.v.data();
 
   // Both sides' thresholds from one strided sample of v + g.

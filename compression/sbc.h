@@ -22,6 +22,7 @@ namespace compcoll {
 struct SbcConfig {
   double density = 0.001;
   double sample_fraction = 0.01;
+  int warmup_steps = 0;  // density ramps down to its target as dgc's does (dgc.h)
 };
 
 class SbcCodec final : public SparseCodec {

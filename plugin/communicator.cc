@@ -318,11 +318,12 @@ void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, 
               route.compressed ? cfg_.algo : "dense", " (", route.reason, ")");
   }
   const uint64_t before = comm_->bytes_sent();
+  CallInfo info;
   try {
     if (hierarchical) {
-      run_hierarchical(*hier_, *algo_, buf, count, dtype, op, state);
+      info = run_hierarchical(*hier_, *algo_, buf, count, dtype, op, state);
     } else {
-      run_allreduce(*comm_, *algo_, route, buf, count, dtype, op, state);
+      info = run_allreduce(*comm_, *algo_, route, buf, count, dtype, op, state);
     }
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kInvalidArgument) broken_ = e.what();
@@ -343,6 +344,8 @@ void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, 
   }
   CallRecord rec;
   rec.compressed = route.compressed && decision.rfind("dense", 0) != 0;
+  rec.elements = count;
+  rec.selected = info.selected;
   rec.dense_bytes = ring_allreduce_bytes(count * dtype_size(dtype), comm_->size());
   rec.wire_bytes = comm_->bytes_sent() - before;
   rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -119,8 +119,9 @@ const ConfigVar kTable[] = {
        if (c < 0.0) reject(var, value, "negative");
        cfg.params.clip = static_cast<float>(c);
      }},
-    {"COMPCOLL_WARMUP_STEPS", VarType::kInt, "0", ">= 0",
-     "steps over which dgc/sdagc density falls from 25% to COMPCOLL_DENSITY (x1/4 per stage)",
+    {"COMPCOLL_WARMUP_STEPS", VarType::kInt, "300", ">= 0",
+     "warm-up of each tensor: over its first STEPS calls dgc, sdagc and sbc density falls from 25% "
+     "to COMPCOLL_DENSITY (x1/4 per stage, DGC's schedule) and onebit runs dense",
      CC_APPLY { cfg.params.warmup_steps = static_cast<int>(int_at_least(var, value, 0, kIntMax)); }},
     {"COMPCOLL_MIN_ELEMS", VarType::kInt, "16384", ">= 0",
      "tensors with fewer elements take the exact dense path",
@@ -145,6 +146,14 @@ const ConfigVar kTable[] = {
      CC_APPLY {
        check_enum(var, value);
        cfg.params.onebit_scale = value == "pair" ? ScaleMode::kSignedMeans : ScaleMode::kMeanMagnitude;
+     }},
+    {"COMPCOLL_ONEBIT_RESIDUAL_BOUND", VarType::kDouble, "0.5", ">= 0",
+     "onebit: each element's error-feedback residual is kept within this many times its block's "
+     "scale (the excess is dropped: no wind-up of elements above the scale); 0 = unbounded",
+     CC_APPLY {
+       const double r = parse_double(var, value);
+       if (r < 0.0) reject(var, value, "negative");
+       cfg.params.onebit_residual_bound = static_cast<float>(r);
      }},
     {"COMPCOLL_VALUE_DTYPE", VarType::kEnum, "fp32", "fp32|fp16|bf16",
      "how dgc/sdagc values travel (rounding error stays in the residual)",

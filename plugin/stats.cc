@@ -13,6 +13,7 @@ void Stats::record(const CallRecord& c) {
   wire_bytes_ += c.wire_bytes;
   total_ms_ += c.ms;
   last_ = c;
+  if (c.compressed && c.elements) last_density_ = double(c.selected) / double(c.elements);
 }
 
 std::string Stats::json(int rank, int world_size, const std::string& algo,
@@ -22,7 +23,7 @@ std::string Stats::json(int rank, int world_size, const std::string& algo,
      << "\", \"calls\": " << calls_ << ", \"compressed_calls\": " << compressed_calls_
      << ", \"dense_bytes\": " << dense_bytes_ << ", \"wire_bytes\": " << wire_bytes_
      << ", \"ratio\": " << ratio() << ", \"time_ms\": " << total_ms_
-     << ", \"state_bytes\": " << state_bytes << "}";
+     << ", \"state_bytes\": " << state_bytes << ", \"last_density\": " << last_density_ << "}";
   return os.str();
 }
 

@@ -14,6 +14,9 @@ struct CallRecord {
   uint64_t dense_bytes = 0;  // a ring allreduce's bytes per rank for this call
   uint64_t wire_bytes = 0;   // what this rank actually sent
   double ms = 0.0;
+  uint64_t elements = 0;     // of the tensor
+  uint64_t selected = 0;     // this rank contributed (CallInfo::selected): dgc, sdagc and sbc
+                             // send density x elements, the warm-up's density included
 };
 
 class Stats {
@@ -27,9 +30,13 @@ class Stats {
   double total_ms() const { return total_ms_; }
   double ratio() const { return wire_bytes_ ? double(dense_bytes_) / double(wire_bytes_) : 0.0; }
   const CallRecord& last() const { return last_; }
+  double last_density() const { return last_density_; }
 
   // {"rank":..,"algo":..,"calls":..,"compressed_calls":..,"dense_bytes":..,
-  //  "wire_bytes":..,"ratio":..,"time_ms":..,"state_bytes":..,"world_size":..}
+  //  "wire_bytes":..,"ratio":..,"time_ms":..,"state_bytes":..,"world_size":..,
+  //  "last_density":..} -- last_density: selected / elements of the last
+  //  compressed call (what the warm-up decided; 1 for onebit, which sends a
+  //  sign per element), or 0 before any.
   std::string json(int rank, int world_size, const std::string& algo, uint64_t state_bytes) const;
   std::string summary(const std::string& algo) const;
 
@@ -40,6 +47,7 @@ class Stats {
   uint64_t wire_bytes_ = 0;
   double total_ms_ = 0.0;
   CallRecord last_;
+  double last_density_ = 0.0;
 };
 
 // pattern with every "{rank}" replaced by rank.

@@ -104,20 +104,24 @@ __global__ void bad_blocks_kernel(float* err, size_t n, size_t block, bool pair,
 }
 
 // Pass C, one thread per byte of sign bits: the bits of eight elements and
-// err = e - D(Q(e)).
+// err = e - D(Q(e)), clamped to +-bound x the block's larger scale as the
+// CPU encoder does (onebit.h; bound 0: unbounded).
 __global__ void quantize_kernel(float* err, size_t n, int log2_block, bool pair, const float* scales,
-                                uint8_t* bits) {
+                                float bound, uint8_t* bits) {
   const size_t bytes = (n + 7) / 8;
   for (size_t q = first(); q < bytes; q += step()) {
     const size_t b = (q * 8) >> log2_block;
     const float pos = scales[b * (pair ? 2 : 1)];
     const float neg = pair ? scales[b * 2 + 1] : pos;
+    const float lim = bound == 0.0f ? __int_as_float(0x7f800000) : __fmul_rn(bound, pos > neg ? pos : neg);
     uint32_t byte = 0;
     const size_t end = q * 8 + 8 < n ? q * 8 + 8 : n;
     for (size_t i = q * 8; i < end; ++i) {
       const bool negative = sign_of(err[i]);
       byte |= uint32_t(negative) << (i - q * 8);
-      err[i] = fsub(err[i], negative ? -neg : pos);
+      float r = fsub(err[i], negative ? -neg : pos);
+      r = r > lim ? lim : r;
+      err[i] = r < -lim ? -lim : r;
     }
     bits[q] = uint8_t(byte);
   }
@@ -189,7 +193,7 @@ void OneBitGpu::encode(const float* d_x, float* d_err, size_t n, Bytes& out, cud
   }
   if (n) {
     quantize_kernel<<<grid_for((n + 7) / 8), kThreads, 0, s>>>(d_err, n, std::countr_zero(config_.block), pair,
-                                                                scales, bits);
+                                                                scales, config_.residual_bound, bits);
     check(cudaGetLastError(), "onebit quantize");
   }
   if (odd_count) {

@@ -29,8 +29,8 @@ GpuState SbcCodecGpu::make_state(size_t n, cudaStream_t s) const { return GpuSta
 EncodeInfo SbcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Bytes& payload, cudaStream_t s) {
   CC_CHECK_EQ(st.n, n, kInvalidArgument, "sbc (GPU): state was made for another tensor size");
   EncodeInfo info;
-  info.density = config_.density;
-  info.wanted = target_count(config_.density, n);
+  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
+  info.wanted = target_count(info.density, n);
   float* v = st.v.data();
   pos_.bind(v, n, /*key=*/1, s);
   neg_.bind(v, n, /*key=*/2, s);

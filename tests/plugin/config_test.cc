@@ -166,6 +166,18 @@ TEST(Config, OnebitScaleIsDescribedByItsName) {
             std::string::npos);
 }
 
+TEST(Config, OnebitResidualBoundIsCheckedAndPartOfTheAgreement) {
+  EXPECT_NE(load_config(env_of({})).agreement_description().find("onebit_residual_bound=0.5;"),
+            std::string::npos);
+  const Config c = load_config(env_of({{"COMPCOLL_ONEBIT_RESIDUAL_BOUND", "0"}}));
+  EXPECT_EQ(c.params.onebit_residual_bound, 0.0f);
+  EXPECT_NE(c.agreement_description().find("onebit_residual_bound=0;"), std::string::npos);
+  for (const char* bad : {"-1", "inf", "nan", "x"}) {
+    const std::string e = error_of({{"COMPCOLL_ONEBIT_RESIDUAL_BOUND", bad}});
+    EXPECT_NE(e.find("COMPCOLL_ONEBIT_RESIDUAL_BOUND="), std::string::npos) << bad << ": " << e;
+  }
+}
+
 std::string suggestion_for(const std::string& entry) {
   const auto u = unknown_variables({entry});
   return u.size() == 1 ? u[0].suggestion : "<not reported>";

@@ -24,7 +24,7 @@ std::vector<float> expected_onebit_sum(const AlgoParams& p,
                                        const std::vector<std::vector<float>>& inputs) {
   const int world = static_cast<int>(inputs.size());
   const size_t n = inputs.empty() ? 0 : inputs[0].size();
-  const OneBitConfig c{p.onebit_block, p.onebit_scale};
+  const OneBitConfig c{p.onebit_block, p.onebit_scale, p.onebit_residual_bound};
   const OneBitAllreduce algo(c);
   std::vector<std::vector<float>> errs(inputs.size(), std::vector<float>(n, 0.0f));
   std::vector<float> out(n);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "compcoll/error.h"
+#include "compression/dgc.h"
 #include "compression/payload.h"
 #include "compression/sbc.h"
 #include "integration/bench/gradients.h"
@@ -24,6 +25,29 @@ TEST(Sbc, KeepsTheSideWithTheLargerMeanMagnitude) {
     EXPECT_GT(e.mean * sign, 5.0f);
     for (uint32_t i : e.idx) EXPECT_GT(g[i] * sign, 0.0f);
   }
+}
+
+// COMPCOLL_WARMUP_STEPS: sbc's density follows dgc's warm-up ramp (25 %,
+// then x1/4 per stage) and reaches its target when the warm-up ends.
+TEST(Sbc, WarmUpRampsTheDensityDownToItsTarget) {
+  const size_t n = 100000;
+  SbcConfig c{0.001, 0.01};
+  c.warmup_steps = 8;
+  SbcCodec codec(c);
+  auto st = codec.make_state(n);
+  Bytes payload;
+  for (uint64_t step = 0; step < 10; ++step) {
+    const auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, step);
+    const EncodeInfo info = codec.encode(g.data(), n, *st, payload);
+    EXPECT_DOUBLE_EQ(info.density, warmup_density(0.001, 8, step)) << step;
+    const size_t sent = decode_sbc(payload, n).idx.size();  // one side: 80-100 % of k
+    EXPECT_LE(sent, info.wanted) << step;
+    EXPECT_GE(sent * 5, info.wanted * 4) << step;
+  }
+  EXPECT_DOUBLE_EQ(warmup_density(0.001, 8, 0), 0.25);
+  EXPECT_DOUBLE_EQ(warmup_density(0.001, 8, 9), 0.001);
+  c.warmup_steps = -1;
+  EXPECT_THROW(SbcCodec{c}, Error);
 }
 
 TEST(Sbc, PayloadIsOverTwoThousandTimesSmallerAtDensityOnePerMille) {

@@ -2,7 +2,9 @@
 training loss against step. Losses and metrics are rank 0's held-out
 evaluation at the short and the long horizon; "vs dense" is the relative
 difference of the held-out loss to the dense run of the same task (so +5.0 %
-means 5 % higher, i.e. worse, than dense).
+means 5 % higher, i.e. worse, than dense). Two compression ratios: over the
+whole run (every call, warm-up included) and over the calls of the last tenth
+of the run (the long horizon's steady state).
 """
 
 
@@ -17,6 +19,8 @@ def summary(results):
     for r in results:
         row = {k: r[k] for k in ("task", "algo", "label", "optimizer", "env", "ranks", "ratio",
                                  "compressed_calls", "calls", "train_s", "wall_s")}
+        row["tail_ratio"] = 1.0 if r["algo"] == "dense" else r.get("tail_ratio")
+        row["tail_steps"] = r.get("tail_steps", max(1, r["long"] // 10))
         for name, step in (("short", r["short"]), ("long", r["long"])):
             ev = r["evals"][str(step)]
             row[name] = {"step": step, "loss": ev["loss"], "metric": ev["metric"]}
@@ -38,15 +42,17 @@ def markdown(results):
              (" (" + " ".join(f"{k}={v}" for k, v in r0["env"].items()) + ")" if r0["env"] else ""),
              "",
              "| task | algo | loss@short | vs dense | metric@short | loss@long | vs dense | "
-             "metric@long | ratio | train s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"metric@long | ratio, whole run | ratio, last {max(1, r0['long'] // 10)} steps | train s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         def gap(h):
             g = row[h].get("loss_vs_dense_pct")
             return "" if g is None or row["algo"] == "dense" else f"{g:+.1f} %"
         lines.append(f"| {row['task']} | {row['algo']} | {row['short']['loss']:.4f} | {gap('short')} | "
                      f"{row['short']['metric']:.4f} | {row['long']['loss']:.4f} | {gap('long')} | "
-                     f"{row['long']['metric']:.4f} | {row['ratio']:.1f}x | {row['train_s']:.1f} |")
+                     f"{row['long']['metric']:.4f} | {row['ratio']:.1f}x | "
+                     f"{'-' if row['tail_ratio'] is None else format(row['tail_ratio'], '.1f') + 'x'} | "
+                     f"{row['train_s']:.1f} |")
     tasks = sorted({r["task"] for r in results})
     lines += ["", "Metrics: " + "; ".join(f"{t}: {TASKS[t].metric}" for t in tasks) + "."]
     return "\n".join(lines) + "\n"
@@ -68,7 +74,9 @@ def plot(results, path):
             steps = len(r["curve"])
             w = max(1, steps // 40)
             y = np.convolve(r["curve"], np.ones(w) / w, mode="valid")
-            ax.plot(np.arange(len(y)) + w, y, label=f"{r['algo']} ({r['ratio']:.0f}x)",
+            tail = r.get("tail_ratio") if r["algo"] != "dense" else None
+            label = f"{r['algo']} ({r['ratio']:.0f}x" + (f", late {tail:.0f}x)" if tail else ")")
+            ax.plot(np.arange(len(y)) + w, y, label=label,
                     lw=2.0 if r["algo"] == "dense" else 1.0, color="k" if r["algo"] == "dense" else None)
         ax.axvline(results[0]["short"], color="grey", ls=":", lw=0.8)
         ax.set_xlabel("step")

@@ -11,12 +11,14 @@ WORLD_SIZE, MASTER_ADDR/PORT) with COMPCOLL_ALGO=<algo> (unset for dense:
 plain Gloo, no compcoll at all), COMPCOLL_STATS_FILE and the --env settings.
 Every algorithm of a task sees the same seed, initial weights and batches.
 Writes OUT/results.json, OUT/results.md (loss and metric at the short and the
-long horizon, relative to dense; compression ratio from the stats files;
+long horizon, relative to dense; compression ratio over the whole run from the
+stats files and over the last tenth of the run from the per-call trace lines;
 wall time) and OUT/loss.png (training loss against step).
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,6 +32,8 @@ import report  # noqa: E402
 
 ALGOS = ["dense", "dgc", "sbc", "sdagc", "csc", "onebit"]
 TASK_NAMES = ["lm", "cnn", "mixed"]
+# Communicator::allreduce's trace line for every call: "... <key>: W B sent (dense D B), T ms".
+CALL_LINE = re.compile(r": (\d+) B sent \(dense (\d+) B\)")
 
 
 def free_port():
@@ -48,6 +52,9 @@ def launch(task, algo, args, run_dir):
                 GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
     if algo != "dense":
         base.update(COMPCOLL_ALGO=algo, COMPCOLL_STATS_FILE=os.path.join(run_dir, "stats{rank}.json"))
+        # TRACE logs every call's bytes: the ratio late in the run comes from
+        # them (the stats file only has the whole run's totals).
+        base["COMPCOLL_DEBUG"] = "TRACE"
         base.update(args.env)
     cmd = [sys.executable, os.path.join(HERE, "train.py"), "--task", task, "--steps", str(args.long),
            "--eval-at", f"{args.short},{args.long}", "--seed", str(args.seed), "--out", run_dir,
@@ -98,7 +105,7 @@ def merge(task, algo, args, run_dir, wall):
            "evals": ranks[0]["evals"], "train_s": max(rk["train_s"] for rk in ranks),
            "wall_s": wall, "curve": curve}
     if algo == "dense":
-        out.update(ratio=1.0, compressed_calls=0, calls=None)
+        out.update(ratio=1.0, compressed_calls=0, calls=None, tail_ratio=1.0, tail_steps=max(1, steps // 10))
     else:
         stats = []
         for r in range(args.ranks):
@@ -108,7 +115,27 @@ def merge(task, algo, args, run_dir, wall):
         wire_b = sum(s["wire_bytes"] for s in stats)
         out.update(ratio=dense_b / wire_b if wire_b else 0.0,
                    compressed_calls=stats[0]["compressed_calls"], calls=stats[0]["calls"])
+        out.update(tail_ratio(args, run_dir, steps))
     return out
+
+
+def tail_ratio(args, run_dir, steps):
+    """The compression ratio of the calls in the last tenth of the run (the
+    last 100 of 1000 steps), summed over ranks, from the per-call trace lines
+    in the ranks' logs; what a warm-up or a dense start costs shows in the
+    whole-run ratio, not here. None when the logs have no trace lines."""
+    tail = max(1, steps // 10)
+    dense_b = wire_b = 0
+    for r in range(args.ranks):
+        with open(os.path.join(run_dir, f"log{r}.txt"), errors="replace") as f:
+            calls = [(int(m.group(1)), int(m.group(2))) for m in map(CALL_LINE.search, f) if m]
+        if not calls:
+            return {"tail_ratio": None, "tail_steps": tail}
+        # Every step makes the same calls once DDP has rebuilt its buckets.
+        last = calls[-max(1, round(len(calls) * tail / steps)):]
+        wire_b += sum(w for w, _ in last)
+        dense_b += sum(d for _, d in last)
+    return {"tail_ratio": dense_b / wire_b if wire_b else 0.0, "tail_steps": tail}
 
 
 def reused(task, algo, args, run_dir):
@@ -184,9 +211,11 @@ def main(argv=None):
                 res = launch(task, algo, args, run_dir)
             results.append(res)
             ev = res["evals"]
+            tail = res.get("tail_ratio")
             print(f"{task:>5} {algo:>7}: loss@{args.short} {ev[str(args.short)]['loss']:.4f}  "
                   f"loss@{args.long} {ev[str(args.long)]['loss']:.4f}  "
-                  f"metric@{args.long} {ev[str(args.long)]['metric']:.4f}  ratio {res['ratio']:.1f}x  "
+                  f"metric@{args.long} {ev[str(args.long)]['metric']:.4f}  ratio {res['ratio']:.1f}x "
+                  f"(last tenth {'-' if tail is None else f'{tail:.1f}x'})  "
                   f"train {res['train_s']:.1f} s", flush=True)
     print(f"{len(results)} runs in {time.perf_counter() - t0:.0f} s")
     with open(os.path.join(args.out, "results.json"), "w") as f:

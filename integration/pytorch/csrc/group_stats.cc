@@ -15,6 +15,7 @@ namespace {
 struct Sums {
   uint64_t calls = 0, compressed = 0, dense = 0, wire = 0, state = 0, direct = 0;
   double ms = 0.0;
+  double last_density = 0.0;
   void add(const LaneStats& x) {
     calls += x.calls;
     direct += x.direct;
@@ -23,6 +24,7 @@ struct Sums {
     wire += x.wire;
     state += x.state;
     ms += x.ms;
+    if (x.last_density > 0.0) last_density = x.last_density;
   }
 };
 
@@ -30,7 +32,8 @@ void write_sums(std::ostringstream& os, const Sums& x) {
   os << "\"calls\": " << x.calls << ", \"compressed_calls\": " << x.compressed
      << ", \"dense_bytes\": " << x.dense << ", \"wire_bytes\": " << x.wire
      << ", \"ratio\": " << (x.wire ? double(x.dense) / double(x.wire) : 0.0)
-     << ", \"time_ms\": " << x.ms << ", \"state_bytes\": " << x.state;
+     << ", \"time_ms\": " << x.ms << ", \"state_bytes\": " << x.state
+     << ", \"last_density\": " << x.last_density;
 }
 
 void write_head(std::ostringstream& os, int rank, int world_size, const std::string& algo) {
@@ -79,6 +82,7 @@ bool read_lane_stats(const Lane& lane, LaneStats* out) {
     x.wire = s.wire_bytes();
     x.ms = s.total_ms();
     x.state = c->state_bytes();
+    x.last_density = s.last_density();
   }
   x.direct = lane.direct_calls();
   if (lane.comm() == nullptr && x.direct == 0) return false;

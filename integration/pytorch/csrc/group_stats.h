@@ -10,7 +10,8 @@
 //                 records its final stats in a process-wide book when it
 //                 finishes, and the file is rewritten from the book each
 //                 time: its top-level fields (calls, compressed_calls,
-//                 dense_bytes, wire_bytes, ratio, time_ms, state_bytes) and
+//                 dense_bytes, wire_bytes, ratio, time_ms, state_bytes;
+//                 last_density, the last nonzero of the lanes') and
 //                 "devices" sum every group, "groups" holds each group's own
 //                 under its name (torch's group name: "0" for the default
 //                 group). A program with one group reads as it did before
@@ -31,6 +32,7 @@ struct LaneStats {
   std::string name;
   uint64_t calls = 0, compressed = 0, dense = 0, wire = 0, state = 0, direct = 0;
   double ms = 0.0;
+  double last_density = 0.0;  // Stats::last_density: what the warm-up decided last
 };
 
 struct GroupStats {
