@@ -15,9 +15,10 @@
 // each element's error is clamped to +-r x the block's larger reconstruction
 // magnitude. Why: D sends at most that magnitude per element per step, so an
 // element whose gradient stays above it (a bias or classifier weight in a
-// block of thousands of small weights: 20-50x the block mean in the
-// convergence suite's CNN) gains residual every step without limit
-// (integrator wind-up) and is paid out many steps after its gradient turned;
+// block of thousands of small weights: several times the block's scale, up
+// to 50x its mean, in the convergence suite's CNN) gains residual every step
+// without limit (integrator wind-up) and is paid out many steps after its
+// gradient turned;
 // an optimizer's momentum amplifies that into oscillation, and training
 // stalled at chance (docs/convergence.md). The bound drops the excess, as
 // signSGD drops magnitude (r >= 1 would keep every residual of an element
