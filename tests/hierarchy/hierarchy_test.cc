@@ -44,7 +44,7 @@ Config config_for(const std::string& algo, const Env& extra = {},
   Env env = {{"COMPCOLL_ALGO", algo},          {"COMPCOLL_DENSITY", "0.02"},
              {"COMPCOLL_MIN_ELEMS", "1000"},   {"COMPCOLL_CSC_CHUNK", "256"},
              {"COMPCOLL_CSC_FRACTION", "0.1"}, {"COMPCOLL_ONEBIT_BLOCK", "256"},
-             {"COMPCOLL_TIMEOUT_MS", "20000"}};
+             {"COMPCOLL_TIMEOUT_MS", "20000"}, {"COMPCOLL_WARMUP_STEPS", "0"}};  // steady state
   // A fixed sparse pattern where the build has one: auto's choice rests on a
   // measured link and could differ between the two runs compared.
   if (table_has("COMPCOLL_SPARSE_PATTERN")) env["COMPCOLL_SPARSE_PATTERN"] = pattern;

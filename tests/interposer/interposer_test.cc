@@ -40,7 +40,10 @@ class Interposer : public ::testing::Test {
     std::map<std::string, std::string> e{{"PATH", "/usr/bin:/bin"},
                                          {"FAKE_NCCL_LOG", log_path()},
                                          {"COMPCOLL_NCCL_LIBRARY", testing::standin_nccl_path()},
-                                         {"COMPCOLL_CUDA_LIBRARY", testing::standin_cuda_path()}};
+                                         {"COMPCOLL_CUDA_LIBRARY", testing::standin_cuda_path()},
+                                         // steady state in a few steps (the default warm-up
+                                         // runs onebit dense: no compressed calls to count)
+                                         {"COMPCOLL_WARMUP_STEPS", "0"}};
     if (preload) e["LD_PRELOAD"] = asan_runtime() + testing::interposer_path();
     return e;
   }
