@@ -295,6 +295,10 @@ int project_main(int argc, char** argv, int first) {
     });
   }
   in.params = cfg.params;
+  // The steady state: warm-up calls (COMPCOLL_WARMUP_STEPS, 300 by default)
+  // send more than density d (dgc, sdagc, sbc) or run dense (onebit), and a
+  // projection is of the calls after them. --validate runs the same way.
+  in.params.warmup_steps = 0;
   in.latency_s = latency_us * 1e-6;
   in.message_s = message_us * 1e-6;
   in.goodput = goodput;

@@ -117,14 +117,26 @@ std::map<std::string, double> measure_call_compute(const std::vector<Variant>& v
   {
     ReapOnExit reap(children);  // an exception below leaves no worker behind
     for (int w = 0; w < workers; ++w) {
+      // No terminating signal between fork() and watch_child(): the handler
+      // would not know the new worker and leave it running.
+      sigset_t block, old;
+      sigemptyset(&block);
+      for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&block, sig);
+      pthread_sigmask(SIG_BLOCK, &block, &old);
       const pid_t pid = fork();
+      if (pid == 0) {
+        pthread_sigmask(SIG_SETMASK, &old, nullptr);
+        worker(vs, count, params, w, iters, shared);
+      }
+      if (pid > 0) {
+        Child c;
+        c.pid = pid;
+        c.rank = w;
+        children.push_back(c);
+        watch_child(pid);
+      }
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
       CC_CHECK(pid >= 0, kInternal, "project: fork failed");
-      if (pid == 0) worker(vs, count, params, w, iters, shared);
-      Child c;
-      c.pid = pid;
-      c.rank = w;
-      children.push_back(c);
-      watch_child(pid);
     }
     // A worker that fails leaves the others at the barrier: wait_all kills
     // them after a second. The deadline bounds a hung one.
