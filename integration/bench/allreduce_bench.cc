@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -36,7 +37,10 @@ int allreduce_main(int argc, char** argv, int first) {
   const long long count = args.integer("count", 25557032, "float32 elements (K/M/G suffixes)");
   const long long iters = args.integer("iters", 5, "timed calls per algorithm (median reported)");
   const long long warmup = args.integer(
-      "warmup", 1, "untimed calls per algorithm before timing (auto needs 7 to finish its trials)");
+      "warmup", 1,
+      "untimed calls per algorithm before timing (auto needs 7 to finish its trials). Not "
+      "COMPCOLL_WARMUP_STEPS: unless that is set, the ranks run with it at 0, so the table is the "
+      "steady state (its first line says which)");
   const std::string density = args.str("density", "", "overrides COMPCOLL_DENSITY");
   const std::string sizes =
       args.str("sizes", "", "message sizes in bytes to sweep instead of --count, e.g. 4K,1M,128M");
@@ -99,6 +103,12 @@ int allreduce_main(int argc, char** argv, int first) {
   for (const UnknownVariable& u : unknown_variables_in_environment()) {  // and misspelt names
     std::cerr << "compcoll-bench allreduce: warning: " << u.message() << "\n";
   }
+  // The table is the steady state: a tensor's first COMPCOLL_WARMUP_STEPS
+  // calls run denser on purpose (training accuracy, docs/convergence.md), and
+  // a handful of timed calls would time only those. The ranks inherit this;
+  // a value the user set is kept and said.
+  const bool warmup_from_user = std::getenv("COMPCOLL_WARMUP_STEPS") != nullptr;
+  if (!warmup_from_user) setenv("COMPCOLL_WARMUP_STEPS", "0", 1);
   kill_children_on_signals();  // Ctrl-C stops the ranks too (first, then the network)
   std::unique_ptr<ShapedNetwork> net;
   if (!link.empty()) {
@@ -160,6 +170,14 @@ int allreduce_main(int argc, char** argv, int first) {
       std::cerr << "--- rank " << c.rank << " log (" << c.log << ") ---\n" << tail_of(c.log);
     }
     return 1;
+  }
+  if (!json) {
+    std::cout << (warmup_from_user
+                      ? "# COMPCOLL_WARMUP_STEPS=" + std::string(std::getenv("COMPCOLL_WARMUP_STEPS")) +
+                            " from the environment: calls inside a tensor's warm-up are timed as such\n"
+                      : "# steady state: the ranks run with COMPCOLL_WARMUP_STEPS=0 (a tensor's first " +
+                            std::to_string(cfg.params.warmup_steps) +
+                            " calls are denser by default; set the variable to time them)\n");
   }
   if (net && !json) {
     std::cout << "# link: " << hosts << " network namespaces (" << ranks_per_host
