@@ -64,6 +64,12 @@ double fraction_in_unit(const ConfigVar& var, const std::string& value) {
   return d;
 }
 
+double non_negative(const ConfigVar& var, const std::string& value) {
+  const double d = parse_double(var, value);
+  if (d < 0.0) reject(var, value, "negative");
+  return d;
+}
+
 long long int_at_least(const ConfigVar& var, const std::string& value, long long lo,
                        long long hi = std::numeric_limits<long long>::max()) {
   const long long v = parse_int(var, value);
@@ -114,11 +120,7 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_CLIP", VarType::kDouble, "0", ">= 0",
      "local gradient clipping: each rank clips its gradient's L2 norm to CLIP/sqrt(world size); "
      "0 = off",
-     CC_APPLY {
-       const double c = parse_double(var, value);
-       if (c < 0.0) reject(var, value, "negative");
-       cfg.params.clip = static_cast<float>(c);
-     }},
+     CC_APPLY { cfg.params.clip = static_cast<float>(non_negative(var, value)); }},
     {"COMPCOLL_WARMUP_STEPS", VarType::kInt, "300", ">= 0",
      "warm-up of each tensor: over its first STEPS calls dgc, sdagc and sbc density falls from 25% "
      "to COMPCOLL_DENSITY (x1/4 per stage, DGC's schedule) and onebit runs dense",
@@ -150,11 +152,7 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_ONEBIT_RESIDUAL_BOUND", VarType::kDouble, "0.5", ">= 0",
      "onebit: each element's error-feedback residual is kept within this many times its block's "
      "scale (the excess is dropped: no wind-up of elements above the scale); 0 = unbounded",
-     CC_APPLY {
-       const double r = parse_double(var, value);
-       if (r < 0.0) reject(var, value, "negative");
-       cfg.params.onebit_residual_bound = static_cast<float>(r);
-     }},
+     CC_APPLY { cfg.params.onebit_residual_bound = static_cast<float>(non_negative(var, value)); }},
     {"COMPCOLL_VALUE_DTYPE", VarType::kEnum, "fp32", "fp32|fp16|bf16",
      "how dgc/sdagc values travel (rounding error stays in the residual)",
      CC_APPLY {

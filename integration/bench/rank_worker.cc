@@ -75,22 +75,14 @@ double process_cpu_ms() {
   return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
 }
 
-// Median over iterations of the sum over ranks of the CPU time.
-double summed_median(Comm& comm, std::vector<double> cpu) {
-  if (cpu.empty()) return 0.0;
-  comm.allreduce(cpu.data(), cpu.size(), DType::kFloat64, ReduceOp::kSum);
-  std::sort(cpu.begin(), cpu.end());
-  const size_t m = cpu.size() / 2;
-  return cpu.size() % 2 ? cpu[m] : 0.5 * (cpu[m - 1] + cpu[m]);
-}
-
-// Median over iterations of the slowest rank's time.
-double slowest_median(Comm& comm, std::vector<double> times) {
-  if (times.empty()) return 0.0;
-  comm.allreduce(times.data(), times.size(), DType::kFloat64, ReduceOp::kMax);
-  std::sort(times.begin(), times.end());
-  const size_t m = times.size() / 2;
-  return times.size() % 2 ? times[m] : 0.5 * (times[m - 1] + times[m]);
+// Median over iterations of a per-call figure combined over ranks with op:
+// kMax for the slowest rank's time, kSum for the ranks' CPU time.
+double median_over_ranks(Comm& comm, std::vector<double> v, ReduceOp op) {
+  if (v.empty()) return 0.0;
+  comm.allreduce(v.data(), v.size(), DType::kFloat64, op);
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
 uint64_t fnv(const void* p, size_t n) {
@@ -341,8 +333,8 @@ int worker_main(int argc, char** argv, int first) {
         if (it == iters - 1) run.out.assign(buf.begin(), buf.begin() + count);
       }
     }
-    const double dense_ms = slowest_median(*comm, dense_times);
-    const double dense_cpu_ms = summed_median(*comm, dense_cpu);
+    const double dense_ms = median_over_ranks(*comm, dense_times, ReduceOp::kMax);
+    const double dense_cpu_ms = median_over_ranks(*comm, dense_cpu, ReduceOp::kSum);
     for (size_t a = 0; a < rows.size(); ++a) {
       Run& run = runs[a];
       AllreduceResult r;
@@ -351,9 +343,9 @@ int worker_main(int argc, char** argv, int first) {
       r.ranks = ranks;
       r.count = count;
       r.iters = iters;
-      r.time_ms = slowest_median(*comm, run.times);
+      r.time_ms = median_over_ranks(*comm, run.times, ReduceOp::kMax);
       r.dense_time_ms = dense_ms;
-      r.cpu_ms = summed_median(*comm, run.cpu);
+      r.cpu_ms = median_over_ranks(*comm, run.cpu, ReduceOp::kSum);
       r.dense_cpu_ms = dense_cpu_ms;
       r.wire_bytes = iters > 0 ? run.wire / iters : 0;
       r.dense_wire_bytes = ring_allreduce_bytes(count * sizeof(float), ranks);
