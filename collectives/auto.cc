@@ -74,8 +74,16 @@ CostShape AutoAllreduce::cost_shape(size_t n, int world_size) const {
 LinkModel measure_link(Comm& comm) {
   LinkModel link;
   if (comm.size() == 1) return link;  // no network
-  float one = 0.0f;
-  link.alpha_ring = agreed_median(comm, 9, [&] { comm.allreduce(&one, 1, DType::kFloat32, ReduceOp::kSum); });
+  // alpha_ring: a ring allreduce small enough that its bytes cost nothing,
+  // but with data in every segment. Gloo's ring cuts the buffer into at
+  // least 2P segments and skips the empty ones, so one float moves a single
+  // segment along the ring, one message in flight at a time; a ring with
+  // data (dense's, csc's) makes every rank send and receive at each of its
+  // 2(P-1) steps, and that is what a call pays per ring (docs/scaling.md).
+  std::vector<float> ring(2 * size_t(comm.size()), 0.0f);
+  link.alpha_ring = agreed_median(comm, 9, [&] {
+    comm.allreduce(ring.data(), ring.size(), DType::kFloat32, ReduceOp::kSum);
+  });
   const uint64_t token = 0;
   link.alpha = agreed_median(comm, 9, [&] {
                  comm.allgatherv({reinterpret_cast<const uint8_t*>(&token), sizeof token}, sizeof token);

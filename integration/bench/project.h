@@ -88,7 +88,11 @@ struct ProjectionInputs {
   double call_share = 1.0;  // m = max(1, W / cores of this machine)
   // When set (project --validate): alpha and alpha_ring measured on the
   // real run's communicator, as auto measures them, instead of the
-  // latency / message terms above. beta stays the rate's.
+  // latency / message terms above. beta stays the rate's. alpha_ring is a
+  // ring allreduce of 2P floats, data in every one of Gloo's 2P segments, so
+  // every rank sends and receives at each of the 2(P-1) steps, as in csc's
+  // and dense's rings (measure_link(); a one-float probe moved one segment,
+  // one message in flight, and priced csc's two rings far too low).
   std::optional<LinkModel> measured_latency;
 };
 
