@@ -30,6 +30,10 @@ struct AlgoParams {
   double density = 0.001;        // dgc, sbc, sdagc: fraction of elements sent
   float momentum = 0.0f;         // momentum correction (dgc, sdagc, csc)
   bool nesterov = false;
+  // Momentum factor masking at steps of at most this density (dgc, sdagc;
+  // csc: its chunk fraction). 1 = always, 0 = never.
+  double momentum_masking_density = 1.0;
+  bool momentum_handover = false;  // hand the optimizer s_t - momentum * s_(t-1)
   float clip = 0.0f;             // local gradient clipping threshold; 0 = off
   // dgc, sdagc, sbc density ramp; onebit runs dense. COMPCOLL_WARMUP_STEPS's
   // default (300, plugin/config.cc) applies through the configuration; 0 here

@@ -23,7 +23,7 @@ CallInfo ChunkedNormAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool 
       csc_select_chunks(norms.data(), chunks, csc_selected_count(chunks, config_.fraction));
   std::vector<float> packed;
   csc_pack(state, selected, config_.chunk, packed);
-  csc_commit(state, selected, config_.chunk);
+  csc_commit(state, selected, config_.chunk, config_.masking);
   if (!packed.empty()) {
     comm.allreduce(packed.data(), packed.size(), DType::kFloat32, ReduceOp::kSum);
   }

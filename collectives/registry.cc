@@ -6,6 +6,7 @@
 #include "collectives/auto.h"
 #include "collectives/chunked_norm.h"
 #include "collectives/dense.h"
+#include "collectives/momentum_handover.h"
 #include "collectives/onebit_allreduce.h"
 #include "collectives/sparse_allreduce.h"
 #include "compcoll/error.h"
@@ -22,6 +23,7 @@ SparsifyConfig sparsify_config(const AlgoParams& p) {
   c.density = p.density;
   c.momentum = p.momentum;
   c.nesterov = p.nesterov;
+  c.mask_density = p.momentum_masking_density;
   c.clip = p.clip;
   c.warmup_steps = p.warmup_steps;
   c.encoding = {p.values, p.indices};
@@ -61,6 +63,7 @@ std::unique_ptr<Algorithm> make_csc(const AlgoParams& p) {
   c.fraction = p.csc_fraction;
   c.momentum = p.momentum;
   c.nesterov = p.nesterov;
+  c.masking = p.csc_fraction <= p.momentum_masking_density;  // csc's density: its fraction
   return std::make_unique<ChunkedNormAllreduce>(c);
 }
 
@@ -139,13 +142,20 @@ const AlgorithmDescriptor& find_algorithm(std::string_view name) {
 }
 
 std::unique_ptr<Algorithm> make_algorithm(std::string_view name, const AlgoParams& params) {
-  return find_algorithm(name).make(params);
+  if (!params.momentum_handover) return find_algorithm(name).make(params);
+  // Only the algorithms with a momentum correction have a velocity to hand
+  // over; elsewhere the setting would silently change nothing.
+  CC_CHECK(name == "dgc" || name == "sdagc" || name == "csc", kInvalidArgument,
+           "COMPCOLL_MOMENTUM_HANDOVER=1 with COMPCOLL_ALGO=", name,
+           ": only dgc, sdagc and csc apply a momentum correction to hand over");
+  return std::make_unique<MomentumHandover>(find_algorithm(name).make(params), params.momentum);
 }
 
 std::string AlgoParams::canonical() const {
   std::ostringstream os;
   os.precision(17);
   os << "density=" << density << ";momentum=" << momentum << ";nesterov=" << nesterov
+     << ";momentum_masking_density=" << momentum_masking_density << ";momentum_handover=" << momentum_handover
      << ";clip=" << clip << ";warmup_steps=" << warmup_steps
      << ";values=" << value_type_name(values) << ";indices=" << index_type_name(indices)
      << ";csc_chunk=" << csc_chunk << ";csc_fraction=" << csc_fraction

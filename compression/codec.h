@@ -21,6 +21,9 @@ struct CodecState {
 
   std::vector<float> v;  // accumulated, not yet sent (the residual)
   std::vector<float> u;  // momentum-corrected velocity; empty when momentum is off
+  // COMPCOLL_MOMENTUM_HANDOVER: the mirror of the caller's optimizer momentum
+  // buffer (collectives/momentum_handover.h); empty when the hand-over is off.
+  std::vector<float> handed;
   uint64_t steps = 0;    // encodes so far (drives warm-up and sample offsets)
   float lambda = 0.0f;   // sdagc: threshold in units of sigma, adapted per step
   // The scatter pattern's index regions (P+1 boundaries), rebalanced every
@@ -29,7 +32,8 @@ struct CodecState {
 
   size_t size() const { return v.size(); }
   size_t memory_bytes() const {
-    return (v.capacity() + u.capacity()) * sizeof(float) + regions.capacity() * sizeof(size_t);
+    return (v.capacity() + u.capacity() + handed.capacity()) * sizeof(float) +
+           regions.capacity() * sizeof(size_t);
   }
 };
 

@@ -111,12 +111,13 @@ void csc_pack(const CodecState& st, const std::vector<uint32_t>& chunks, size_t 
   }
 }
 
-void csc_commit(CodecState& st, const std::vector<uint32_t>& chunks, size_t chunk) {
+void csc_commit(CodecState& st, const std::vector<uint32_t>& chunks, size_t chunk,
+                bool masking) {
   const size_t n = st.size();
   for (uint32_t c : chunks) {
     const size_t len = chunk_len(c, chunk, n);
     std::fill_n(st.v.data() + size_t{c} * chunk, len, 0.0f);
-    if (!st.u.empty()) std::fill_n(st.u.data() + size_t{c} * chunk, len, 0.0f);
+    if (masking && !st.u.empty()) std::fill_n(st.u.data() + size_t{c} * chunk, len, 0.0f);
   }
 }
 

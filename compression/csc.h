@@ -23,6 +23,7 @@ struct CscConfig {
   double fraction = 0.01;  // share of chunks sent per step, in (0, 1]
   float momentum = 0.0f;   // optional momentum correction, as dgc
   bool nesterov = false;
+  bool masking = true;     // momentum factor masking of sent chunks, as dgc
 };
 
 void validate_csc_config(const CscConfig& c);
@@ -44,8 +45,9 @@ void csc_pack(const CodecState& st, const std::vector<uint32_t>& chunks, size_t 
               std::vector<float>& packed);
 
 // What was sent leaves the residual: zeroes v (and u, momentum factor
-// masking) in the selected chunks.
-void csc_commit(CodecState& st, const std::vector<uint32_t>& chunks, size_t chunk);
+// masking, when masking) in the selected chunks.
+void csc_commit(CodecState& st, const std::vector<uint32_t>& chunks, size_t chunk,
+                bool masking = true);
 
 // out = 0 except the selected chunks, which take the packed values.
 void csc_unpack(const float* packed, const std::vector<uint32_t>& chunks, size_t chunk, size_t n,

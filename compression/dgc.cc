@@ -76,6 +76,8 @@ void validate_sparsify_config(const SparsifyConfig& c, const char* codec) {
            " must be a finite value >= 0 (0 disables clipping)");
   CC_CHECK(c.world_size >= 1, kInvalidArgument, codec, ": world size ", c.world_size,
            " must be >= 1");
+  CC_CHECK(c.mask_density >= 0.0 && c.mask_density <= 1.0, kInvalidArgument, codec,
+           ": momentum masking density ", c.mask_density, " is outside [0, 1]");
   CC_CHECK(c.warmup_steps >= 0, kInvalidArgument, codec, ": warm-up steps ", c.warmup_steps,
            " must be >= 0");
 }
@@ -134,13 +136,13 @@ EncodeInfo DgcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
   info.threshold = finalize_selection(v, n, target, SelectKey::kMagnitude, sample, pass_fraction,
                                       t, count, cand);
   info.sent = cand.size();
-  emit_sparse(cand, st, n, config_.encoding, payload);
+  emit_sparse(cand, st, n, config_.encoding, info.density <= config_.mask_density, payload);
   ++st.steps;
   return info;
 }
 
 void emit_sparse(const std::vector<uint32_t>& selected, CodecState& st, uint64_t n,
-                 SparseEncoding encoding, Bytes& payload) {
+                 SparseEncoding encoding, bool masking, Bytes& payload) {
   std::vector<float> values(selected.size());
   float* v = st.v.data();
   for (size_t i = 0; i < selected.size(); ++i) values[i] = v[selected[i]];
@@ -152,7 +154,7 @@ void emit_sparse(const std::vector<uint32_t>& selected, CodecState& st, uint64_t
     float& vi = v[selected[i]];
     vi = std::isfinite(values[i]) && std::isfinite(vi) ? vi - values[i] : 0.0f;
   }
-  if (!st.u.empty()) {
+  if (masking && !st.u.empty()) {
     for (const uint32_t idx : selected) st.u[idx] = 0.0f;  // momentum factor masking
   }
 }

@@ -9,7 +9,8 @@
 //                       among the candidates is the tensor's exact top-k
 // then the selection is trimmed to exactly k (never by position) or, when the
 // sample undershot below 0.8k, rescanned at a lower threshold; and
-//   momentum factor masking  u[sent] = 0, v[sent] -= sent value (0 for fp32)
+//   momentum factor masking  u[sent] = 0 at steps whose density is at most
+//                       mask_density; v[sent] -= sent value (0 for fp32)
 //   warm-up             density 0.25, 0.0625, ... (times 1/4 per stage) over
 //                       the first warmup_steps steps, then density.
 #pragma once
@@ -23,6 +24,13 @@ struct SparsifyConfig {
   double density = 0.001;   // fraction of elements sent per step, in (0, 1]
   float momentum = 0.0f;    // momentum correction factor m in [0, 1)
   bool nesterov = false;
+  // Momentum factor masking (u restarts at zero where v was sent) applies at
+  // steps whose density (warm-up included) is at most this: 1 = always (DGC),
+  // 0 = never. Unmasked, u keeps its velocity, so every gradient reaches v
+  // with the full 1/(1-m) weight that dense momentum SGD gives it, which
+  // helps at high density and hurts (stale momentum) at low density
+  // (docs/convergence.md).
+  double mask_density = 1.0;
   float clip = 0.0f;        // global L2 clipping threshold; 0 = off
   int world_size = 1;       // N in the local clipping bound clip / sqrt(N)
   int warmup_steps = 0;     // steps over which density ramps down to its target
@@ -49,9 +57,9 @@ class DgcCodec final : public SparseCodec {
 };
 
 // Shared by dgc and sdagc after selection: gathers the selected values,
-// encodes them, and applies momentum factor masking to the state.
+// encodes them, and applies momentum factor masking to the state (when masking).
 void emit_sparse(const std::vector<uint32_t>& selected, CodecState& state, uint64_t n,
-                 SparseEncoding encoding, Bytes& payload);
+                 SparseEncoding encoding, bool masking, Bytes& payload);
 
 // State for dgc/sdagc: the residual, and the velocity when momentum is on.
 std::unique_ptr<CodecState> make_sparsify_state(const SparsifyConfig& c, size_t n);

@@ -154,7 +154,7 @@ EncodeInfo SdagcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes
     const double next = kLambdaHeadroom * at_k / sigma;
     if (std::isfinite(next) && next > 0.0) st.lambda = static_cast<float>(next);
   }
-  emit_sparse(cand, st, n, config_.encoding, payload);
+  emit_sparse(cand, st, n, config_.encoding, info.density <= config_.mask_density, payload);
   ++st.steps;
   return info;
 }

@@ -117,6 +117,19 @@ const ConfigVar kTable[] = {
      }},
     {"COMPCOLL_NESTEROV", VarType::kBool, "0", "0|1", "Nesterov form of the momentum correction",
      CC_APPLY { cfg.params.nesterov = parse_bool(var, value); }},
+    {"COMPCOLL_MOMENTUM_MASKING_DENSITY", VarType::kDouble, "1", "[0, 1]",
+     "with COMPCOLL_MOMENTUM: momentum factor masking (the velocity restarts at zero where a value "
+     "was sent) applies at steps whose density, warm-up included, is at most this (csc: its chunk "
+     "fraction); 1 = always (DGC), 0 = never (docs/convergence.md)",
+     CC_APPLY {
+       const double d = parse_double(var, value);
+       if (!(d >= 0.0 && d <= 1.0)) reject(var, value, "out of range");
+       cfg.params.momentum_masking_density = d;
+     }},
+    {"COMPCOLL_MOMENTUM_HANDOVER", VarType::kBool, "0", "0|1",
+     "with COMPCOLL_MOMENTUM=m (dgc, sdagc, csc): keep the optimizer's SGD momentum m and hand it "
+     "s_t - m*s_(t-1), so that its buffer equals DGC's corrected velocity (docs/convergence.md)",
+     CC_APPLY { cfg.params.momentum_handover = parse_bool(var, value); }},
     {"COMPCOLL_CLIP", VarType::kDouble, "0", ">= 0",
      "local gradient clipping: each rank clips its gradient's L2 norm to CLIP/sqrt(world size); "
      "0 = off",

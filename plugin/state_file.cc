@@ -101,9 +101,11 @@ Bytes serialize_state_file(const StateFile& file) {
     w.put(static_cast<uint64_t>(s.v.size()));
     w.put(static_cast<uint64_t>(s.u.size()));
     w.put(static_cast<uint64_t>(s.regions.size()));
+    w.put(static_cast<uint64_t>(s.handed.size()));
     w.put_bytes(s.v.data(), s.v.size() * sizeof(float));
     w.put_bytes(s.u.data(), s.u.size() * sizeof(float));
     for (size_t r : s.regions) w.put(static_cast<uint64_t>(r));
+    w.put_bytes(s.handed.data(), s.handed.size() * sizeof(float));
   }
   w.put(fnv1a(w.out));
   return std::move(w.out);
@@ -142,12 +144,14 @@ StateFile parse_state_file(std::span<const uint8_t> bytes) {
     const auto nv = r.get<uint64_t>("an entry's residual length");
     const auto nu = r.get<uint64_t>("an entry's momentum length");
     const auto nr = r.get<uint64_t>("an entry's region count");
+    const auto nh = r.get<uint64_t>("an entry's hand-over length");
     e.owned = std::make_unique<CodecState>(0);
     r.get_array(e.owned->v, nv, "a residual");
     r.get_array(e.owned->u, nu, "a momentum");
     std::vector<uint64_t> regions;
     r.get_array(regions, nr, "the regions");
     e.owned->regions.assign(regions.begin(), regions.end());
+    r.get_array(e.owned->handed, nh, "a momentum hand-over mirror");
     e.owned->steps = steps;
     e.owned->lambda = lambda;
     e.state = e.owned.get();

@@ -6,7 +6,7 @@
 // order tells a reader of another endianness that it cannot use the file):
 //
 //   "CCSTATE1"                      8-byte magic
-//   u32 version (1)
+//   u32 version (2)
 //   u64 config hash                 FNV-1a of the description below
 //   u32 n, n bytes                  the agreement description (the math's settings)
 //   i32 rank, i32 world size        state is per rank and shaped by P (onebit)
@@ -15,7 +15,8 @@
 //     u32 n, n bytes                key text ("key:..." as StateKey::str())
 //     u64 idle                      calls since its last use
 //     u64 steps, f32 lambda
-//     u64 |v|, u64 |u|, u64 |regions|, then v, u (float32), regions (u64)
+//     u64 |v|, u64 |u|, u64 |regions|, u64 |handed|, then v, u (float32),
+//     regions (u64), handed (float32)
 //   u64 FNV-1a of every byte before it
 //
 // Parsing checks every length against the bytes left before reading, the
@@ -50,7 +51,7 @@ struct StateFile {
   std::vector<StateFileEntry> entries;
 };
 
-constexpr uint32_t kStateFileVersion = 1;
+constexpr uint32_t kStateFileVersion = 2;  // 2: the hand-over mirror
 
 // Entries are written in the order given (callers sort them by key so that
 // equal states give equal files).

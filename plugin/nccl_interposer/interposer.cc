@@ -87,6 +87,12 @@ Interposer::Interposer() : log_(LogLevel::kWarn, -1) {
     return;
   }
   try {
+    // The GPU codecs implement neither: refuse them rather than compute
+    // other math than the CPU path (docs/convergence.md).
+    const AlgoParams& p = settings_.config.params;
+    CC_CHECK(!p.momentum_handover && p.momentum_masking_density == 1.0, kInvalidArgument,
+             "COMPCOLL_MOMENTUM_HANDOVER=1 and COMPCOLL_MOMENTUM_MASKING_DENSITY below 1 are not "
+             "implemented for GPU tensors (the NCCL interposer)");
     policy_ = make_algorithm(settings_.config.algo, settings_.config.params);
   } catch (const std::exception& e) {
     config_error_ = e.what();

@@ -60,6 +60,33 @@ TEST(Csc, PackUnpackCommitLoseNothingOverManySteps) {
   }
 }
 
+TEST(Csc, MomentumMaskingZeroesTheVelocityOfSentChunksOnlyWhenOn) {
+  for (const bool masking : {true, false}) {
+    CscConfig c;
+    c.chunk = 64;
+    c.fraction = 0.25;
+    c.momentum = 0.9f;
+    c.masking = masking;
+    const size_t n = 64 * 8;
+    auto st = make_csc_state(c, n);
+    std::vector<float> norms(csc_chunk_count(n, c.chunk));
+    const auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, 5);
+    csc_accumulate_norms(c, g.data(), n, *st, norms.data());
+    const auto chunks = csc_select_chunks(norms.data(), norms.size(),
+                                          csc_selected_count(norms.size(), c.fraction));
+    ASSERT_EQ(chunks.size(), 2u);
+    csc_commit(*st, chunks, c.chunk, c.masking);
+    for (uint32_t ch : chunks) {
+      for (size_t i = ch * c.chunk; i < (ch + 1) * c.chunk; ++i) {
+        EXPECT_EQ(st->v[i], 0.0f);
+        // First step: u = g. Masking off keeps it, so the next steps still
+        // add the gradient's momentum to v, as dense momentum SGD would.
+        EXPECT_EQ(st->u[i], masking ? 0.0f : g[i]) << "masking " << masking << " at " << i;
+      }
+    }
+  }
+}
+
 TEST(Csc, RejectsInvalidConfiguration) {
   CscConfig c;
   c.chunk = 0;

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
+#include <string>
+#include <tuple>
 
 #include "compcoll/error.h"
 #include "compression/dgc.h"
@@ -44,6 +47,7 @@ struct ReferenceDgc {
   std::vector<double> u, v;
   float m;
   bool nesterov;
+  bool masking;
   void step(const std::vector<float>& g) {
     for (size_t i = 0; i < g.size(); ++i) {
       if (nesterov) {
@@ -56,21 +60,29 @@ struct ReferenceDgc {
     }
   }
   void mask(const std::vector<uint32_t>& sent) {
-    for (uint32_t i : sent) u[i] = v[i] = 0.0;
+    for (uint32_t i : sent) {
+      v[i] = 0.0;
+      if (masking) u[i] = 0.0;
+    }
   }
 };
 
-class DgcMomentumTest : public ::testing::TestWithParam<bool> {};
+// (Nesterov, momentum factor masking).
+class DgcMomentumTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(DgcMomentumTest, MatchesTheReferenceStepByStep) {
   const size_t n = 20000;
   DgcConfig c;
   c.density = 0.01;
   c.momentum = 0.9f;
-  c.nesterov = GetParam();
+  c.nesterov = std::get<0>(GetParam());
+  c.mask_density = std::get<1>(GetParam()) ? 1.0 : 0.0;
   DgcCodec codec(c);
   auto st = codec.make_state(n);
-  ReferenceDgc ref{std::vector<double>(n), std::vector<double>(n), c.momentum, c.nesterov};
+  const bool masking = std::get<1>(GetParam());
+  ReferenceDgc ref{std::vector<double>(n), std::vector<double>(n), c.momentum, c.nesterov,
+                   masking};
+  size_t kept_velocity = 0;  // sent elements whose velocity survived (masking off)
   Bytes payload;
   for (int step = 0; step < 20; ++step) {
     const auto g = bench::make_gradient(GradientKind::kGaussian, n, 70 + step);
@@ -81,7 +93,10 @@ TEST_P(DgcMomentumTest, MatchesTheReferenceStepByStep) {
       EXPECT_NEAR(e.values[j], ref.v[e.idx[j]], 1e-3 * (1 + std::fabs(ref.v[e.idx[j]])));
     }
     ref.mask(e.idx);
-    for (uint32_t i : e.idx) EXPECT_EQ(st->u[i], 0.0f);  // momentum factor masking
+    for (uint32_t i : e.idx) {
+      if (masking) EXPECT_EQ(st->u[i], 0.0f);  // momentum factor masking
+      kept_velocity += st->u[i] != 0.0f;
+    }
     double worst = 0;
     for (size_t i = 0; i < n; ++i) {
       worst = std::max(worst, std::fabs(st->v[i] - ref.v[i]) / (1 + std::fabs(ref.v[i])));
@@ -89,9 +104,13 @@ TEST_P(DgcMomentumTest, MatchesTheReferenceStepByStep) {
     }
     ASSERT_LT(worst, 1e-4) << "step " << step;
   }
+  // Without masking the sent elements keep their velocity (the comparison
+  // with the reference above checks its value).
+  if (!masking) EXPECT_GT(kept_velocity, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(PlainAndNesterov, DgcMomentumTest, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(PlainAndNesterovMaskedOrNot, DgcMomentumTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
 TEST(Dgc, LocalClippingBoundsTheGradientNormByClipOverRootN) {
   const size_t n = 10000;
@@ -113,6 +132,44 @@ TEST(Dgc, LocalClippingBoundsTheGradientNormByClipOverRootN) {
   small[3] = 1.0f;
   codec.encode(small.data(), n, *st, payload);
   EXPECT_EQ(decode_sparse(payload, n).values[0], 1.0f);
+}
+
+TEST(Dgc, MomentumMaskingAppliesOnlyAtStepsAtOrBelowTheMaskingDensity) {
+  // Warm-up stages 0.25 (steps 0-1), 0.0625 (2-3), ...: with masking at
+  // density <= 0.1 the first stage keeps the velocity of what it sent and
+  // the later ones zero it.
+  const size_t n = 20000;
+  for (const char* codec_name : {"dgc", "sdagc"}) {
+    SparsifyConfig c;
+    c.density = 0.001;
+    c.momentum = 0.9f;
+    c.warmup_steps = 8;
+    c.mask_density = 0.1;
+    std::unique_ptr<SparseCodec> codec;
+    if (std::string(codec_name) == "dgc") {
+      DgcConfig dc;
+      static_cast<SparsifyConfig&>(dc) = c;
+      codec = std::make_unique<DgcCodec>(dc);
+    } else {
+      codec = std::make_unique<SdagcCodec>(c);
+    }
+    auto st = codec->make_state(n);
+    Bytes payload;
+    for (int step = 0; step < 6; ++step) {
+      const auto g = bench::make_gradient(GradientKind::kGaussian, n, 90 + step);
+      codec->encode(g.data(), n, *st, payload);
+      size_t kept = 0;
+      for (uint32_t i : decode_sparse(payload, n).idx) kept += st->u[i] != 0.0f;
+      if (step < 2) {
+        EXPECT_GT(kept, 0u) << codec_name << " step " << step;
+      } else {
+        EXPECT_EQ(kept, 0u) << codec_name << " step " << step;
+      }
+    }
+  }
+  SparsifyConfig bad;
+  bad.mask_density = 1.5;
+  EXPECT_THROW(validate_sparsify_config(bad, "dgc"), Error);
 }
 
 TEST(Dgc, WarmUpRaisesSparsityExponentially) {

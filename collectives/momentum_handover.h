@@ -1,0 +1,54 @@
+// Momentum hand-over (COMPCOLL_MOMENTUM_HANDOVER): DGC's momentum correction
+// for a script whose optimizer keeps its momentum.
+//
+// DGC applies the momentum inside the compression (u = m*u + g; v += u) and
+// expects an optimizer without momentum that steps by the allreduced sparse
+// sum s_t. An unmodified script keeps SGD(momentum=m), which would apply the
+// momentum a second time, to stale sparse updates. The hand-over returns
+//
+//   delta_t = s_t - m * h_(t-1),   then h_t = s_t
+//
+// instead of s_t, where h mirrors the optimizer's momentum buffer. torch's
+// SGD (dampening 0, not Nesterov) then holds buf_t = m*buf_(t-1) + delta_t =
+// s_t and steps by exactly DGC's corrected update. Any deviation of the
+// optimizer's buffer from the mirror (a skipped step, a buffer the script
+// reset) decays by m per step, as it would in the optimizer anyway.
+//
+// Wraps another algorithm (dgc, sdagc or csc with COMPCOLL_MOMENTUM > 0) and
+// keeps h in the tensor's error-feedback state (CodecState::handed), so it
+// survives checkpoints. Every rank computes delta from the same s_t and the
+// same h: the output stays bitwise identical across ranks. A non-finite s_i
+// reaches the output (its delta is non-finite too) and h_i restarts at 0, so
+// it does not poison later steps.
+#pragma once
+
+#include <memory>
+
+#include "collectives/algorithm.h"
+
+namespace compcoll {
+
+class MomentumHandover final : public Algorithm {
+ public:
+  // momentum: the correction's factor m, which must equal the optimizer's.
+  MomentumHandover(std::unique_ptr<Algorithm> inner, float momentum);
+  const char* name() const override { return inner_->name(); }
+  std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
+  CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
+                     CodecState& state) const override;
+  CostShape cost_shape(size_t n, int world_size) const override {
+    return inner_->cost_shape(n, world_size);
+  }
+  void attach(Comm& comm) override { inner_->attach(comm); }
+  std::string last_decision() const override { return inner_->last_decision(); }
+
+ private:
+  std::unique_ptr<Algorithm> inner_;
+  float momentum_;
+};
+
+// buf = buf - m * handed; handed = buf (the value before), 0 where it is not
+// finite. handed must hold n floats.
+void hand_over_momentum(float* buf, float* handed, size_t n, float m);
+
+}  // namespace compcoll
