@@ -331,6 +331,7 @@ TEST(Project, ValidateComparesWithARealRun) {
   EXPECT_EQ(rows[0].at("algo"), "dense");
   EXPECT_LT(std::fabs(num(rows[0], "error")), 0.5) << out;
   EXPECT_NEAR(num(rows[0], "measured_wire_bytes"), num(rows[0], "projected_wire_bytes"), 1.0) << out;
+  EXPECT_GT(num(rows[0], "measured_cpu_ms"), 0.0) << out;  // the run's CPU, for the cpu / cores floor
 }
 
 }  // namespace
