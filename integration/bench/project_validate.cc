@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 
@@ -96,6 +97,15 @@ int validate_projection(const std::vector<Variant>& variants, const std::vector<
                 "projection with the ranks sharing %d cores and the latencies (alpha, alpha_ring) "
                 "each run measured as auto does\n",
                 in.count, link.text.c_str(), iters, in.cores);
+    // Kernel autogroup ranks processes by session first: another session's
+    // `nice -n 19` jobs then get an equal share of the cores while this one
+    // runs, and calibration and runs measure a machine they share.
+    std::ifstream autogroup("/proc/sys/kernel/sched_autogroup_enabled");
+    int autogroup_on = 0;
+    if (autogroup >> autogroup_on && autogroup_on == 1) {
+      std::printf("# kernel autogroup is on: other sessions' processes share the cores with this run "
+                  "as equals, nice or not (docs/scaling.md)\n");
+    }
     std::printf("# one call at P = 1, one process alone (ms):");
     for (const auto& [label, ms] : in.call_alone_ms) std::printf(" %s %.2f", label.c_str(), ms);
     std::printf("\n# fresh %zu-float buffer %.2f ms; codec decode (ms):", in.count, in.alloc_ms);
