@@ -7,6 +7,7 @@
 // tail); pack, commit and unpack are copies.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "compression/csc.h"

@@ -6,6 +6,7 @@
 // accumulating the ranks' payloads in rank order gives the CPU's bits.
 #pragma once
 
+#include <cstdint>
 #include <span>
 
 #include "compression/cuda/cuda_util.h"

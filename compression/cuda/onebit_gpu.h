@@ -8,6 +8,7 @@
 // and the non-finite list. NaN bit patterns may differ (see sparse_gpu.h).
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <vector>
 

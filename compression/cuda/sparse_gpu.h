@@ -20,6 +20,7 @@
 // time; encode() returns when the payload is complete.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "compression/cuda/gpu_state.h"
