@@ -27,18 +27,61 @@ Fn need(Fn fn, const char* name) {
 
 bool created(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
 
+// NCCL calls some of its own public entry points while it runs:
+// ncclCommUserRank and ncclCommCount begin with ncclCommGetAsyncError
+// (ncclCommEnsureReady), ncclCommInitAll opens a group with
+// ncclGroupStart/End. With the interposer preloaded those calls resolve to
+// the exports below, on the same thread and from inside one of our own
+// entry points, which may hold the registry's lock (registering a
+// communicator asks NCCL for its rank). They are NCCL's own business: a
+// re-entered export forwards to the real entry untouched, takes no lock and
+// keeps no books. Seen on the real NCCL 2.28 as a deadlock at the first
+// ncclCommInitRank with COMPCOLL_ALGO set.
+thread_local int t_depth = 0;
+
+class EntryScope {
+ public:
+  EntryScope() { ++t_depth; }
+  ~EntryScope() { --t_depth; }
+  EntryScope(const EntryScope&) = delete;
+  EntryScope& operator=(const EntryScope&) = delete;
+};
+
+bool reentered() { return t_depth > 0; }
+
+// The body of an export entered from the application: marked as ours for
+// the calls NCCL makes back into us, and no exception crosses it.
+template <typename Fn>
+ncclResult_t entry(const char* where, Fn&& fn) noexcept {
+  EntryScope scope;
+  return guard(where, std::forward<Fn>(fn));
+}
+
+const compcoll::nccl::NcclApi& real() { return Interposer::get().real(); }
+
+// A re-entered call to the real entry (an optional one NCCL lacks cannot be
+// re-entered from NCCL, but answer it anyway).
+template <typename Fn, typename... Args>
+ncclResult_t forward(Fn fn, Args... args) {
+  return fn != nullptr ? fn(args...) : ncclInvalidUsage;
+}
+
 }  // namespace
 
 CC_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                           ncclDataType_t datatype, ncclRedOp_t op,
                                           ncclComm_t comm, cudaStream_t stream) {
-  return guard("ncclAllReduce", [&] {
+  if (reentered()) {
+    return forward(real().AllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream);
+  }
+  return entry("ncclAllReduce", [&] {
     return Interposer::get().allreduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
   });
 }
 
 CC_NCCL_EXPORT ncclResult_t ncclGroupStart() {
-  return guard("ncclGroupStart", [] {
+  if (reentered()) return forward(real().GroupStart);
+  return entry("ncclGroupStart", [] {
     Interposer& ip = Interposer::get();
     const ncclResult_t r = ip.real().GroupStart();
     if (r == ncclSuccess && ip.enabled()) Interposer::group_started();
@@ -47,7 +90,8 @@ CC_NCCL_EXPORT ncclResult_t ncclGroupStart() {
 }
 
 CC_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
-  return guard("ncclGroupEnd", [] {
+  if (reentered()) return forward(real().GroupEnd);
+  return entry("ncclGroupEnd", [] {
     Interposer& ip = Interposer::get();
     if (ip.enabled()) Interposer::group_ended();  // NCCL leaves the group even when it fails
     return ip.real().GroupEnd();
@@ -55,7 +99,8 @@ CC_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
 }
 
 CC_NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
-  return guard("ncclGroupSimulateEnd", [&] {
+  if (reentered()) return forward(real().GroupSimulateEnd, simInfo);
+  return entry("ncclGroupSimulateEnd", [&] {
     Interposer& ip = Interposer::get();
     const auto fn = need(ip.real().GroupSimulateEnd, "ncclGroupSimulateEnd");
     if (ip.enabled()) Interposer::group_ended();
@@ -65,7 +110,8 @@ CC_NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
 
 CC_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                              int rank) {
-  return guard("ncclCommInitRank", [&] {
+  if (reentered()) return forward(real().CommInitRank, comm, nranks, commId, rank);
+  return entry("ncclCommInitRank", [&] {
     Interposer& ip = Interposer::get();
     ip.check_config();  // a bad COMPCOLL_* value fails before any traffic
     const ncclResult_t r = ip.real().CommInitRank(comm, nranks, commId, rank);
@@ -77,7 +123,8 @@ CC_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclU
 CC_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks,
                                                    ncclUniqueId commId, int rank,
                                                    ncclConfig_t* config) {
-  return guard("ncclCommInitRankConfig", [&] {
+  if (reentered()) return forward(real().CommInitRankConfig, comm, nranks, commId, rank, config);
+  return entry("ncclCommInitRankConfig", [&] {
     Interposer& ip = Interposer::get();
     ip.check_config();
     const auto fn = need(ip.real().CommInitRankConfig, "ncclCommInitRankConfig");
@@ -90,7 +137,10 @@ CC_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks,
 CC_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank,
                                                      int nId, ncclUniqueId* commIds,
                                                      ncclConfig_t* config) {
-  return guard("ncclCommInitRankScalable", [&] {
+  if (reentered()) {
+    return forward(real().CommInitRankScalable, newcomm, nranks, myrank, nId, commIds, config);
+  }
+  return entry("ncclCommInitRankScalable", [&] {
     Interposer& ip = Interposer::get();
     ip.check_config();
     const auto fn = need(ip.real().CommInitRankScalable, "ncclCommInitRankScalable");
@@ -101,7 +151,8 @@ CC_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nr
 }
 
 CC_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
-  return guard("ncclCommInitAll", [&] {
+  if (reentered()) return forward(real().CommInitAll, comms, ndev, devlist);
+  return entry("ncclCommInitAll", [&] {
     Interposer& ip = Interposer::get();
     ip.check_config();
     const ncclResult_t r = ip.real().CommInitAll(comms, ndev, devlist);
@@ -114,7 +165,8 @@ CC_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const i
 
 CC_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                           ncclConfig_t* config) {
-  return guard("ncclCommSplit", [&] {
+  if (reentered()) return forward(real().CommSplit, comm, color, key, newcomm, config);
+  return entry("ncclCommSplit", [&] {
     Interposer& ip = Interposer::get();
     const auto fn = need(ip.real().CommSplit, "ncclCommSplit");
     const ncclResult_t r = fn(comm, color, key, newcomm, config);
@@ -126,7 +178,11 @@ CC_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, n
 CC_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList,
                                            int excludeRanksCount, ncclComm_t* newcomm,
                                            ncclConfig_t* config, int shrinkFlags) {
-  return guard("ncclCommShrink", [&] {
+  if (reentered()) {
+    return forward(real().CommShrink, comm, excludeRanksList, excludeRanksCount, newcomm, config,
+                   shrinkFlags);
+  }
+  return entry("ncclCommShrink", [&] {
     Interposer& ip = Interposer::get();
     const auto fn = need(ip.real().CommShrink, "ncclCommShrink");
     const ncclResult_t r = fn(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
@@ -136,15 +192,18 @@ CC_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksLis
 }
 
 CC_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  return guard("ncclCommDestroy", [&] { return Interposer::get().destroy(comm, /*abort=*/false); });
+  if (reentered()) return forward(real().CommDestroy, comm);
+  return entry("ncclCommDestroy", [&] { return Interposer::get().destroy(comm, /*abort=*/false); });
 }
 
 CC_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  return guard("ncclCommAbort", [&] { return Interposer::get().destroy(comm, /*abort=*/true); });
+  if (reentered()) return forward(real().CommAbort, comm);
+  return entry("ncclCommAbort", [&] { return Interposer::get().destroy(comm, /*abort=*/true); });
 }
 
 CC_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
-  return guard("ncclCommFinalize", [&] {
+  if (reentered()) return forward(real().CommFinalize, comm);
+  return entry("ncclCommFinalize", [&] {
     Interposer& ip = Interposer::get();
     const auto fn = need(ip.real().CommFinalize, "ncclCommFinalize");
     if (ip.aborted_by_us(comm)) return ncclSuccess;  // nothing is left in flight
@@ -155,7 +214,8 @@ CC_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 // After compcoll aborted a communicator (timeout) the handle is gone: report
 // the failure as NCCL would (a remote error) instead of touching it.
 CC_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
-  return guard("ncclCommGetAsyncError", [&] {
+  if (reentered()) return forward(real().CommGetAsyncError, comm, asyncError);
+  return entry("ncclCommGetAsyncError", [&] {
     Interposer& ip = Interposer::get();
     if (ip.aborted_by_us(comm)) {
       *asyncError = ncclRemoteError;

@@ -188,6 +188,9 @@ FAKE_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nrank
 }
 
 FAKE_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*) {
+  // The real one opens a group around its per-device inits through the
+  // public ncclGroupStart/End, which an interposer sees (re-entrantly).
+  if (const ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return r;
   auto w = std::make_shared<World>(ndev, fakenccl::next_comm_id());
   for (int r = 0; r < ndev; ++r) {
     Comm* c = fakenccl::new_comm();
@@ -197,7 +200,7 @@ FAKE_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const
     comms[r] = reinterpret_cast<ncclComm_t>(c);
   }
   log_line("ncclCommInitAll comm=%d ndev=%d", w->id(), ndev);
-  return ncclSuccess;
+  return ncclGroupEnd();
 }
 
 // Blocking, like NCCL's: every rank of the parent must call it.
@@ -245,14 +248,26 @@ FAKE_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   return ncclSuccess;
 }
 
+// The real NCCL's queries start with ncclCommEnsureReady, which calls the
+// public ncclCommGetAsyncError: through the PLT, so with an interposer
+// preloaded the call lands in the interposer, from inside the interposer's
+// own call (it asks for the rank while it registers a communicator). The
+// stand-in does the same so that the CPU tests meet that re-entry.
+static ncclResult_t ensure_ready(ncclComm_t comm, const char* fn) {
+  if (const ncclResult_t r = check(as(comm), fn); r != ncclSuccess) return r;
+  ncclResult_t async = ncclSuccess;
+  if (const ncclResult_t r = ncclCommGetAsyncError(comm, &async); r != ncclSuccess) return r;
+  return async == ncclSuccess ? ncclSuccess : misuse(fn, "the communicator has an asynchronous error");
+}
+
 FAKE_NCCL_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
-  if (const ncclResult_t r = check(as(comm), "ncclCommCount"); r != ncclSuccess) return r;
+  if (const ncclResult_t r = ensure_ready(comm, "ncclCommCount"); r != ncclSuccess) return r;
   *count = as(comm)->world->size();
   return ncclSuccess;
 }
 
 FAKE_NCCL_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
-  if (const ncclResult_t r = check(as(comm), "ncclCommUserRank"); r != ncclSuccess) return r;
+  if (const ncclResult_t r = ensure_ready(comm, "ncclCommUserRank"); r != ncclSuccess) return r;
   *rank = as(comm)->rank;
   return ncclSuccess;
 }
