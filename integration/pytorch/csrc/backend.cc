@@ -16,6 +16,16 @@
 namespace compcoll::torch_integration {
 namespace {
 
+// The works' OpType labels for the coalesced tensor collectives; torch
+// releases without these names (setup.py probes) label them COALESCED.
+#if COMPCOLL_TORCH_COALESCED_OPTYPES
+constexpr c10d::OpType kAllgatherIntoTensorCoalesced = c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED;
+constexpr c10d::OpType kReduceScatterTensorCoalesced = c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED;
+#else
+constexpr c10d::OpType kAllgatherIntoTensorCoalesced = c10d::OpType::COALESCED;
+constexpr c10d::OpType kReduceScatterTensorCoalesced = c10d::OpType::COALESCED;
+#endif
+
 // Live backends, for the exit hook (weak: the registry never keeps one alive).
 std::mutex& registry_mutex() {
   static std::mutex m;
@@ -537,7 +547,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  return delegate(device_of(inputs, outputs), c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
+  return delegate(device_of(inputs, outputs), kAllgatherIntoTensorCoalesced,
                   "compcoll:all_gather_into_tensor_coalesced", outputs,
                   [outputs, inputs, opts](c10d::Backend& in) mutable {
                     return in.allgather_into_tensor_coalesced(outputs, inputs, opts);
@@ -593,7 +603,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter_tensor_coalesced(
   int64_t elems = 0;
   for (const at::Tensor& t : inputs) elems += t.numel();
   note_reduce_scatter(elems);
-  return delegate(device_of(inputs, outputs), c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+  return delegate(device_of(inputs, outputs), kReduceScatterTensorCoalesced,
                   "compcoll:reduce_scatter_tensor_coalesced", outputs,
                   [outputs, inputs, opts](c10d::Backend& in) mutable {
                     return in.reduce_scatter_tensor_coalesced(outputs, inputs, opts);
@@ -674,11 +684,13 @@ void CompcollBackend::setGroupUid(const std::string& pg_uid) {
   if (device_) device_->set_group_uid(pg_uid);
 }
 
+#if COMPCOLL_TORCH_VIRTUAL_BOUND_DEVICE
 void CompcollBackend::setBoundDeviceId(std::optional<at::Device> device) {
   c10d::Backend::setBoundDeviceId(device);
   host_->set_bound_device(device);
   if (device_) device_->set_bound_device(device);
 }
+#endif
 
 void CompcollBackend::eagerConnectSingleDevice(at::Device device) {
   // An explicit request: builds the device lane's inner backend now.

@@ -70,6 +70,11 @@
 // one file per process, every group under its name, totals at the top).
 #pragma once
 
+// setup.py probes torch's headers and defines these (0 or 1).
+#if !defined(COMPCOLL_TORCH_VIRTUAL_BOUND_DEVICE) || !defined(COMPCOLL_TORCH_COALESCED_OPTYPES)
+#error "build the extension through setup.py, which defines COMPCOLL_TORCH_* from torch's headers"
+#endif
+
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <atomic>
@@ -173,7 +178,12 @@ class CompcollBackend final : public c10d::Backend {
   uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
   void setTimeout(std::chrono::milliseconds timeout) override;
   void setGroupUid(const std::string& pg_uid) override;
+#if COMPCOLL_TORCH_VIRTUAL_BOUND_DEVICE
+  // Forwarded to the inner groups. Older torch (setup.py probes the headers)
+  // has no virtual to override: the inner groups then bind lazily, as they
+  // would with no device_id given.
   void setBoundDeviceId(std::optional<at::Device> device) override;
+#endif
   void eagerConnectSingleDevice(at::Device device) override;
   c10d::ErrorType getError() override;
   void abort() override;
