@@ -28,13 +28,21 @@ std::string Stats::json(int rank, int world_size, const std::string& algo,
 }
 
 std::string Stats::summary(const std::string& algo) const {
+  // Nothing dense to compare with (a lone rank, or no call yet): "ratio 0.0x"
+  // would read as "compression made it worse".
+  char ratio_text[32];
+  if (dense_bytes_ == 0) {
+    std::snprintf(ratio_text, sizeof ratio_text, "n/a");
+  } else {
+    std::snprintf(ratio_text, sizeof ratio_text, "%.1fx", ratio());
+  }
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "%s: %llu calls (%llu compressed), %.3f MB on the wire vs %.3f MB dense, ratio "
-                "%.1fx, %.1f ms in allreduce",
+                "%s, %.1f ms in allreduce",
                 algo.c_str(), static_cast<unsigned long long>(calls_),
                 static_cast<unsigned long long>(compressed_calls_), wire_bytes_ / 1e6,
-                dense_bytes_ / 1e6, ratio(), total_ms_);
+                dense_bytes_ / 1e6, ratio_text, total_ms_);
   return buf;
 }
 
