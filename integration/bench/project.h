@@ -43,8 +43,10 @@
 //            A projection times C with W = min(ranks per host, cores here)
 //            (a core per rank, the host's ranks computing at once). The
 //            validation runs all P ranks on this machine's cores: it times
-//            C with W = cores (m = 1) right before each rank count's runs,
-//            and s = P / cores.
+//            C with W = P (m = P / cores) right before each rank count's
+//            runs, and s = P / cores, so its compute term is C itself (P
+//            processes time-slicing the cores spend more CPU per call
+//            than one per core; project_validate.cc).
 //   time     compute + predict_seconds(shape, link); dense uses one ring
 //            latency, as AutoAllreduce::predict_dense does.
 //   hosts    with ranks_per_host N > 1 the N ranks of a host share its port.
