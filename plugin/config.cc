@@ -109,7 +109,8 @@ const ConfigVar kTable[] = {
      CC_APPLY { cfg.params.density = fraction_in_unit(var, value); }},
     {"COMPCOLL_MOMENTUM", VarType::kDouble, "0", "[0, 1)",
      "momentum correction factor (dgc, sdagc, csc); it replaces the optimizer's momentum, "
-     "so set the optimizer's momentum to 0 when you set this",
+     "so set the optimizer's momentum to 0 when you set this (or keep it equal and set "
+     "COMPCOLL_MOMENTUM_HANDOVER=1)",
      CC_APPLY {
        const double m = parse_double(var, value);
        if (!(m >= 0.0 && m < 1.0)) reject(var, value, "out of range");
