@@ -31,9 +31,15 @@ struct AlgoParams {
   float momentum = 0.0f;         // momentum correction (dgc, sdagc, csc)
   bool nesterov = false;
   // Momentum factor masking at steps of at most this density (dgc, sdagc;
-  // csc: its chunk fraction). 1 = always, 0 = never.
+  // csc: its chunk fraction). 1 = always, 0 = never; below 0 = "auto":
+  // always with a configured momentum, only after the warm-up with one
+  // taken from the optimizer (momentum_handover.h, optimizer_momentum_params).
   double momentum_masking_density = 1.0;
   bool momentum_handover = false;  // hand the optimizer s_t - momentum * s_(t-1)
+  // COMPCOLL_MOMENTUM_HANDOVER=auto: where the caller can see the optimizer
+  // (the PyTorch backend) and momentum is 0, the hand-over is switched on
+  // with the optimizer's SGD momentum once every rank has reported it.
+  bool momentum_from_optimizer = false;
   float clip = 0.0f;             // local gradient clipping threshold; 0 = off
   // dgc, sdagc, sbc density ramp; onebit runs dense. COMPCOLL_WARMUP_STEPS's
   // default (300, plugin/config.cc) applies through the configuration; 0 here
@@ -87,6 +93,13 @@ class Algorithm {
   // Called once per communicator, collectively, after the ranks agreed on
   // the configuration (auto measures the link here). Default: nothing.
   virtual void attach(Comm& comm) { (void)comm; }
+  // Instead of attach(), for an algorithm rebuilt with other parameters in
+  // the middle of a communicator's life (Communicator::adopt_optimizer_momentum):
+  // takes over what `before` learnt when it was attached, so that the
+  // rebuild is not collective. Default: nothing.
+  virtual void take_attachment(const Algorithm& before) { (void)before; }
+  // The algorithm a wrapper (the momentum hand-over) runs; itself otherwise.
+  virtual const Algorithm& unwrapped() const { return *this; }
 
   // What the last call decided, when the algorithm decides per call (auto);
   // empty otherwise.

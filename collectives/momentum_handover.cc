@@ -1,5 +1,6 @@
 #include "collectives/momentum_handover.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "compcoll/error.h"
@@ -24,7 +25,10 @@ CallInfo MomentumHandover::allreduce(Comm& comm, float* buf, size_t n, bool aver
                                      CodecState& state) const {
   // A state restored from a checkpoint written without the hand-over has no
   // mirror: start it at zero, as the optimizer's buffer of a fresh run.
+  // Likewise a state made before the momentum was taken from the optimizer
+  // has no velocity yet (the inner algorithm has a correction: momentum_ > 0).
   if (state.handed.size() != n) state.handed.assign(n, 0.0f);
+  if (state.u.size() != n) state.u.assign(n, 0.0f);
   const CallInfo info = inner_->allreduce(comm, buf, n, average, state);
   hand_over_momentum(buf, state.handed.data(), n, momentum_);
   return info;
@@ -36,6 +40,29 @@ void hand_over_momentum(float* buf, float* handed, size_t n, float m) {
     buf[i] = s - m * handed[i];
     handed[i] = std::isfinite(s) ? s : 0.0f;
   }
+}
+
+double masking_density_or_always(const AlgoParams& p) {
+  return p.momentum_masking_density < 0.0 ? 1.0 : p.momentum_masking_density;
+}
+
+bool takes_optimizer_momentum(std::string_view algo, const AlgoParams& p) {
+  return p.momentum_from_optimizer && p.momentum == 0.0f &&
+         (algo == "dgc" || algo == "sdagc" || algo == "csc");
+}
+
+AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p, float m) {
+  AlgoParams q = p;
+  if (m == 0.0f) return q;
+  q.momentum = m;
+  q.momentum_handover = true;
+  if (q.momentum_masking_density < 0.0) {
+    // Masked during the warm-up's dense stages, the velocity restarts at
+    // every send and the short horizon loses the optimizer's momentum;
+    // never masked, stale momentum is delivered late (docs/convergence.md).
+    q.momentum_masking_density = algo == "csc" ? 1.0 : std::min(1.0, 2.0 * p.density);
+  }
+  return q;
 }
 
 }  // namespace compcoll

@@ -16,13 +16,19 @@
 //
 // Wraps another algorithm (dgc, sdagc or csc with COMPCOLL_MOMENTUM > 0) and
 // keeps h in the tensor's error-feedback state (CodecState::handed), so it
-// survives checkpoints. Every rank computes delta from the same s_t and the
+// survives checkpoints. With COMPCOLL_MOMENTUM_HANDOVER=auto (the default)
+// the PyTorch backend learns m from the script's optimizer at its first step
+// (integration/pytorch/compcoll/_momentum.py) and the Communicator switches
+// to this wrapper then (Communicator::adopt_optimizer_momentum); states made
+// before the switch get their velocity and mirror here, at zero, as a fresh
+// run's. Every rank computes delta from the same s_t and the
 // same h: the output stays bitwise identical across ranks. A non-finite s_i
 // reaches the output (its delta is non-finite too) and h_i restarts at 0, so
 // it does not poison later steps.
 #pragma once
 
 #include <memory>
+#include <string_view>
 
 #include "collectives/algorithm.h"
 
@@ -40,6 +46,8 @@ class MomentumHandover final : public Algorithm {
     return inner_->cost_shape(n, world_size);
   }
   void attach(Comm& comm) override { inner_->attach(comm); }
+  void take_attachment(const Algorithm& before) override { inner_->take_attachment(before); }
+  const Algorithm& unwrapped() const override { return inner_->unwrapped(); }
   std::string last_decision() const override { return inner_->last_decision(); }
 
  private:
@@ -50,5 +58,21 @@ class MomentumHandover final : public Algorithm {
 // buf = buf - m * handed; handed = buf (the value before), 0 where it is not
 // finite. handed must hold n floats.
 void hand_over_momentum(float* buf, float* handed, size_t n, float m);
+
+// COMPCOLL_MOMENTUM_MASKING_DENSITY's value for the codecs: "auto" (below 0)
+// means always (DGC) for a configured COMPCOLL_MOMENTUM.
+double masking_density_or_always(const AlgoParams& p);
+
+// COMPCOLL_MOMENTUM_HANDOVER=auto applies: asked for, no momentum configured
+// (a configured one means the script already runs DGC's recipe), and an
+// algorithm with a momentum correction (dgc, sdagc, csc).
+bool takes_optimizer_momentum(std::string_view algo, const AlgoParams& p);
+
+// The parameters once the optimizer's SGD momentum m is known (every rank
+// agreed on it): momentum correction m with the hand-over, and masking
+// "auto" resolved to masking only after the warm-up (at densities of at most
+// twice COMPCOLL_DENSITY; csc has no warm-up and masks always), the setting
+// measured best in docs/convergence.md. m == 0 gives p back unchanged.
+AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p, float m);
 
 }  // namespace compcoll

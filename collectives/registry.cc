@@ -23,7 +23,7 @@ SparsifyConfig sparsify_config(const AlgoParams& p) {
   c.density = p.density;
   c.momentum = p.momentum;
   c.nesterov = p.nesterov;
-  c.mask_density = p.momentum_masking_density;
+  c.mask_density = masking_density_or_always(p);
   c.clip = p.clip;
   c.warmup_steps = p.warmup_steps;
   c.encoding = {p.values, p.indices};
@@ -63,7 +63,7 @@ std::unique_ptr<Algorithm> make_csc(const AlgoParams& p) {
   c.fraction = p.csc_fraction;
   c.momentum = p.momentum;
   c.nesterov = p.nesterov;
-  c.masking = p.csc_fraction <= p.momentum_masking_density;  // csc's density: its fraction
+  c.masking = p.csc_fraction <= masking_density_or_always(p);  // csc's density: its fraction
   return std::make_unique<ChunkedNormAllreduce>(c);
 }
 
@@ -156,6 +156,7 @@ std::string AlgoParams::canonical() const {
   os.precision(17);
   os << "density=" << density << ";momentum=" << momentum << ";nesterov=" << nesterov
      << ";momentum_masking_density=" << momentum_masking_density << ";momentum_handover=" << momentum_handover
+     << ";momentum_from_optimizer=" << momentum_from_optimizer
      << ";clip=" << clip << ";warmup_steps=" << warmup_steps
      << ";values=" << value_type_name(values) << ";indices=" << index_type_name(indices)
      << ";csc_chunk=" << csc_chunk << ";csc_fraction=" << csc_fraction

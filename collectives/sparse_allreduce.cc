@@ -34,6 +34,11 @@ void SparseAllreduce::attach(Comm& comm) {
   if (pattern_ == SparsePattern::kAuto && comm.size() > 2 && !link_known_) set_link(measure_link(comm));
 }
 
+void SparseAllreduce::take_attachment(const Algorithm& before) {
+  const auto* b = dynamic_cast<const SparseAllreduce*>(&before.unwrapped());
+  if (b != nullptr && b->link_known_) set_link(b->link_);
+}
+
 SparsePattern SparseAllreduce::pattern_for(size_t n, int world_size) const {
   if (pattern_ != SparsePattern::kAuto) return pattern_;
   return choose_sparse_pattern(link_, n, world_size, density_, bytes_per_entry_);

@@ -35,6 +35,7 @@ class SparseAllreduce final : public Algorithm {
                      CodecState& state) const override;
   CostShape cost_shape(size_t n, int world_size) const override;
   void attach(Comm& comm) override;
+  void take_attachment(const Algorithm& before) override;
   std::string last_decision() const override {
     std::lock_guard<std::mutex> lock(decision_mutex_);
     return last_decision_;

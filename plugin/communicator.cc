@@ -1,5 +1,7 @@
 #include "plugin/communicator.h"
 
+#include "collectives/momentum_handover.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,6 +14,7 @@
 #include "collectives/agreement.h"
 #include "collectives/dense.h"
 #include "collectives/dispatch.h"
+#include "collectives/momentum_handover.h"
 #include "collectives/registry.h"
 #include "compcoll/error.h"
 #include "plugin/state_file.h"
@@ -138,6 +141,7 @@ void Communicator::load_state_dir() {
   if (all == 0 && outcome == 1) {
     states_.clear();
     states_.set_clock(0);
+    adopt_optimizer_momentum(0.0f);
     log_.info("COMPCOLL_STATE_DIR: another rank has no usable checkpoint: every rank starts fresh");
   }
 }
@@ -149,6 +153,7 @@ Bytes Communicator::save_state() const {
   f.rank = rank();
   f.world_size = size();
   f.clock = states_.clock();
+  f.optimizer_momentum = optimizer_momentum_;
   size_t skipped = 0;
   for (const StateStore::Saved& s : states_.saved()) {
     if (s.key->rfind("key:", 0) != 0) {
@@ -164,6 +169,27 @@ Bytes Communicator::save_state() const {
   return serialize_state_file(f);
 }
 
+bool Communicator::adopt_optimizer_momentum(float m) {
+  if (!takes_optimizer_momentum(cfg_.algo, cfg_.params) || m == optimizer_momentum_) return false;
+  CC_CHECK(m >= 0.0f && m < 1.0f, kInvalidArgument, "optimizer momentum ", m,
+           " is outside [0, 1): compcoll cannot take it over");
+  const AlgoParams p = optimizer_momentum_params(cfg_.algo, cfg_.params, m);
+  std::unique_ptr<Algorithm> next = make_algorithm(cfg_.algo, p);
+  next->take_attachment(*algo_);
+  algo_ = std::move(next);
+  optimizer_momentum_ = m;
+  if (m > 0.0f) {
+    log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: the optimizer's SGD momentum is ", m,
+              " on every rank: ", cfg_.algo, " applies DGC's momentum correction with it and hands "
+              "the optimizer s_t - m*s_(t-1), momentum factor masking at densities <= ",
+              p.momentum_masking_density, ", from the next call on");
+  } else {
+    log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: no momentum taken from the optimizer any more; ",
+              cfg_.algo, " runs as configured from the next call on");
+  }
+  return true;
+}
+
 bool Communicator::load_state(std::span<const uint8_t> bytes) {
   StateFile f = parse_state_file(bytes);
   const std::string mine = state_description();
@@ -175,6 +201,22 @@ bool Communicator::load_state(std::span<const uint8_t> bytes) {
   } else if (f.description != mine || f.config_hash != config_hash(mine)) {
     why = "the configuration differs: " + describe_difference(mine, f.description);
   }
+  // The momentum the checkpointed run took from its optimizer is taken up
+  // again now, before the first call, so that a resumed run computes what
+  // the uninterrupted one would; its optimizer confirms it at its first step.
+  // A checkpoint written before that step (0) leaves a momentum this run
+  // already took from the same optimizer in place.
+  const float momentum_before = optimizer_momentum_;
+  if (why.empty() && f.optimizer_momentum > 0.0f && f.optimizer_momentum != optimizer_momentum_) {
+    if (!takes_optimizer_momentum(cfg_.algo, cfg_.params)) {
+      why = "it was written with a momentum taken from the optimizer, which this configuration "
+            "does not take";
+    } else {
+      adopt_optimizer_momentum(f.optimizer_momentum);
+    }
+  }
+  // The hand-over gives a state without a velocity one at its next call.
+  const bool velocity_made_lazily = &algo_->unwrapped() != algo_.get();
   std::set<std::string> seen;
   for (const StateFileEntry& e : f.entries) {
     if (!why.empty()) break;
@@ -187,14 +229,16 @@ bool Communicator::load_state(std::span<const uint8_t> bytes) {
                !all_finite(e.state->u)) {
       // Residuals never hold NaN/Inf (DESIGN.md): such a file was not written by compcoll.
       why = e.key + " holds non-finite values";
-    } else if (fresh->u.size() != e.state->u.size()) {
+    } else if (fresh->u.size() != e.state->u.size() &&
+               !(velocity_made_lazily && e.state->u.empty())) {
       why = e.key + " has a momentum/server error of " + std::to_string(e.state->u.size()) +
             " elements where " + cfg_.algo + " keeps " + std::to_string(fresh->u.size()) +
             " for its " + std::to_string(n);
     }
   }
   if (!why.empty()) {
-    log_.info("checkpointed error-feedback state not used (", why, "): starting fresh");
+    adopt_optimizer_momentum(momentum_before);
+    log_.info("checkpointed error-feedback state not used (", why, "): keeping the current one");
     return false;
   }
   states_.clear();

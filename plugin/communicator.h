@@ -80,6 +80,19 @@ class Communicator {
   Bytes save_state() const;
   bool load_state(std::span<const uint8_t> bytes);
 
+  // COMPCOLL_MOMENTUM_HANDOVER=auto: from the next call on, compressed
+  // calls apply DGC's momentum correction with the caller's optimizer
+  // momentum m and hand the result over (collectives/momentum_handover.h);
+  // m = 0 returns to the configured algorithm. Not collective, but every
+  // rank must adopt the same m between the same two calls: the caller
+  // agrees on it first (the PyTorch backend does, over its group). The
+  // error-feedback state is kept; velocities and mirrors start at zero. A
+  // no-op, returning false, where the configuration does not take the
+  // optimizer's momentum (takes_optimizer_momentum) or m is already in use.
+  // Checkpoints carry m, so a resumed run continues with it.
+  bool adopt_optimizer_momentum(float m);
+  float optimizer_momentum() const { return optimizer_momentum_; }
+
   // Writes the stats file (if configured), the COMPCOLL_STATE_DIR
   // checkpoint (if configured) and the summary line; called by the
   // destructor, idempotent.
@@ -100,6 +113,7 @@ class Communicator {
   std::unique_ptr<Comm> comm_;
   std::unique_ptr<Hierarchy> hier_;  // over *comm_, so declared (and destroyed) after it
   std::unique_ptr<Algorithm> algo_;
+  float optimizer_momentum_ = 0.0f;  // adopted by adopt_optimizer_momentum; 0: none
   StateStore states_;
   Stats stats_;
   Logger log_;

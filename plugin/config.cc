@@ -64,6 +64,14 @@ double fraction_in_unit(const ConfigVar& var, const std::string& value) {
   return d;
 }
 
+// A double in [lo, hi] (hi_closed) or [lo, hi).
+double double_in_range(const ConfigVar& var, const std::string& value, double lo, double hi,
+                       bool hi_closed) {
+  const double d = parse_double(var, value);
+  if (!(d >= lo && (hi_closed ? d <= hi : d < hi))) reject(var, value, "out of range");
+  return d;
+}
+
 double non_negative(const ConfigVar& var, const std::string& value) {
   const double d = parse_double(var, value);
   if (d < 0.0) reject(var, value, "negative");
@@ -111,26 +119,30 @@ const ConfigVar kTable[] = {
      "momentum correction factor (dgc, sdagc, csc); it replaces the optimizer's momentum, "
      "so set the optimizer's momentum to 0 when you set this (or keep it equal and set "
      "COMPCOLL_MOMENTUM_HANDOVER=1)",
-     CC_APPLY {
-       const double m = parse_double(var, value);
-       if (!(m >= 0.0 && m < 1.0)) reject(var, value, "out of range");
-       cfg.params.momentum = static_cast<float>(m);
-     }},
+     CC_APPLY { cfg.params.momentum = static_cast<float>(double_in_range(var, value, 0.0, 1.0, false)); }},
     {"COMPCOLL_NESTEROV", VarType::kBool, "0", "0|1", "Nesterov form of the momentum correction",
      CC_APPLY { cfg.params.nesterov = parse_bool(var, value); }},
-    {"COMPCOLL_MOMENTUM_MASKING_DENSITY", VarType::kDouble, "1", "[0, 1]",
-     "with COMPCOLL_MOMENTUM: momentum factor masking (the velocity restarts at zero where a value "
-     "was sent) applies at steps whose density, warm-up included, is at most this (csc: its chunk "
-     "fraction); 1 = always (DGC), 0 = never (docs/convergence.md)",
+    {"COMPCOLL_MOMENTUM_MASKING_DENSITY", VarType::kDouble, "auto", "auto or [0, 1]",
+     "with a momentum correction: momentum factor masking (the velocity restarts at zero where a "
+     "value was sent) applies at steps whose density, warm-up included, is at most this (csc: its "
+     "chunk fraction); 1 = always (DGC), 0 = never; auto = 1 with COMPCOLL_MOMENTUM, and "
+     "2 x COMPCOLL_DENSITY (after the warm-up; csc: always) with the momentum taken from the "
+     "optimizer (docs/convergence.md)",
      CC_APPLY {
-       const double d = parse_double(var, value);
-       if (!(d >= 0.0 && d <= 1.0)) reject(var, value, "out of range");
-       cfg.params.momentum_masking_density = d;
+       cfg.params.momentum_masking_density =
+           value == "auto" ? -1.0 : double_in_range(var, value, 0.0, 1.0, true);
      }},
-    {"COMPCOLL_MOMENTUM_HANDOVER", VarType::kBool, "0", "0|1",
-     "with COMPCOLL_MOMENTUM=m (dgc, sdagc, csc): keep the optimizer's SGD momentum m and hand it "
-     "s_t - m*s_(t-1), so that its buffer equals DGC's corrected velocity (docs/convergence.md)",
-     CC_APPLY { cfg.params.momentum_handover = parse_bool(var, value); }},
+    {"COMPCOLL_MOMENTUM_HANDOVER", VarType::kEnum, "auto", "0|1|auto",
+     "keep the optimizer's SGD momentum m and hand it s_t - m*s_(t-1), so that its buffer equals "
+     "DGC's corrected velocity (dgc, sdagc, csc). 1: with COMPCOLL_MOMENTUM=m. auto: under the "
+     "PyTorch backend with COMPCOLL_MOMENTUM=0, m is read from the script's optimizer at its first "
+     "step when it is torch.optim.SGD with one momentum > 0, no dampening, not Nesterov, and every "
+     "rank agrees; otherwise (Adam, no momentum, other front ends) nothing changes "
+     "(docs/convergence.md)",
+     CC_APPLY {
+       cfg.params.momentum_from_optimizer = value == "auto";
+       cfg.params.momentum_handover = value != "auto" && parse_bool(var, value);
+     }},
     {"COMPCOLL_CLIP", VarType::kDouble, "0", ">= 0",
      "local gradient clipping: each rank clips its gradient's L2 norm to CLIP/sqrt(world size); "
      "0 = off",

@@ -91,6 +91,7 @@ Bytes serialize_state_file(const StateFile& file) {
   w.put(static_cast<int32_t>(file.rank));
   w.put(static_cast<int32_t>(file.world_size));
   w.put(file.clock);
+  w.put(file.optimizer_momentum);
   w.put(static_cast<uint32_t>(file.entries.size()));
   for (const StateFileEntry& e : file.entries) {
     const CodecState& s = *e.state;
@@ -124,8 +125,9 @@ StateFile parse_state_file(std::span<const uint8_t> bytes) {
 
   Reader r(body.subspan(sizeof(kMagic)));
   const auto version = r.get<uint32_t>("the version");
-  CC_CHECK(version == kStateFileVersion, kInvalidArgument, "compcoll state file: version ",
-           version, ", this build reads version ", kStateFileVersion);
+  CC_CHECK(version >= kOldestStateFileVersion && version <= kStateFileVersion, kInvalidArgument,
+           "compcoll state file: version ", version, ", this build reads versions ",
+           kOldestStateFileVersion, " to ", kStateFileVersion);
   StateFile f;
   f.config_hash = r.get<uint64_t>("the configuration hash");
   f.description = r.get_string("the configuration description");
@@ -134,6 +136,12 @@ StateFile parse_state_file(std::span<const uint8_t> bytes) {
   CC_CHECK(f.world_size >= 1 && f.rank >= 0 && f.rank < f.world_size, kInvalidArgument,
            "compcoll state file: rank ", f.rank, " of world size ", f.world_size, " is impossible");
   f.clock = r.get<uint64_t>("the clock");
+  if (version >= 3) {
+    f.optimizer_momentum = r.get<float>("the optimizer momentum");
+    CC_CHECK(f.optimizer_momentum >= 0.0f && f.optimizer_momentum < 1.0f, kInvalidArgument,
+             "compcoll state file: optimizer momentum ", f.optimizer_momentum,
+             " is outside [0, 1)");
+  }
   const auto n = r.get<uint32_t>("the entry count");
   for (uint32_t i = 0; i < n; ++i) {
     StateFileEntry e;

@@ -6,11 +6,13 @@
 // order tells a reader of another endianness that it cannot use the file):
 //
 //   "CCSTATE1"                      8-byte magic
-//   u32 version (2)
+//   u32 version (3; 2 is read too, as optimizer momentum 0)
 //   u64 config hash                 FNV-1a of the description below
 //   u32 n, n bytes                  the agreement description (the math's settings)
 //   i32 rank, i32 world size        state is per rank and shaped by P (onebit)
 //   u64 clock                       the store's call clock (eviction ages)
+//   f32 optimizer momentum          COMPCOLL_MOMENTUM_HANDOVER=auto's m; 0: none
+//                                   (version 3 on)
 //   u32 entries, then per entry:
 //     u32 n, n bytes                key text ("key:..." as StateKey::str())
 //     u64 idle                      calls since its last use
@@ -48,10 +50,13 @@ struct StateFile {
   int rank = 0;
   int world_size = 0;
   uint64_t clock = 0;
+  float optimizer_momentum = 0.0f;  // Communicator::adopt_optimizer_momentum's m
   std::vector<StateFileEntry> entries;
 };
 
-constexpr uint32_t kStateFileVersion = 2;  // 2: the hand-over mirror
+// 2: the hand-over mirror; 3: the momentum taken from the optimizer.
+constexpr uint32_t kStateFileVersion = 3;
+constexpr uint32_t kOldestStateFileVersion = 2;
 
 // Entries are written in the order given (callers sort them by key so that
 // equal states give equal files).

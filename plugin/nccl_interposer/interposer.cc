@@ -5,6 +5,7 @@
 #include <set>
 
 #include "collectives/dispatch.h"
+#include "collectives/momentum_handover.h"
 #include "collectives/registry.h"
 #include "compcoll/error.h"
 #include "plugin/nccl_interposer/stats_report.h"
@@ -88,9 +89,11 @@ Interposer::Interposer() : log_(LogLevel::kWarn, -1) {
   }
   try {
     // The GPU codecs implement neither: refuse them rather than compute
-    // other math than the CPU path (docs/convergence.md).
+    // other math than the CPU path (docs/convergence.md). The default
+    // COMPCOLL_MOMENTUM_HANDOVER=auto needs the optimizer, which NCCL's
+    // callers never show us: it stays off here, as documented.
     const AlgoParams& p = settings_.config.params;
-    CC_CHECK(!p.momentum_handover && p.momentum_masking_density == 1.0, kInvalidArgument,
+    CC_CHECK(!p.momentum_handover && masking_density_or_always(p) == 1.0, kInvalidArgument,
              "COMPCOLL_MOMENTUM_HANDOVER=1 and COMPCOLL_MOMENTUM_MASKING_DENSITY below 1 are not "
              "implemented for GPU tensors (the NCCL interposer)");
     policy_ = make_algorithm(settings_.config.algo, settings_.config.params);

@@ -96,8 +96,9 @@ TEST(StateFile, EveryTruncationAndEveryFlippedByteIsAClearError) {
 TEST(StateFile, HugeCountsWithAValidChecksumAreRefusedBeforeAllocating) {
   Bytes b = serialize_state_file(sample_file());
   // The first entry's residual length: after magic, version, hash,
-  // description, rank, size, clock, count, key, idle, steps, lambda.
-  const size_t at = 8 + 4 + 8 + 4 + 21 + 4 + 4 + 8 + 4 + 4 + 5 + 8 + 8 + 4;
+  // description, rank, size, clock, optimizer momentum, count, key, idle,
+  // steps, lambda.
+  const size_t at = 8 + 4 + 8 + 4 + 21 + 4 + 4 + 8 + 4 + 4 + 4 + 5 + 8 + 8 + 4;
   uint64_t nv = 0;
   std::memcpy(&nv, b.data() + at, 8);
   ASSERT_EQ(nv, 5u);

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from compcoll import _C
+from compcoll import _C, _momentum
 
 BACKEND_NAME = "compcoll"
 DEVICES = ["cpu", "cuda"]
@@ -137,6 +137,7 @@ def _build(args, device_lane):
     stats_rank, stats_world = _global_identity(rank, size, global_ranks)
     backend = _C.create_backend(inner, timeout, lane, factory, stats_rank, stats_world)
     _install_exit_hooks()
+    _momentum.install()
     return backend
 
 

@@ -212,6 +212,17 @@ class CompcollBackend final : public c10d::Backend {
   // each named lane its bytes and says per lane whether they were used.
   std::map<std::string, Bytes> save_state();
   std::map<std::string, bool> load_state(const std::map<std::string, Bytes>& lanes);
+  // COMPCOLL_MOMENTUM_HANDOVER=auto (optimizer_momentum.cc). Whether this
+  // group still waits for the optimizer's momentum: the configuration takes
+  // it and the group has not agreed on it yet.
+  bool awaits_optimizer_momentum() const;
+  // Collective over the group, on the worker after everything submitted so
+  // far: every rank proposes the momentum of its optimizer (0: none that can
+  // be taken over, `why` says which), the group takes it when all proposals
+  // are equal, and every lane's Communicator adopts it for its later calls.
+  // Logs the outcome once (group rank 0). Returns the agreed momentum.
+  float agree_optimizer_momentum(float proposal, const std::string& why);
+  float optimizer_momentum() const { return optimizer_momentum_.load(); }
 
   // Builds a backend (collective, see the constructor) and records it for
   // live().
@@ -256,6 +267,8 @@ class CompcollBackend final : public c10d::Backend {
   std::shared_ptr<Worker> worker_;
 
   std::atomic<bool> finished_{false};
+  std::atomic<bool> momentum_agreed_{false};
+  std::atomic<float> optimizer_momentum_{0.0f};
   std::atomic<uint64_t> compressible_candidates_{0};
   std::atomic<uint64_t> rs_calls_{0};
   std::atomic<uint64_t> rs_elems_{0};

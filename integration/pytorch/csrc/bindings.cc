@@ -172,6 +172,23 @@ PYBIND11_MODULE(_C, m) {
       },
       py::call_guard<py::gil_scoped_release>());
   m.def(
+      "agree_optimizer_momentum",
+      [](float proposal, const std::string& why) {
+        // Every live group that awaits it, in creation order (the same on
+        // every rank: groups are created collectively).
+        for (auto& b : CompcollBackend::live()) {
+          if (b->awaits_optimizer_momentum()) b->agree_optimizer_momentum(proposal, why);
+        }
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "COMPCOLL_MOMENTUM_HANDOVER=auto: every live group still awaiting it agrees on the "
+      "optimizer's momentum (collective per group; see compcoll/_momentum.py).");
+  m.def(
+      "optimizer_momentum",
+      [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->optimizer_momentum(); },
+      py::call_guard<py::gil_scoped_release>(),
+      "The momentum the group took from the optimizer (0: none).");
+  m.def(
       "stats_json", [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->stats_json(); },
       py::call_guard<py::gil_scoped_release>());
   m.def(
