@@ -189,6 +189,7 @@ GroupStats CompcollBackend::group_stats_skeleton() const {
   g.algo = cfg_.algo;
   g.reduce_scatter_calls = rs_calls_.load();
   g.reduce_scatter_elems = rs_elems_.load();
+  g.optimizer_momentum = optimizer_momentum_.load();
   return g;
 }
 

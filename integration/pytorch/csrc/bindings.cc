@@ -184,11 +184,6 @@ PYBIND11_MODULE(_C, m) {
       "COMPCOLL_MOMENTUM_HANDOVER=auto: every live group still awaiting it agrees on the "
       "optimizer's momentum (collective per group; see compcoll/_momentum.py).");
   m.def(
-      "optimizer_momentum",
-      [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->optimizer_momentum(); },
-      py::call_guard<py::gil_scoped_release>(),
-      "The momentum the group took from the optimizer (0: none).");
-  m.def(
       "stats_json", [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->stats_json(); },
       py::call_guard<py::gil_scoped_release>());
   m.def(

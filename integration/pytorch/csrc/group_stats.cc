@@ -113,6 +113,7 @@ std::string group_stats_json(const GroupStats& g) {
   write_sums(os, total);
   os << ", \"group\": " << quoted(g.group) << ", \"reduce_scatter_calls\": "
      << g.reduce_scatter_calls << ", \"reduce_scatter_elems\": " << g.reduce_scatter_elems
+     << ", \"optimizer_momentum\": " << g.optimizer_momentum
      << ", \"devices\": {" << devices.str() << "}}";
   return os.str();
 }

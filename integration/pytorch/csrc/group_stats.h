@@ -43,6 +43,9 @@ struct GroupStats {
   std::vector<LaneStats> lanes;  // those with a Communicator or direct calls
   uint64_t reduce_scatter_calls = 0;
   uint64_t reduce_scatter_elems = 0;  // summed inputs: traffic left uncompressed
+  // COMPCOLL_MOMENTUM_HANDOVER=auto: the momentum taken from the optimizer
+  // (0: none, or not agreed yet).
+  float optimizer_momentum = 0.0f;
 };
 
 // A lane's counters (worker only: reads its Communicator); false when the
@@ -50,7 +53,7 @@ struct GroupStats {
 bool read_lane_stats(const Lane& lane, LaneStats* out);
 
 // compcoll.stats(group): rank, world_size, algo, group, the sums over the
-// lanes, reduce_scatter_calls/_elems, and "devices" with each lane's own
+// lanes, reduce_scatter_calls/_elems, optimizer_momentum, and "devices" with each lane's own
 // (the same fields plus direct_calls).
 std::string group_stats_json(const GroupStats& g);
 

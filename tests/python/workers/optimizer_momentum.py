@@ -1,0 +1,69 @@
+"""DDP on init_process_group("gloo") with compression from the environment
+and an optimizer named per rank: --opt NAME (every rank) or --opt-rank1 NAME
+(rank 1 only), NAME one of sgd:M, sgd-nesterov:M, adam. --second NAME steps a
+second optimizer (on its own small model) after the first. Runs --steps
+steps and prints RESULT {"momentum": compcoll.stats()["optimizer_momentum"],
+"losses": [...], "params": sha256 of the model's parameters}."""
+import argparse
+import hashlib
+import json
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def make(name, params):
+    kind, _, m = name.partition(":")
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=0.05, momentum=float(m))
+    if kind == "sgd-nesterov":
+        return torch.optim.SGD(params, lr=0.05, momentum=float(m), nesterov=True)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=1e-3)
+    raise SystemExit(f"unknown optimizer {name}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--opt", default="sgd:0.9")
+    p.add_argument("--opt-rank1")
+    p.add_argument("--second")
+    p.add_argument("--steps", type=int, default=4)
+    args = p.parse_args()
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 10)))
+    name = args.opt_rank1 if (rank == 1 and args.opt_rank1) else args.opt
+    opt = make(name, model.parameters())
+    second = make(args.second, nn.Linear(4, 4).parameters()) if args.second else None
+    losses = []
+    for step in range(args.steps):
+        gen = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randn(32, 64, generator=gen)
+        y = torch.randint(0, 10, (32,), generator=gen)
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        if second is not None:
+            second.step()
+        losses.append(loss.item())
+    import compcoll
+
+    momentum = compcoll.stats()["optimizer_momentum"]
+    dist.destroy_process_group()
+    digest = hashlib.sha256()
+    for q in model.parameters():
+        digest.update(q.detach().numpy().tobytes())
+    print("RESULT " + json.dumps({"momentum": momentum, "losses": losses,
+                                  "params": digest.hexdigest()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
