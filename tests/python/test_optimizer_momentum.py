@@ -45,6 +45,21 @@ def test_a_second_optimizer_is_reported_once():
     assert ranks[0].stderr.count("follows the first optimizer this process stepped") == 1
 
 
+def test_accumulation_without_no_sync_turns_it_off_again_and_warns():
+    # Two allreduces of every gradient per optimizer step: the hand-over's
+    # mirror would advance twice per step, so the group gives it up.
+    ranks = run("--opt", "sgd:0.9", "--accumulate", "2", "--steps", "5")
+    assert [r.result["momentum"] for r in ranks] == [0.0, 0.0]
+    assert "COMPCOLL_MOMENTUM_HANDOVER=auto turned off again" in ranks[0].stderr, ranks[0].stderr
+    assert "accumulate with no_sync()" in ranks[0].stderr
+
+
+def test_one_allreduce_per_step_keeps_it():
+    ranks = run("--opt", "sgd:0.9", "--steps", "6")
+    assert all(abs(r.result["momentum"] - 0.9) < 1e-6 for r in ranks)
+    assert "turned off again" not in ranks[0].stderr
+
+
 def test_off_and_configured_momentum_leave_it_alone():
     for env in ({"COMPCOLL_MOMENTUM_HANDOVER": "0"}, {"COMPCOLL_MOMENTUM": "0.9"}):
         ranks = run("--opt", "sgd:0.9", **env)

@@ -8,7 +8,12 @@ At each optimizer step every compcoll group that still awaits the momentum
 agrees on it (collective over the group: compcoll._C.agree_optimizer_momentum,
 integration/pytorch/csrc/optimizer_momentum.cc) and, when every rank proposes
 the same m > 0, applies the correction with the hand-over from its next call
-on. A group agrees once; afterwards a step costs one check per group.
+on. A group agrees once. Over the step after that it counts its compressed
+allreduces against the gradient buffers they reduce: the hand-over needs
+exactly one allreduce of each gradient per optimizer step (DDP; no_sync()
+accumulation), and where a rank made more (accumulation without no_sync)
+the group turns it off again and warns. Afterwards a step costs one check
+per group.
 
 What can be taken over: exactly torch.optim.SGD with one momentum m > 0 for
 all parameter groups, dampening 0, not Nesterov, not maximize (the hand-over

@@ -453,6 +453,10 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     // no state and get no slot.
     SlotAssignment a{"", SlotEvent::kSame, 0};
     if (compress) a = lane->slots.assign(t);
+    if (compress && count_step_calls_) {  // check_one_allreduce_per_step
+      ++step_calls_;
+      step_keys_.insert(lane->name() + "/" + a.key);
+    }
     log_drop(*lane, a, t.numel());
     return [lane, cfg = lane_cfg_, timeout = timeout_, work, t, host, dtype, op, key = a.key,
             dropped = a.dropped_key,

@@ -80,6 +80,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -223,6 +224,14 @@ class CompcollBackend final : public c10d::Backend {
   // Logs the outcome once (group rank 0). Returns the agreed momentum.
   float agree_optimizer_momentum(float proposal, const std::string& why);
   float optimizer_momentum() const { return optimizer_momentum_.load(); }
+  // At every optimizer step after the agreement, until it has decided: the
+  // hand-over needs exactly one allreduce of each gradient buffer per
+  // optimizer step (DDP; no_sync() accumulation). Over one whole step it
+  // counts the compressed allreduces and their distinct buffers; where any
+  // rank saw more calls than buffers (accumulation without no_sync, a
+  // gradient reduced twice), the group agrees to turn the hand-over off
+  // again and warns. Collective over the group at that one step.
+  void check_one_allreduce_per_step();
 
   // Builds a backend (collective, see the constructor) and records it for
   // live().
@@ -269,6 +278,13 @@ class CompcollBackend final : public c10d::Backend {
   std::atomic<bool> finished_{false};
   std::atomic<bool> momentum_agreed_{false};
   std::atomic<float> optimizer_momentum_{0.0f};
+  // optimizer_momentum.cc: serialises the Python thread(s) stepping optimizers.
+  std::mutex momentum_mu_;
+  int momentum_check_stage_ = 0;  // 0: next step starts counting; 1: counting; 2: decided
+  // Guarded by the worker's queue lock: the count over one optimizer step.
+  bool count_step_calls_ = false;
+  uint64_t step_calls_ = 0;
+  std::set<std::string> step_keys_;
   std::atomic<uint64_t> compressible_candidates_{0};
   std::atomic<uint64_t> rs_calls_{0};
   std::atomic<uint64_t> rs_elems_{0};

@@ -177,12 +177,17 @@ PYBIND11_MODULE(_C, m) {
         // Every live group that awaits it, in creation order (the same on
         // every rank: groups are created collectively).
         for (auto& b : CompcollBackend::live()) {
-          if (b->awaits_optimizer_momentum()) b->agree_optimizer_momentum(proposal, why);
+          if (b->awaits_optimizer_momentum()) {
+            b->agree_optimizer_momentum(proposal, why);
+          } else {
+            b->check_one_allreduce_per_step();
+          }
         }
       },
       py::call_guard<py::gil_scoped_release>(),
-      "COMPCOLL_MOMENTUM_HANDOVER=auto: every live group still awaiting it agrees on the "
-      "optimizer's momentum (collective per group; see compcoll/_momentum.py).");
+      "COMPCOLL_MOMENTUM_HANDOVER=auto, at every optimizer step: every live group still awaiting "
+      "it agrees on the optimizer's momentum, and checks one allreduce per gradient and step "
+      "over the step after (collective per group, once each; see compcoll/_momentum.py).");
   m.def(
       "stats_json", [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->stats_json(); },
       py::call_guard<py::gil_scoped_release>());

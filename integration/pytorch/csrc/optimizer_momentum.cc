@@ -12,6 +12,10 @@
 // (the optimizer steps after DDP's allreduces have completed).
 #include <ATen/ATen.h>
 
+#include <chrono>
+#include <utility>
+#include <vector>
+
 #include "collectives/momentum_handover.h"
 #include "integration/pytorch/csrc/backend.h"
 
@@ -22,21 +26,31 @@ bool CompcollBackend::awaits_optimizer_momentum() const {
          takes_optimizer_momentum(cfg_.algo, cfg_.params);
 }
 
+namespace {
+
+// Worker only: the lowest and the highest of every rank's v over the inner
+// group (one allreduce, MAX of v and -v). Doubles hold every float and every
+// count exactly, so equal values stay equal.
+std::pair<double, double> extremes_over_group(c10d::Backend& inner, double v,
+                                              std::chrono::milliseconds timeout) {
+  at::Tensor t = at::tensor({v, -v}, at::kDouble);
+  std::vector<at::Tensor> ts{t};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::MAX;
+  opts.timeout = timeout;
+  inner.allreduce(ts, opts)->wait(timeout);
+  return {-t[1].item<double>(), t[0].item<double>()};
+}
+
+}  // namespace
+
 float CompcollBackend::agree_optimizer_momentum(float proposal, const std::string& why) {
-  if (!awaits_optimizer_momentum()) return 0.0f;
+  std::lock_guard<std::mutex> lock(momentum_mu_);
+  if (!awaits_optimizer_momentum()) return optimizer_momentum_.load();
   auto agreed = std::make_shared<float>(0.0f);
   worker_->run_and_wait("the agreement on the optimizer's momentum (COMPCOLL_MOMENTUM_HANDOVER=auto)",
                         [=, this] {
-    // Doubles hold every float exactly, so equal proposals stay equal.
-    at::Tensor t = at::tensor({static_cast<double>(proposal), -static_cast<double>(proposal)},
-                              at::kDouble);
-    std::vector<at::Tensor> ts{t};
-    c10d::AllreduceOptions opts;
-    opts.reduceOp = c10d::ReduceOp::MAX;
-    opts.timeout = timeout_;
-    inner_->allreduce(ts, opts)->wait(timeout_);
-    const double highest = t[0].item<double>();
-    const double lowest = -t[1].item<double>();
+    const auto [lowest, highest] = extremes_over_group(*inner_, proposal, timeout_);
     *agreed = highest == lowest ? static_cast<float>(highest) : 0.0f;
     for (const std::shared_ptr<Lane>& lane : {host_, device_}) {
       if (lane != nullptr) lane->adopt_optimizer_momentum(*agreed);
@@ -53,7 +67,49 @@ float CompcollBackend::agree_optimizer_momentum(float proposal, const std::strin
   });
   optimizer_momentum_.store(*agreed);
   momentum_agreed_.store(true);
+  if (*agreed == 0.0f) momentum_check_stage_ = 2;  // nothing to check
   return *agreed;
+}
+
+void CompcollBackend::check_one_allreduce_per_step() {
+  std::lock_guard<std::mutex> lock(momentum_mu_);
+  if (!momentum_agreed_.load() || momentum_check_stage_ == 2 || finished_.load()) return;
+  if (momentum_check_stage_ == 0) {
+    // The step after the agreement: count the next whole step's calls.
+    worker_->locked([&] {
+      count_step_calls_ = true;
+      step_calls_ = 0;
+      step_keys_.clear();
+    });
+    momentum_check_stage_ = 1;
+    return;
+  }
+  uint64_t calls = 0, buffers = 0;
+  worker_->locked([&] {
+    count_step_calls_ = false;
+    calls = step_calls_;
+    buffers = step_keys_.size();
+    step_keys_.clear();
+  });
+  momentum_check_stage_ = 2;
+  const double excess = static_cast<double>(calls) - static_cast<double>(buffers);
+  worker_->run_and_wait("the check of one allreduce per optimizer step (COMPCOLL_MOMENTUM_HANDOVER=auto)",
+                        [=, this] {
+    const auto [lowest, highest] = extremes_over_group(*inner_, excess, timeout_);
+    (void)lowest;
+    if (highest <= 0.0) return;
+    for (const std::shared_ptr<Lane>& lane : {host_, device_}) {
+      if (lane != nullptr) lane->adopt_optimizer_momentum(0.0f);
+    }
+    optimizer_momentum_.store(0.0f);
+    if (getRank() != 0) return;
+    log_.warn("COMPCOLL_MOMENTUM_HANDOVER=auto turned off again: between two optimizer steps "
+              "this rank made ", calls, " compressed allreduces of ", buffers,
+              " gradient buffers (a rank made up to ", highest, " more calls than buffers), but "
+              "the hand-over needs exactly one allreduce of each gradient per optimizer step "
+              "(DDP; accumulate with no_sync()). ", cfg_.algo, " runs as configured from the "
+              "next call on; set COMPCOLL_MOMENTUM_HANDOVER=0 to skip the attempt");
+  });
 }
 
 }  // namespace compcoll::torch_integration

@@ -1,7 +1,8 @@
 """DDP on init_process_group("gloo") with compression from the environment
 and an optimizer named per rank: --opt NAME (every rank) or --opt-rank1 NAME
 (rank 1 only), NAME one of sgd:M, sgd-nesterov:M, adam. --second NAME steps a
-second optimizer (on its own small model) after the first. Runs --steps
+second optimizer (on its own small model) after the first. --accumulate N
+runs N backward passes per step without no_sync(). Runs --steps
 steps and prints RESULT {"momentum": compcoll.stats()["optimizer_momentum"],
 "losses": [...], "params": sha256 of the model's parameters}."""
 import argparse
@@ -32,6 +33,7 @@ def main():
     p.add_argument("--opt-rank1")
     p.add_argument("--second")
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--accumulate", type=int, default=1)
     args = p.parse_args()
 
     torch.set_num_threads(1)
@@ -48,8 +50,9 @@ def main():
         x = torch.randn(32, 64, generator=gen)
         y = torch.randint(0, 10, (32,), generator=gen)
         opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
+        for _ in range(args.accumulate):  # without no_sync(): one allreduce per backward
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
         opt.step()
         if second is not None:
             second.step()
