@@ -1,7 +1,5 @@
 #include "plugin/communicator.h"
 
-#include "collectives/momentum_handover.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
