@@ -28,7 +28,7 @@ const char* sparse_pattern_name(SparsePattern p);
 // changes the math. Ranks must agree on all of it (see agreement.h).
 struct AlgoParams {
   double density = 0.001;        // dgc, sbc, sdagc: fraction of elements sent
-  float momentum = 0.0f;         // momentum correction (dgc, sdagc, csc)
+  float momentum = 0.0f;         // momentum correction (dgc, sdagc, sbc, csc)
   bool nesterov = false;
   // Momentum factor masking at steps of at most this density (dgc, sdagc;
   // csc: its chunk fraction). 1 = always, 0 = never; below 0 = "auto":

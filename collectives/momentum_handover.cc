@@ -48,7 +48,7 @@ double masking_density_or_always(const AlgoParams& p) {
 
 bool takes_optimizer_momentum(std::string_view algo, const AlgoParams& p) {
   return p.momentum_from_optimizer && p.momentum == 0.0f &&
-         (algo == "dgc" || algo == "sdagc" || algo == "csc");
+         (algo == "dgc" || algo == "sdagc" || algo == "sbc" || algo == "csc");
 }
 
 AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p, float m) {

@@ -14,7 +14,7 @@
 // optimizer's buffer from the mirror (a skipped step, a buffer the script
 // reset) decays by m per step, as it would in the optimizer anyway.
 //
-// Wraps another algorithm (dgc, sdagc or csc with COMPCOLL_MOMENTUM > 0) and
+// Wraps another algorithm (dgc, sdagc, sbc or csc with COMPCOLL_MOMENTUM > 0) and
 // keeps h in the tensor's error-feedback state (CodecState::handed), so it
 // survives checkpoints. With COMPCOLL_MOMENTUM_HANDOVER=auto (the default)
 // the PyTorch backend learns m from the script's optimizer at its first step
@@ -65,7 +65,7 @@ double masking_density_or_always(const AlgoParams& p);
 
 // COMPCOLL_MOMENTUM_HANDOVER=auto applies: asked for, no momentum configured
 // (a configured one means the script already runs DGC's recipe), and an
-// algorithm with a momentum correction (dgc, sdagc, csc).
+// algorithm with a momentum correction (dgc, sdagc, sbc, csc).
 bool takes_optimizer_momentum(std::string_view algo, const AlgoParams& p);
 
 // The parameters once the optimizer's SGD momentum m is known (every rank

@@ -121,7 +121,9 @@ std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const Algo
   }
   if (name == "sdagc") return std::make_unique<SdagcCodec>(sparsify_config(p));
   if (name == "sbc") {
-    return std::make_unique<SbcCodec>(SbcConfig{p.density, p.sample_fraction, p.warmup_steps});
+    return std::make_unique<SbcCodec>(SbcConfig{p.density, p.sample_fraction, p.warmup_steps,
+                                                p.momentum, p.nesterov,
+                                                masking_density_or_always(p)});
   }
   return nullptr;
 }
@@ -145,9 +147,9 @@ std::unique_ptr<Algorithm> make_algorithm(std::string_view name, const AlgoParam
   if (!params.momentum_handover) return find_algorithm(name).make(params);
   // Only the algorithms with a momentum correction have a velocity to hand
   // over; elsewhere the setting would silently change nothing.
-  CC_CHECK(name == "dgc" || name == "sdagc" || name == "csc", kInvalidArgument,
+  CC_CHECK(name == "dgc" || name == "sdagc" || name == "sbc" || name == "csc", kInvalidArgument,
            "COMPCOLL_MOMENTUM_HANDOVER=1 with COMPCOLL_ALGO=", name,
-           ": only dgc, sdagc and csc apply a momentum correction to hand over");
+           ": only dgc, sdagc, sbc and csc apply a momentum correction to hand over");
   return std::make_unique<MomentumHandover>(find_algorithm(name).make(params), params.momentum);
 }
 

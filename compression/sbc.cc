@@ -88,10 +88,14 @@ SbcCodec::SbcCodec(const SbcConfig& config) : config_(config) {
            "sbc: sample fraction ", config.sample_fraction, " is outside (0, 1]");
   CC_CHECK(config.warmup_steps >= 0, kInvalidArgument, "sbc: warm-up steps ", config.warmup_steps,
            " must be >= 0");
+  CC_CHECK(config.momentum >= 0.0f && config.momentum < 1.0f, kInvalidArgument, "sbc: momentum ",
+           config.momentum, " is outside [0, 1)");
 }
 
 std::unique_ptr<CodecState> SbcCodec::make_state(size_t n) const {
-  return std::make_unique<CodecState>(n);
+  auto st = std::make_unique<CodecState>(n);
+  if (config_.momentum > 0.0f) st->u.assign(n, 0.0f);
+  return st;
 }
 
 EncodeInfo SbcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& payload) const {
@@ -100,6 +104,23 @@ EncodeInfo SbcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
   info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
   info.wanted = target_count(info.density, n);
   float* v = st.v.data();
+
+  // The momentum correction turns the gradient into what v accumulates: u
+  // itself (updated in place, no copy), or g + m*u for Nesterov.
+  std::vector<float> nesterov_step;
+  if (config_.momentum > 0.0f) {
+    CC_CHECK_EQ(st.u.size(), n, kInvalidArgument, "sbc: state has no momentum for this tensor");
+    const float m = config_.momentum;
+    float* u = st.u.data();
+    for (size_t i = 0; i < n; ++i) u[i] = m * u[i] + grad[i];
+    if (config_.nesterov) {
+      nesterov_step.resize(n);
+      for (size_t i = 0; i < n; ++i) nesterov_step[i] = grad[i] + m * u[i];
+      grad = nesterov_step.data();
+    } else {
+      grad = u;
+    }
+  }
 
   // Both sides' thresholds from one strided sample of v + g.
   const SamplePlan plan = SamplePlan::make(n, config_.sample_fraction, st.steps);
@@ -149,6 +170,9 @@ EncodeInfo SbcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
   rice_encode_positions(sent, b, payload);
 
   for (uint32_t i : sent) v[i] -= mean;
+  if (config_.momentum > 0.0f && info.density <= config_.mask_density) {
+    for (uint32_t i : sent) st.u[i] = 0.0f;  // momentum factor masking
+  }
   info.sent = sent.size();
   info.threshold = negative ? -t_neg : t_pos;
   ++st.steps;

@@ -1,6 +1,7 @@
 // Sparse Binary Compression (Sattler et al., 2018) on one rank.
 //
-// Per step: accumulate v += g; find the top k = density * n positive entries
+// Per step: accumulate v += g (with a momentum correction: v += u, u = m*u +
+// g, as dgc); find the top k = density * n positive entries
 // and the top k negative entries (a strided sample sets each side's
 // threshold, one fused pass accumulates and collects both sides' candidates,
 // each side is trimmed to its exact top-k); keep the side whose mean
@@ -23,6 +24,12 @@ struct SbcConfig {
   double density = 0.001;
   double sample_fraction = 0.01;
   int warmup_steps = 0;  // density ramps down to its target as dgc's does (dgc.h)
+  // DGC's momentum correction, as dgc applies it (dgc.h): u = m*u + g and
+  // v += u (Nesterov: v += g + m*u); where positions are sent, u restarts
+  // at zero at steps whose density is at most mask_density. 0 = off.
+  float momentum = 0.0f;
+  bool nesterov = false;
+  double mask_density = 1.0;
 };
 
 class SbcCodec final : public SparseCodec {

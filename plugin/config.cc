@@ -116,7 +116,7 @@ const ConfigVar kTable[] = {
      "fraction of elements sent per step by dgc, sbc and sdagc",
      CC_APPLY { cfg.params.density = fraction_in_unit(var, value); }},
     {"COMPCOLL_MOMENTUM", VarType::kDouble, "0", "[0, 1)",
-     "momentum correction factor (dgc, sdagc, csc); it replaces the optimizer's momentum, "
+     "momentum correction factor (dgc, sdagc, sbc, csc); it replaces the optimizer's momentum, "
      "so set the optimizer's momentum to 0 when you set this (or keep it equal and set "
      "COMPCOLL_MOMENTUM_HANDOVER=1)",
      CC_APPLY { cfg.params.momentum = static_cast<float>(double_in_range(var, value, 0.0, 1.0, false)); }},
@@ -134,7 +134,7 @@ const ConfigVar kTable[] = {
      }},
     {"COMPCOLL_MOMENTUM_HANDOVER", VarType::kEnum, "auto", "0|1|auto",
      "keep the optimizer's SGD momentum m and hand it s_t - m*s_(t-1), so that its buffer equals "
-     "DGC's corrected velocity (dgc, sdagc, csc). 1: with COMPCOLL_MOMENTUM=m. auto: under the "
+     "DGC's corrected velocity (dgc, sdagc, sbc, csc). 1: with COMPCOLL_MOMENTUM=m. auto: under the "
      "PyTorch backend with COMPCOLL_MOMENTUM=0, m is read from the script's optimizer at its first "
      "step when it is torch.optim.SGD with one momentum > 0, no dampening, not Nesterov, and every "
      "rank agrees; otherwise (Adam, no momentum, other front ends) nothing changes "

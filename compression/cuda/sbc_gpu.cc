@@ -22,6 +22,10 @@ constexpr size_t kOddCap = 1 << 16;
 
 SbcCodecGpu::SbcCodecGpu(const SbcConfig& config) : config_(config) {
   SbcCodec check_config(config);
+  // The CPU codec's momentum correction has no GPU kernel yet: refuse it
+  // rather than compute other math than the CPU path.
+  CC_CHECK(config.momentum == 0.0f, kInvalidArgument,
+           "sbc with COMPCOLL_MOMENTUM is not implemented for GPU tensors (the NCCL interposer)");
 }
 
 GpuState SbcCodecGpu::make_state(size_t n, cudaStream_t s) const { return GpuState::zeros(n, false, s); }

@@ -95,6 +95,8 @@ CodecUnderTest make_codec(const Options& o, const float* grad, size_t n) {
   if (o.algo == "sbc") {
     SbcConfig c;
     c.density = dens(0.001);
+    c.momentum = o.momentum;
+    c.nesterov = o.nesterov;
     return make_sparse(std::make_unique<SbcCodec>(c), grad, n, c.density);
   }
   if (o.algo == "csc") {
@@ -268,7 +270,7 @@ int codec_main(int argc, char** argv, int first) {
       "ratio is n/a (JSON null)"));
   o.density = args.num("density", NAN,
                        "fraction sent: elements for dgc/sbc/sdagc [0.001], chunks for csc [0.01]");
-  o.momentum = static_cast<float>(args.num("momentum", 0.0, "momentum correction factor (dgc, sdagc, csc)"));
+  o.momentum = static_cast<float>(args.num("momentum", 0.0, "momentum correction factor (dgc, sdagc, sbc, csc)"));
   o.nesterov = args.flag("nesterov", "Nesterov momentum correction");
   o.values = parse_values(args.str("values", "fp32", "sparse value type: fp32, fp16, bf16"));
   o.indices = parse_indices(args.str("indices", "u32", "sparse index coding: u32, varint"));

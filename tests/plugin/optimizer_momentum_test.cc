@@ -118,11 +118,11 @@ TEST_P(Adopt, MidRunKeepsTheResidualAndACheckpointCarriesTheMomentum) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, Adopt, ::testing::Values("dgc", "sdagc", "csc"));
+INSTANTIATE_TEST_SUITE_P(Algorithms, Adopt, ::testing::Values("dgc", "sdagc", "sbc", "csc"));
 
 TEST(Adopt, ChangesNothingWhereTheConfigurationDoesNotTakeIt) {
   testing::run_gloo_ranks(2, [&](Comm& comm) {
-    for (const char* algo : {"sbc", "onebit", "dense"}) {
+    for (const char* algo : {"onebit", "dense", "auto"}) {
       Communicator cc(std::make_unique<LentComm>(comm), auto_config(algo));
       EXPECT_FALSE(cc.adopt_optimizer_momentum(0.9f)) << algo;
       EXPECT_EQ(cc.optimizer_momentum(), 0.0f) << algo;
@@ -144,7 +144,8 @@ TEST(Adopt, ParametersResolveMaskingAfterTheWarmUp) {
   p.momentum_masking_density = -1.0;
   p.momentum_from_optimizer = true;
   EXPECT_TRUE(takes_optimizer_momentum("dgc", p));
-  EXPECT_FALSE(takes_optimizer_momentum("sbc", p));
+  EXPECT_TRUE(takes_optimizer_momentum("sbc", p));
+  EXPECT_FALSE(takes_optimizer_momentum("onebit", p));
   const AlgoParams q = optimizer_momentum_params("dgc", p, 0.9f);
   EXPECT_EQ(q.momentum, 0.9f);
   EXPECT_TRUE(q.momentum_handover);
