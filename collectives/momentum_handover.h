@@ -70,8 +70,9 @@ bool takes_optimizer_momentum(std::string_view algo, const AlgoParams& p);
 
 // The parameters once the optimizer's SGD momentum m is known (every rank
 // agreed on it): momentum correction m with the hand-over, and masking
-// "auto" resolved to masking only after the warm-up (at densities of at most
-// twice COMPCOLL_DENSITY; csc has no warm-up and masks always), the setting
+// "auto" resolved to masking only late in the warm-up (dgc, sdagc: at
+// densities of at most 2 x COMPCOLL_DENSITY, its last stage; sbc: 20 x, from
+// its 1.56 % stage; csc has no warm-up and masks always), the settings
 // measured best in docs/convergence.md. m == 0 gives p back unchanged.
 AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p, float m);
 

@@ -126,8 +126,8 @@ const ConfigVar kTable[] = {
      "with a momentum correction: momentum factor masking (the velocity restarts at zero where a "
      "value was sent) applies at steps whose density, warm-up included, is at most this (csc: its "
      "chunk fraction); 1 = always (DGC), 0 = never; auto = 1 with COMPCOLL_MOMENTUM, and "
-     "2 x COMPCOLL_DENSITY (after the warm-up; csc: always) with the momentum taken from the "
-     "optimizer (docs/convergence.md)",
+     "2 x COMPCOLL_DENSITY (the warm-up's last stage; sbc: 20 x; csc: always) with the momentum "
+     "taken from the optimizer (docs/convergence.md)",
      CC_APPLY {
        cfg.params.momentum_masking_density =
            value == "auto" ? -1.0 : double_in_range(var, value, 0.0, 1.0, true);

@@ -37,7 +37,8 @@ Config explicit_recipe(const std::string& algo, float m) {
   c.params.momentum_from_optimizer = false;
   c.params.momentum = m;
   c.params.momentum_handover = true;
-  c.params.momentum_masking_density = algo == "csc" ? 1.0 : 2.0 * c.params.density;
+  c.params.momentum_masking_density =
+      algo == "csc" ? 1.0 : (algo == "sbc" ? 20.0 : 2.0) * c.params.density;
   return c;
 }
 
@@ -151,6 +152,7 @@ TEST(Adopt, ParametersResolveMaskingAfterTheWarmUp) {
   EXPECT_TRUE(q.momentum_handover);
   EXPECT_DOUBLE_EQ(q.momentum_masking_density, 0.002);
   EXPECT_DOUBLE_EQ(optimizer_momentum_params("csc", p, 0.9f).momentum_masking_density, 1.0);
+  EXPECT_DOUBLE_EQ(optimizer_momentum_params("sbc", p, 0.9f).momentum_masking_density, 0.02);
   p.momentum_masking_density = 0.05;  // set by the user: kept
   EXPECT_DOUBLE_EQ(optimizer_momentum_params("dgc", p, 0.9f).momentum_masking_density, 0.05);
   EXPECT_DOUBLE_EQ(masking_density_or_always(AlgoParams{}), 1.0);
