@@ -129,12 +129,14 @@ Projection project_one(const Variant& v, int ranks, const LinkRate& rate, const 
   const int per_host = in.ranks_per_host;
   if (v.hierarchical && per_host > 1) {
     // The leaders run the flat variant, one per host, on a port of their own.
+    // With a single host too: the hierarchy (COMPCOLL_HIERARCHY=host) still
+    // compresses the host sum on its one leader, with nothing to send.
     Variant flat = v;
     flat.hierarchical = false;
     ProjectionInputs leaders = in;
     leaders.ranks_per_host = 1;
     const int hosts = ranks / per_host;
-    Projection p = hosts > 1 ? project_one(flat, hosts, rate, leaders) : Projection{};
+    Projection p = project_one(flat, hosts, rate, leaders);
     p.variant = v;
     p.ranks = ranks;
     p.link = rate;
