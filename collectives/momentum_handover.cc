@@ -46,9 +46,12 @@ double masking_density_or_always(const AlgoParams& p) {
   return p.momentum_masking_density < 0.0 ? 1.0 : p.momentum_masking_density;
 }
 
+bool has_momentum_correction(std::string_view algo) {
+  return algo == "dgc" || algo == "sdagc" || algo == "sbc" || algo == "csc";
+}
+
 bool takes_optimizer_momentum(std::string_view algo, const AlgoParams& p) {
-  return p.momentum_from_optimizer && p.momentum == 0.0f &&
-         (algo == "dgc" || algo == "sdagc" || algo == "sbc" || algo == "csc");
+  return p.momentum_from_optimizer && p.momentum == 0.0f && has_momentum_correction(algo);
 }
 
 AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p, float m) {

@@ -63,6 +63,10 @@ void hand_over_momentum(float* buf, float* handed, size_t n, float m);
 // means always (DGC) for a configured COMPCOLL_MOMENTUM.
 double masking_density_or_always(const AlgoParams& p);
 
+// The algorithms with DGC's momentum correction, so with a velocity to hand
+// over: dgc, sdagc, sbc, csc.
+bool has_momentum_correction(std::string_view algo);
+
 // COMPCOLL_MOMENTUM_HANDOVER=auto applies: asked for, no momentum configured
 // (a configured one means the script already runs DGC's recipe), and an
 // algorithm with a momentum correction (dgc, sdagc, sbc, csc).

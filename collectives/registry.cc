@@ -147,7 +147,7 @@ std::unique_ptr<Algorithm> make_algorithm(std::string_view name, const AlgoParam
   if (!params.momentum_handover) return find_algorithm(name).make(params);
   // Only the algorithms with a momentum correction have a velocity to hand
   // over; elsewhere the setting would silently change nothing.
-  CC_CHECK(name == "dgc" || name == "sdagc" || name == "sbc" || name == "csc", kInvalidArgument,
+  CC_CHECK(has_momentum_correction(name), kInvalidArgument,
            "COMPCOLL_MOMENTUM_HANDOVER=1 with COMPCOLL_ALGO=", name,
            ": only dgc, sdagc, sbc and csc apply a momentum correction to hand over");
   return std::make_unique<MomentumHandover>(find_algorithm(name).make(params), params.momentum);

@@ -223,7 +223,6 @@ class CompcollBackend final : public c10d::Backend {
   // are equal, and every lane's Communicator adopts it for its later calls.
   // Logs the outcome once (group rank 0). Returns the agreed momentum.
   float agree_optimizer_momentum(float proposal, const std::string& why);
-  float optimizer_momentum() const { return optimizer_momentum_.load(); }
   // At every optimizer step after the agreement, until it has decided: the
   // hand-over needs exactly one allreduce of each gradient buffer per
   // optimizer step (DDP; no_sync() accumulation). Over one whole step it
