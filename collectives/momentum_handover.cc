@@ -7,8 +7,9 @@
 
 namespace compcoll {
 
-MomentumHandover::MomentumHandover(std::unique_ptr<Algorithm> inner, float momentum)
-    : inner_(std::move(inner)), momentum_(momentum) {
+MomentumHandover::MomentumHandover(std::unique_ptr<Algorithm> inner, float momentum,
+                                   bool hand_over)
+    : inner_(std::move(inner)), momentum_(momentum), hand_over_(hand_over) {
   CC_CHECK(inner_ != nullptr, kInternal, "momentum hand-over without an algorithm");
   CC_CHECK(momentum > 0.0f && momentum < 1.0f, kInvalidArgument,
            "COMPCOLL_MOMENTUM_HANDOVER=1 needs COMPCOLL_MOMENTUM in (0, 1) (the optimizer's "
@@ -17,7 +18,7 @@ MomentumHandover::MomentumHandover(std::unique_ptr<Algorithm> inner, float momen
 
 std::unique_ptr<CodecState> MomentumHandover::make_state(size_t n, int world_size) const {
   auto st = inner_->make_state(n, world_size);
-  st->handed.assign(n, 0.0f);
+  if (hand_over_) st->handed.assign(n, 0.0f);
   return st;
 }
 
@@ -27,10 +28,10 @@ CallInfo MomentumHandover::allreduce(Comm& comm, float* buf, size_t n, bool aver
   // mirror: start it at zero, as the optimizer's buffer of a fresh run.
   // Likewise a state made before the momentum was taken from the optimizer
   // has no velocity yet (the inner algorithm has a correction: momentum_ > 0).
-  if (state.handed.size() != n) state.handed.assign(n, 0.0f);
+  if (hand_over_ && state.handed.size() != n) state.handed.assign(n, 0.0f);
   if (state.u.size() != n) state.u.assign(n, 0.0f);
   const CallInfo info = inner_->allreduce(comm, buf, n, average, state);
-  hand_over_momentum(buf, state.handed.data(), n, momentum_);
+  if (hand_over_) hand_over_momentum(buf, state.handed.data(), n, momentum_);
   return info;
 }
 
@@ -54,11 +55,12 @@ bool takes_optimizer_momentum(std::string_view algo, const AlgoParams& p) {
   return p.momentum_from_optimizer && p.momentum == 0.0f && has_momentum_correction(algo);
 }
 
-AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p, float m) {
+AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p,
+                                     OptimizerMomentum taken) {
   AlgoParams q = p;
-  if (m == 0.0f) return q;
-  q.momentum = m;
-  q.momentum_handover = true;
+  if (taken.m == 0.0f) return q;
+  q.momentum = taken.m;
+  q.momentum_handover = !taken.moved;
   if (q.momentum_masking_density < 0.0) {
     // Masked during the warm-up's dense stages, the velocity restarts at
     // every send and the short horizon loses the optimizer's momentum;

@@ -37,7 +37,10 @@ namespace compcoll {
 class MomentumHandover final : public Algorithm {
  public:
   // momentum: the correction's factor m, which must equal the optimizer's.
-  MomentumHandover(std::unique_ptr<Algorithm> inner, float momentum);
+  // hand_over false: the optimizer's momentum was moved here (Adam's beta1
+  // set to 0), so s_t goes out unchanged; the wrapper then only gives states
+  // made before the adoption their velocity.
+  MomentumHandover(std::unique_ptr<Algorithm> inner, float momentum, bool hand_over = true);
   const char* name() const override { return inner_->name(); }
   std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
   CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
@@ -53,6 +56,7 @@ class MomentumHandover final : public Algorithm {
  private:
   std::unique_ptr<Algorithm> inner_;
   float momentum_;
+  bool hand_over_;
 };
 
 // buf = buf - m * handed; handed = buf (the value before), 0 where it is not
@@ -72,12 +76,24 @@ bool has_momentum_correction(std::string_view algo);
 // algorithm with a momentum correction (dgc, sdagc, sbc, csc).
 bool takes_optimizer_momentum(std::string_view algo, const AlgoParams& p);
 
-// The parameters once the optimizer's SGD momentum m is known (every rank
-// agreed on it): momentum correction m with the hand-over, and masking
-// "auto" resolved to masking only late in the warm-up (dgc, sdagc: at
-// densities of at most 2 x COMPCOLL_DENSITY, its last stage; sbc: 20 x, from
-// its 1.56 % stage; csc has no warm-up and masks always), the settings
+// What COMPCOLL_MOMENTUM_HANDOVER=auto took from the script's optimizer.
+struct OptimizerMomentum {
+  float m = 0.0f;  // 0: nothing taken
+  // false: the optimizer keeps m (torch.optim.SGD) and is handed
+  // s_t - m*s_(t-1) (MomentumHandover). true: the optimizer's own momentum
+  // was moved here (torch.optim.Adam's beta1, set to 0 by the PyTorch
+  // backend) and it is handed s_t itself, DGC's recipe as the paper has it.
+  bool moved = false;
+  bool operator==(const OptimizerMomentum&) const = default;
+};
+
+// The parameters once the optimizer's momentum is known (every rank agreed
+// on it): momentum correction m, with the hand-over unless it was moved, and
+// masking "auto" resolved to masking only late in the warm-up (dgc, sdagc:
+// at densities of at most 2 x COMPCOLL_DENSITY, its last stage; sbc: 20 x,
+// from its 1.56 % stage; csc has no warm-up and masks always), the settings
 // measured best in docs/convergence.md. m == 0 gives p back unchanged.
-AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p, float m);
+AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p,
+                                     OptimizerMomentum taken);
 
 }  // namespace compcoll

@@ -139,7 +139,7 @@ void Communicator::load_state_dir() {
   if (all == 0 && outcome == 1) {
     states_.clear();
     states_.set_clock(0);
-    adopt_optimizer_momentum(0.0f);
+    adopt_optimizer_momentum({});
     log_.info("COMPCOLL_STATE_DIR: another rank has no usable checkpoint: every rank starts fresh");
   }
 }
@@ -167,17 +167,28 @@ Bytes Communicator::save_state() const {
   return serialize_state_file(f);
 }
 
-bool Communicator::adopt_optimizer_momentum(float m) {
-  if (!takes_optimizer_momentum(cfg_.algo, cfg_.params) || m == optimizer_momentum_) return false;
-  CC_CHECK(m >= 0.0f && m < 1.0f, kInvalidArgument, "optimizer momentum ", m,
+bool Communicator::adopt_optimizer_momentum(OptimizerMomentum taken) {
+  if (!takes_optimizer_momentum(cfg_.algo, cfg_.params) || taken == optimizer_momentum_) return false;
+  CC_CHECK(taken.m >= 0.0f && taken.m < 1.0f, kInvalidArgument, "optimizer momentum ", taken.m,
            " is outside [0, 1): compcoll cannot take it over");
-  const AlgoParams p = optimizer_momentum_params(cfg_.algo, cfg_.params, m);
+  if (taken.m == 0.0f) taken.moved = false;
+  const AlgoParams p = optimizer_momentum_params(cfg_.algo, cfg_.params, taken);
   std::unique_ptr<Algorithm> next = make_algorithm(cfg_.algo, p);
+  if (taken.moved) {
+    // States made before now have no velocity: the wrapper gives them one.
+    next = std::make_unique<MomentumHandover>(std::move(next), taken.m, /*hand_over=*/false);
+  }
   next->take_attachment(*algo_);
   algo_ = std::move(next);
-  optimizer_momentum_ = m;
-  if (m > 0.0f) {
-    log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: the optimizer's SGD momentum is ", m,
+  optimizer_momentum_ = taken;
+  if (taken.m > 0.0f && taken.moved) {
+    log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: the optimizer's momentum ", taken.m,
+              " (Adam's beta1) is moved into compcoll on every rank: ", cfg_.algo,
+              " applies DGC's momentum correction with it and the optimizer runs with beta1 = 0, "
+              "momentum factor masking at densities <= ", p.momentum_masking_density,
+              ", from the next call on");
+  } else if (taken.m > 0.0f) {
+    log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: the optimizer's SGD momentum is ", taken.m,
               " on every rank: ", cfg_.algo, " applies DGC's momentum correction with it and hands "
               "the optimizer s_t - m*s_(t-1), momentum factor masking at densities <= ",
               p.momentum_masking_density, ", from the next call on");
@@ -204,8 +215,8 @@ bool Communicator::load_state(std::span<const uint8_t> bytes) {
   // the uninterrupted one would; its optimizer confirms it at its first step.
   // A checkpoint written before that step (0) leaves a momentum this run
   // already took from the same optimizer in place.
-  const float momentum_before = optimizer_momentum_;
-  if (why.empty() && f.optimizer_momentum > 0.0f && f.optimizer_momentum != optimizer_momentum_) {
+  const OptimizerMomentum momentum_before = optimizer_momentum_;
+  if (why.empty() && f.optimizer_momentum.m > 0.0f && f.optimizer_momentum != optimizer_momentum_) {
     if (!takes_optimizer_momentum(cfg_.algo, cfg_.params)) {
       why = "it was written with a momentum taken from the optimizer, which this configuration "
             "does not take";

@@ -28,6 +28,7 @@
 #include <unordered_map>
 
 #include "collectives/algorithm.h"
+#include "collectives/momentum_handover.h"
 #include "collectives/comm.h"
 #include "collectives/hierarchical.h"
 #include "plugin/config.h"
@@ -90,8 +91,10 @@ class Communicator {
   // no-op, returning false, where the configuration does not take the
   // optimizer's momentum (takes_optimizer_momentum) or m is already in use.
   // Checkpoints carry m, so a resumed run continues with it.
-  bool adopt_optimizer_momentum(float m);
-  float optimizer_momentum() const { return optimizer_momentum_; }
+  // With taken.moved the optimizer runs without its momentum (moved here by
+  // the caller) and is handed s_t itself: no hand-over.
+  bool adopt_optimizer_momentum(OptimizerMomentum taken);
+  OptimizerMomentum optimizer_momentum() const { return optimizer_momentum_; }
 
   // Writes the stats file (if configured), the COMPCOLL_STATE_DIR
   // checkpoint (if configured) and the summary line; called by the
@@ -113,7 +116,7 @@ class Communicator {
   std::unique_ptr<Comm> comm_;
   std::unique_ptr<Hierarchy> hier_;  // over *comm_, so declared (and destroyed) after it
   std::unique_ptr<Algorithm> algo_;
-  float optimizer_momentum_ = 0.0f;  // adopted by adopt_optimizer_momentum; 0: none
+  OptimizerMomentum optimizer_momentum_;  // adopted by adopt_optimizer_momentum; m 0: none
   StateStore states_;
   Stats stats_;
   Logger log_;

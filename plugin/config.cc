@@ -135,9 +135,11 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_MOMENTUM_HANDOVER", VarType::kEnum, "auto", "0|1|auto",
      "keep the optimizer's SGD momentum m and hand it s_t - m*s_(t-1), so that its buffer equals "
      "DGC's corrected velocity (dgc, sdagc, sbc, csc). 1: with COMPCOLL_MOMENTUM=m. auto: under the "
-     "PyTorch backend with COMPCOLL_MOMENTUM=0, m is read from the script's optimizer at its first "
-     "step when it is torch.optim.SGD with one momentum > 0, no dampening, not Nesterov, and every "
-     "rank agrees; otherwise (Adam, no momentum, other front ends) nothing changes "
+     "PyTorch backend with COMPCOLL_MOMENTUM=0, at the script's first optimizer step, when every "
+     "rank agrees: torch.optim.SGD with one momentum m > 0, no dampening, not Nesterov is handed "
+     "over; torch.optim.Adam/AdamW with one beta1 > 0, not amsgrad, has beta1 moved into the "
+     "momentum correction (the optimizer runs with beta1 = 0; its state_dict() keeps the "
+     "script's); otherwise (no momentum, other optimizers, other front ends) nothing changes "
      "(docs/convergence.md)",
      CC_APPLY {
        cfg.params.momentum_from_optimizer = value == "auto";

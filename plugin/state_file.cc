@@ -91,7 +91,8 @@ Bytes serialize_state_file(const StateFile& file) {
   w.put(static_cast<int32_t>(file.rank));
   w.put(static_cast<int32_t>(file.world_size));
   w.put(file.clock);
-  w.put(file.optimizer_momentum);
+  w.put(file.optimizer_momentum.m);
+  w.put(static_cast<uint8_t>(file.optimizer_momentum.moved ? 1 : 0));
   w.put(static_cast<uint32_t>(file.entries.size()));
   for (const StateFileEntry& e : file.entries) {
     const CodecState& s = *e.state;
@@ -137,10 +138,16 @@ StateFile parse_state_file(std::span<const uint8_t> bytes) {
            "compcoll state file: rank ", f.rank, " of world size ", f.world_size, " is impossible");
   f.clock = r.get<uint64_t>("the clock");
   if (version >= 3) {
-    f.optimizer_momentum = r.get<float>("the optimizer momentum");
-    CC_CHECK(f.optimizer_momentum >= 0.0f && f.optimizer_momentum < 1.0f, kInvalidArgument,
-             "compcoll state file: optimizer momentum ", f.optimizer_momentum,
+    f.optimizer_momentum.m = r.get<float>("the optimizer momentum");
+    CC_CHECK(f.optimizer_momentum.m >= 0.0f && f.optimizer_momentum.m < 1.0f, kInvalidArgument,
+             "compcoll state file: optimizer momentum ", f.optimizer_momentum.m,
              " is outside [0, 1)");
+  }
+  if (version >= 4) {  // version 3 knew the SGD hand-over only
+    const auto moved = r.get<uint8_t>("the optimizer momentum's kind");
+    CC_CHECK(moved <= 1, kInvalidArgument, "compcoll state file: optimizer momentum kind ",
+             int(moved), " is neither 0 (handed over) nor 1 (moved)");
+    f.optimizer_momentum.moved = moved == 1;
   }
   const auto n = r.get<uint32_t>("the entry count");
   for (uint32_t i = 0; i < n; ++i) {

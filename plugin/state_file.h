@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/momentum_handover.h"
 #include "compcoll/types.h"
 #include "compression/codec.h"
 
@@ -50,12 +51,13 @@ struct StateFile {
   int rank = 0;
   int world_size = 0;
   uint64_t clock = 0;
-  float optimizer_momentum = 0.0f;  // Communicator::adopt_optimizer_momentum's m
+  OptimizerMomentum optimizer_momentum;  // Communicator::adopt_optimizer_momentum's
   std::vector<StateFileEntry> entries;
 };
 
-// 2: the hand-over mirror; 3: the momentum taken from the optimizer.
-constexpr uint32_t kStateFileVersion = 3;
+// 2: the hand-over mirror; 3: the momentum taken from the optimizer; 4:
+// whether it was moved out of the optimizer (Adam) or handed over (SGD).
+constexpr uint32_t kStateFileVersion = 4;
 constexpr uint32_t kOldestStateFileVersion = 2;
 
 // Entries are written in the order given (callers sort them by key so that

@@ -1,8 +1,9 @@
 // COMPCOLL_MOMENTUM_HANDOVER=auto at the Communicator: adopting the
 // optimizer's momentum before the first call computes exactly what the
-// explicit recipe (COMPCOLL_MOMENTUM=m, COMPCOLL_MOMENTUM_HANDOVER=1,
-// masking at 2 x density) computes; adopting it mid-run keeps the residuals;
-// a checkpoint carries it; nothing changes where the configuration does not
+// explicit recipe (COMPCOLL_MOMENTUM=m, COMPCOLL_MOMENTUM_HANDOVER=1 for
+// SGD's handed-over momentum, =0 for Adam's moved one, masking at 2 x
+// density) computes; adopting it mid-run keeps the residuals; a checkpoint
+// carries it and its kind; nothing changes where the configuration does not
 // take the optimizer's momentum.
 #include <gtest/gtest.h>
 
@@ -32,11 +33,11 @@ Config auto_config(const std::string& algo) {
 }
 
 // What a user who knows the optimizer's momentum configures by hand.
-Config explicit_recipe(const std::string& algo, float m) {
+Config explicit_recipe(const std::string& algo, OptimizerMomentum taken) {
   Config c = auto_config(algo);
   c.params.momentum_from_optimizer = false;
-  c.params.momentum = m;
-  c.params.momentum_handover = true;
+  c.params.momentum = taken.m;
+  c.params.momentum_handover = !taken.moved;
   c.params.momentum_masking_density =
       algo == "csc" ? 1.0 : (algo == "sbc" ? 20.0 : 2.0) * c.params.density;
   return c;
@@ -71,20 +72,27 @@ class Adopt : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Adopt, BeforeTheFirstCallEqualsTheExplicitRecipeBitForBit) {
   testing::run_gloo_ranks(3, [&](Comm& comm) {
-    Communicator recipe(std::make_unique<LentComm>(comm), explicit_recipe(GetParam(), 0.9f));
-    const auto want = steps(recipe, 0, 10);
-    Communicator adopted(std::make_unique<LentComm>(comm), auto_config(GetParam()));
-    EXPECT_TRUE(adopted.adopt_optimizer_momentum(0.9f));
-    EXPECT_FALSE(adopted.adopt_optimizer_momentum(0.9f));  // already in use
-    EXPECT_EQ(adopted.optimizer_momentum(), 0.9f);
-    const auto got = steps(adopted, 0, 10);
-    for (size_t i = 0; i < want.size(); ++i) {
-      EXPECT_TRUE(same_bits(want[i], got[i])) << GetParam() << " call " << i;
+    std::vector<std::vector<float>> handed_over;
+    for (const bool moved : {false, true}) {
+      const OptimizerMomentum taken{0.9f, moved};
+      Communicator recipe(std::make_unique<LentComm>(comm), explicit_recipe(GetParam(), taken));
+      const auto want = steps(recipe, 0, 10);
+      Communicator adopted(std::make_unique<LentComm>(comm), auto_config(GetParam()));
+      EXPECT_TRUE(adopted.adopt_optimizer_momentum(taken));
+      EXPECT_FALSE(adopted.adopt_optimizer_momentum(taken));  // already in use
+      EXPECT_EQ(adopted.optimizer_momentum(), taken);
+      const auto got = steps(adopted, 0, 10);
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_TRUE(same_bits(want[i], got[i])) << GetParam() << " moved " << moved << " call " << i;
+      }
+      // Without the adoption the calls differ, and so do the two kinds: the
+      // test can fail.
+      Communicator plain(std::make_unique<LentComm>(comm), auto_config(GetParam()));
+      const auto other = steps(plain, 0, 10);
+      EXPECT_FALSE(same_bits(other[9], want[9]));
+      if (moved) EXPECT_FALSE(same_bits(handed_over[9], want[9]));
+      if (!moved) handed_over = want;
     }
-    // Without the adoption the calls differ: the test can fail.
-    Communicator plain(std::make_unique<LentComm>(comm), auto_config(GetParam()));
-    const auto other = steps(plain, 0, 10);
-    EXPECT_FALSE(same_bits(other[9], want[9]));
   });
 }
 
@@ -94,27 +102,31 @@ TEST_P(Adopt, BeforeTheFirstCallEqualsTheExplicitRecipeBitForBit) {
 // optimizer has stepped again.
 TEST_P(Adopt, MidRunKeepsTheResidualAndACheckpointCarriesTheMomentum) {
   testing::run_gloo_ranks(2, [&](Comm& comm) {
-    std::vector<std::vector<float>> whole, resumed;
-    {
+    for (const bool moved : {false, true}) {
+      const OptimizerMomentum taken{0.5f, moved};
+      std::vector<std::vector<float>> whole, resumed;
+      {
+        Communicator cc(std::make_unique<LentComm>(comm), auto_config(GetParam()));
+        whole = steps(cc, 0, 3);
+        ASSERT_TRUE(cc.adopt_optimizer_momentum(taken));
+        for (auto& r : steps(cc, 3, 9)) whole.push_back(std::move(r));
+      }
+      Bytes saved;
+      {
+        Communicator cc(std::make_unique<LentComm>(comm), auto_config(GetParam()));
+        resumed = steps(cc, 0, 3);
+        ASSERT_TRUE(cc.adopt_optimizer_momentum(taken));
+        for (auto& r : steps(cc, 3, 6)) resumed.push_back(std::move(r));
+        saved = cc.save_state();
+      }
       Communicator cc(std::make_unique<LentComm>(comm), auto_config(GetParam()));
-      whole = steps(cc, 0, 3);
-      ASSERT_TRUE(cc.adopt_optimizer_momentum(0.5f));
-      for (auto& r : steps(cc, 3, 9)) whole.push_back(std::move(r));
-    }
-    Bytes saved;
-    {
-      Communicator cc(std::make_unique<LentComm>(comm), auto_config(GetParam()));
-      resumed = steps(cc, 0, 3);
-      ASSERT_TRUE(cc.adopt_optimizer_momentum(0.5f));
-      for (auto& r : steps(cc, 3, 6)) resumed.push_back(std::move(r));
-      saved = cc.save_state();
-    }
-    Communicator cc(std::make_unique<LentComm>(comm), auto_config(GetParam()));
-    ASSERT_TRUE(cc.load_state(saved));
-    EXPECT_EQ(cc.optimizer_momentum(), 0.5f);
-    for (auto& r : steps(cc, 6, 9)) resumed.push_back(std::move(r));
-    for (size_t i = 0; i < whole.size(); ++i) {
-      EXPECT_TRUE(same_bits(whole[i], resumed[i])) << GetParam() << " call " << i;
+      ASSERT_TRUE(cc.load_state(saved));
+      EXPECT_EQ(cc.optimizer_momentum(), taken);
+      for (auto& r : steps(cc, 6, 9)) resumed.push_back(std::move(r));
+      for (size_t i = 0; i < whole.size(); ++i) {
+        EXPECT_TRUE(same_bits(whole[i], resumed[i])) << GetParam() << " moved " << moved
+                                                     << " call " << i;
+      }
     }
   });
 }
@@ -125,17 +137,18 @@ TEST(Adopt, ChangesNothingWhereTheConfigurationDoesNotTakeIt) {
   testing::run_gloo_ranks(2, [&](Comm& comm) {
     for (const char* algo : {"onebit", "dense", "auto"}) {
       Communicator cc(std::make_unique<LentComm>(comm), auto_config(algo));
-      EXPECT_FALSE(cc.adopt_optimizer_momentum(0.9f)) << algo;
-      EXPECT_EQ(cc.optimizer_momentum(), 0.0f) << algo;
+      EXPECT_FALSE(cc.adopt_optimizer_momentum({0.9f})) << algo;
+      EXPECT_FALSE(cc.adopt_optimizer_momentum({0.9f, true})) << algo;
+      EXPECT_EQ(cc.optimizer_momentum().m, 0.0f) << algo;
     }
     Config configured = auto_config("dgc");
     configured.params.momentum = 0.9f;  // the script runs DGC's own recipe (optimizer momentum 0)
     Communicator cc(std::make_unique<LentComm>(comm), configured);
-    EXPECT_FALSE(cc.adopt_optimizer_momentum(0.9f));
+    EXPECT_FALSE(cc.adopt_optimizer_momentum({0.9f}));
     Config off = auto_config("dgc");
     off.params.momentum_from_optimizer = false;  // COMPCOLL_MOMENTUM_HANDOVER=0
     Communicator cc_off(std::make_unique<LentComm>(comm), off);
-    EXPECT_FALSE(cc_off.adopt_optimizer_momentum(0.9f));
+    EXPECT_FALSE(cc_off.adopt_optimizer_momentum({0.9f, true}));
   });
 }
 
@@ -147,16 +160,20 @@ TEST(Adopt, ParametersResolveMaskingAfterTheWarmUp) {
   EXPECT_TRUE(takes_optimizer_momentum("dgc", p));
   EXPECT_TRUE(takes_optimizer_momentum("sbc", p));
   EXPECT_FALSE(takes_optimizer_momentum("onebit", p));
-  const AlgoParams q = optimizer_momentum_params("dgc", p, 0.9f);
+  const AlgoParams q = optimizer_momentum_params("dgc", p, {0.9f});
   EXPECT_EQ(q.momentum, 0.9f);
   EXPECT_TRUE(q.momentum_handover);
   EXPECT_DOUBLE_EQ(q.momentum_masking_density, 0.002);
-  EXPECT_DOUBLE_EQ(optimizer_momentum_params("csc", p, 0.9f).momentum_masking_density, 1.0);
-  EXPECT_DOUBLE_EQ(optimizer_momentum_params("sbc", p, 0.9f).momentum_masking_density, 0.02);
+  const AlgoParams moved = optimizer_momentum_params("dgc", p, {0.9f, true});  // Adam's beta1
+  EXPECT_EQ(moved.momentum, 0.9f);
+  EXPECT_FALSE(moved.momentum_handover);
+  EXPECT_DOUBLE_EQ(moved.momentum_masking_density, 0.002);
+  EXPECT_DOUBLE_EQ(optimizer_momentum_params("csc", p, {0.9f}).momentum_masking_density, 1.0);
+  EXPECT_DOUBLE_EQ(optimizer_momentum_params("sbc", p, {0.9f}).momentum_masking_density, 0.02);
   p.momentum_masking_density = 0.05;  // set by the user: kept
-  EXPECT_DOUBLE_EQ(optimizer_momentum_params("dgc", p, 0.9f).momentum_masking_density, 0.05);
+  EXPECT_DOUBLE_EQ(optimizer_momentum_params("dgc", p, {0.9f}).momentum_masking_density, 0.05);
   EXPECT_DOUBLE_EQ(masking_density_or_always(AlgoParams{}), 1.0);
-  EXPECT_EQ(optimizer_momentum_params("dgc", p, 0.0f).momentum, 0.0f);
+  EXPECT_EQ(optimizer_momentum_params("dgc", p, {0.0f}).momentum, 0.0f);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ StateFile sample_file() {
   f.rank = 1;
   f.world_size = 2;
   f.clock = 99;
+  f.optimizer_momentum = {0.875f, true};
   f.entries.push_back({"key:a", 3, &a, nullptr});
   f.entries.push_back({"key:b", 0, &b, nullptr});
   return f;
@@ -66,6 +67,7 @@ TEST(StateFile, RoundTripsEveryField) {
   EXPECT_EQ(g.rank, 1);
   EXPECT_EQ(g.world_size, 2);
   EXPECT_EQ(g.clock, 99u);
+  EXPECT_EQ(g.optimizer_momentum, (OptimizerMomentum{0.875f, true}));
   ASSERT_EQ(g.entries.size(), 2u);
   EXPECT_EQ(g.entries[0].key, "key:a");
   EXPECT_EQ(g.entries[0].idle, 3u);
@@ -93,12 +95,27 @@ TEST(StateFile, EveryTruncationAndEveryFlippedByteIsAClearError) {
   expect_refused(longer, "a trailing byte");
 }
 
+// Version 3 files (before Adam's moved momentum) carry the momentum without
+// its kind: it was SGD's, handed over.
+TEST(StateFile, AVersion3FileReadsAsAHandedOverMomentum) {
+  Bytes b = serialize_state_file(sample_file());
+  const size_t version_at = 8, kind_at = 8 + 4 + 8 + 4 + 21 + 4 + 4 + 8 + 4;
+  ASSERT_EQ(b[kind_at], 1);
+  b.erase(b.begin() + kind_at);
+  const uint32_t v3 = 3;
+  std::memcpy(b.data() + version_at, &v3, 4);
+  reseal(b);
+  const StateFile g = parse_state_file(b);
+  EXPECT_EQ(g.optimizer_momentum, (OptimizerMomentum{0.875f, false}));
+  EXPECT_EQ(g.entries.size(), 2u);
+}
+
 TEST(StateFile, HugeCountsWithAValidChecksumAreRefusedBeforeAllocating) {
   Bytes b = serialize_state_file(sample_file());
   // The first entry's residual length: after magic, version, hash,
-  // description, rank, size, clock, optimizer momentum, count, key, idle,
-  // steps, lambda.
-  const size_t at = 8 + 4 + 8 + 4 + 21 + 4 + 4 + 8 + 4 + 4 + 4 + 5 + 8 + 8 + 4;
+  // description, rank, size, clock, optimizer momentum and its kind, count,
+  // key, idle, steps, lambda.
+  const size_t at = 8 + 4 + 8 + 4 + 21 + 4 + 4 + 8 + 4 + 1 + 4 + 4 + 5 + 8 + 8 + 4;
   uint64_t nv = 0;
   std::memcpy(&nv, b.data() + at, 8);
   ASSERT_EQ(nv, 5u);

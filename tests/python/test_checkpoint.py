@@ -12,18 +12,20 @@ RANKS = 2
 TRAIN = worker("checkpoint_train.py")
 
 
-def run(tmp, name, start, stop, env, explicit, check=True):
+def run(tmp, name, start, stop, env, explicit, check=True, adam=False):
     args = [TRAIN, "--start", str(start), "--stop", str(stop), "--ckpt", str(tmp / name)]
     if explicit:
         args.append("--compcoll-state")
+    if adam:
+        args.append("--adam")
     return launch(args, RANKS, env=env, check=check)
 
 
-def interrupted_equals_whole(tmp_path, env, explicit, ckpt_env=None):
-    whole = run(tmp_path, "whole", 0, 8, env, explicit)
-    first = run(tmp_path, "resumed", 0, 4, dict(env, **(ckpt_env or {})), explicit)
+def interrupted_equals_whole(tmp_path, env, explicit, ckpt_env=None, adam=False):
+    whole = run(tmp_path, "whole", 0, 8, env, explicit, adam=adam)
+    first = run(tmp_path, "resumed", 0, 4, dict(env, **(ckpt_env or {})), explicit, adam=adam)
     shutil.copytree(tmp_path / "resumed", tmp_path / "half")  # the checkpoint at step 4
-    second = run(tmp_path, "resumed", 4, 8, dict(env, **(ckpt_env or {})), explicit)
+    second = run(tmp_path, "resumed", 4, 8, dict(env, **(ckpt_env or {})), explicit, adam=adam)
     for w, a, b in zip(whole, first, second):
         assert a.result["losses"] + b.result["losses"] == w.result["losses"], w.rank
         assert b.result["params"] == w.result["params"], f"rank {w.rank}: parameters differ"
@@ -51,6 +53,18 @@ def test_state_dir_resume_is_bit_exact_and_needs_no_code(tmp_path):
     assert "restored the error-feedback state of 1 tensors" in second[1].stderr, second[1].stderr
     files = sorted(os.listdir(tmp_path / "state"))
     assert files == [f"compcoll-state-rank{r}-of{RANKS}.bin" for r in range(RANKS)], files
+
+
+def test_state_dir_resume_under_adam_is_bit_exact(tmp_path):
+    # Adam's beta1 is moved into compcoll (COMPCOLL_MOMENTUM_HANDOVER=auto):
+    # the optimizer's checkpoint keeps the script's beta1, compcoll's state
+    # file the moved momentum, and the resumed run moves it again.
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DENSITY": "0.01", "COMPCOLL_DEBUG": "INFO"}
+    state = {"COMPCOLL_STATE_DIR": str(tmp_path / "state")}
+    whole, _, second = interrupted_equals_whole(tmp_path, env, explicit=False, ckpt_env=state,
+                                                adam=True)
+    assert "(Adam's beta1) is moved into compcoll" in whole[0].stderr, whole[0].stderr
+    assert "restored the error-feedback state of 1 tensors" in second[0].stderr, second[0].stderr
 
 
 def test_other_configuration_starts_fresh_and_says_why(tmp_path):

@@ -1,8 +1,8 @@
 """COMPCOLL_MOMENTUM_HANDOVER=auto (the default) under an unmodified DDP
-script: the group takes SGD's momentum over at the first optimizer step when
-every rank runs the same one, says so, and otherwise (Adam, Nesterov, ranks
-that disagree, the setting off) changes nothing and says why; it never
-hangs."""
+script: the group takes SGD's momentum over (hand-over) or moves Adam's beta1
+into compcoll at the first optimizer step when every rank runs the same one,
+says so, and otherwise (Nesterov, amsgrad, ranks that disagree, the setting
+off) changes nothing and says why; it never hangs."""
 from conftest import launch, worker
 
 RANKS = 2
@@ -23,10 +23,40 @@ def test_sgd_momentum_is_taken_over_on_every_rank():
         assert "masking at densities <= 0.02" in r.stderr, r.stderr
 
 
-def test_adam_and_nesterov_change_nothing_and_say_why():
-    for opt, why in (("adam", "the optimizer is Adam, not torch.optim.SGD"),
-                     ("sgd-nesterov:0.9", "SGD with nesterov=True"),
-                     ("sgd:0", "SGD without momentum")):
+def test_adam_beta1_is_moved_into_compcoll_and_its_checkpoint_keeps_it():
+    for opt in ("adam", "adamw:0.8"):
+        b1 = 0.8 if opt.startswith("adamw") else 0.9
+        ranks = run("--opt", opt, "--reload", "1")
+        for r in ranks:
+            res = r.result
+            assert abs(res["momentum"] - b1) < 1e-6 and res["moved"], r.describe()
+            # Runs with beta1 = 0 (again after the load_state_dict at step 1),
+            # checkpoints the script's, and gets it back without compcoll.
+            assert (res["beta1"], res["beta1_saved"], res["beta1_after"]) == (0.0, b1, b1), res
+        assert f"the optimizer's momentum {b1} (Adam's beta1) is moved into compcoll" in \
+            ranks[0].stderr, ranks[0].stderr
+        assert "the optimizer runs with beta1 = 0" in ranks[0].stderr
+        assert ranks[0].result["params"] == ranks[1].result["params"]
+
+
+def test_moved_adam_beta1_equals_the_explicit_recipe_bit_for_bit():
+    # What a user who knows DGC's recipe writes by hand: Adam with beta1 0 and
+    # COMPCOLL_MOMENTUM = the script's beta1, masking at 2 x density.
+    common = {"COMPCOLL_WARMUP_STEPS": "0"}
+    auto = run("--opt", "adam", "--steps", "6", **common)
+    recipe = run("--opt", "adam:0", "--steps", "6", COMPCOLL_MOMENTUM="0.9",
+                 COMPCOLL_MOMENTUM_MASKING_DENSITY="0.02", **common)
+    plain = run("--opt", "adam", "--steps", "6", COMPCOLL_MOMENTUM_HANDOVER="0", **common)
+    assert auto[0].result["moved"] and not recipe[0].result["moved"]
+    assert auto[0].result["params"] == recipe[0].result["params"]
+    assert auto[0].result["params"] != plain[0].result["params"]  # the test can fail
+
+
+def test_nesterov_amsgrad_and_no_momentum_change_nothing_and_say_why():
+    for opt, why in (("sgd-nesterov:0.9", "SGD with nesterov=True"),
+                     ("sgd:0", "SGD without momentum"),
+                     ("adam-amsgrad", "Adam with amsgrad=True"),
+                     ("adam:0", "Adam with beta1 0.0")):
         ranks = run("--opt", opt)
         assert [r.result["momentum"] for r in ranks] == [0.0, 0.0], opt
         assert why in ranks[0].stderr, ranks[0].stderr
@@ -36,7 +66,12 @@ def test_adam_and_nesterov_change_nothing_and_say_why():
 def test_ranks_that_disagree_take_nothing_over_and_warn():
     ranks = run("--opt", "sgd:0.9", "--opt-rank1", "sgd:0.5")
     assert [r.result["momentum"] for r in ranks] == [0.0, 0.0]
-    assert "the ranks' optimizers disagree (SGD momentum from 0.5 to 0.9" in ranks[0].stderr
+    assert "the ranks' optimizers disagree (momentum from 0.5 to 0.9, all of one kind" in \
+        ranks[0].stderr
+    ranks = run("--opt", "sgd:0.9", "--opt-rank1", "adam")
+    assert [r.result["momentum"] for r in ranks] == [0.0, 0.0]
+    assert [r.result["beta1"] for r in ranks] == [None, 0.9]  # rank 1's Adam is left alone
+    assert "SGD on some, Adam on others" in ranks[0].stderr
 
 
 def test_a_second_optimizer_is_reported_once():
@@ -52,6 +87,9 @@ def test_accumulation_without_no_sync_turns_it_off_again_and_warns():
     assert [r.result["momentum"] for r in ranks] == [0.0, 0.0]
     assert "COMPCOLL_MOMENTUM_HANDOVER=auto turned off again" in ranks[0].stderr, ranks[0].stderr
     assert "accumulate with no_sync()" in ranks[0].stderr
+    # Adam's beta1, moved into compcoll at the first step, comes back.
+    ranks = run("--opt", "adam", "--accumulate", "2", "--steps", "5")
+    assert [(r.result["momentum"], r.result["beta1"]) for r in ranks] == [(0.0, 0.9)] * 2
 
 
 def test_one_allreduce_per_step_keeps_it():

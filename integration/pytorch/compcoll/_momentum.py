@@ -1,6 +1,7 @@
 """COMPCOLL_MOMENTUM_HANDOVER=auto: take the momentum over from the script's
 optimizer, so that DGC's momentum correction works under an unmodified
-`torch.optim.SGD(momentum=m)` (docs/convergence.md, "Momentum under SGD").
+`torch.optim.SGD(momentum=m)` or `torch.optim.Adam(betas=(b1, b2))`
+(docs/convergence.md, "Momentum under SGD" and "Momentum under Adam").
 
 compcoll only sees gradients; the optimizer is visible here, in the process,
 through torch's global optimizer step pre-hook (no torch code is patched).
@@ -15,14 +16,27 @@ accumulation), and where a rank made more (accumulation without no_sync)
 the group turns it off again and warns. Afterwards a step costs one check
 per group.
 
-What can be taken over: exactly torch.optim.SGD with one momentum m > 0 for
-all parameter groups, dampening 0, not Nesterov, not maximize (the hand-over
-reproduces that update). Anything else (Adam, SGD without momentum, mixed
-groups) proposes 0 and compcoll runs as configured; the reason is logged
-once on group rank 0. The first optimizer a process steps decides; a later
-one with other settings is reported once, at WARNING.
+What can be taken over:
+- exactly torch.optim.SGD with one momentum m > 0 for all parameter groups,
+  dampening 0, not Nesterov, not maximize: handed over (the optimizer keeps
+  m and gets s_t - m*s_(t-1), so that it steps by DGC's corrected update);
+- exactly torch.optim.Adam or AdamW with one beta1 > 0 for all groups, not
+  amsgrad, not maximize: moved. Adam's update is not linear in its input,
+  so nothing handed to it reproduces DGC; instead compcoll applies the
+  momentum correction with beta1 and, once the group agreed, this module
+  sets the optimizer's beta1 to 0 (DGC's recipe: the momentum lives in the
+  compression, the optimizer steps by what was sent). The optimizer's
+  state_dict() still says the script's beta1, and a loaded state dict gets
+  beta1 = 0 again at the next step; if the group turns the momentum off
+  again, beta1 comes back.
+Anything else (SGD without momentum, Nesterov, mixed groups) proposes 0 and
+compcoll runs as configured; the reason is logged once on group rank 0. The
+first optimizer a process steps decides; a later one of the same kind and
+momentum is treated alike, one with other settings is reported once, at
+WARNING.
 """
 import logging
+import math
 import threading
 import weakref
 
@@ -34,8 +48,10 @@ from compcoll import _C
 _log = logging.getLogger("compcoll")
 _lock = threading.Lock()
 _installed = False
-_proposal = None  # (momentum, why) of the first optimizer stepped
+_proposal = None  # (momentum, moved, why) of the first optimizer stepped
 _seen = weakref.WeakSet()
+_moved = weakref.WeakKeyDictionary()  # optimizer -> the script's beta1, while compcoll applies it
+_hooked = weakref.WeakSet()
 _warned_second = False
 
 
@@ -64,25 +80,102 @@ def sgd_momentum(optimizer):
     return m, ""
 
 
+def adam_beta1(optimizer):
+    """(beta1, why): the momentum compcoll can move out of `optimizer`, or 0.0
+    and the reason it cannot."""
+    name = type(optimizer).__name__
+    if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW):
+        return 0.0, f"the optimizer is {name}, neither torch.optim.SGD nor Adam/AdamW"
+    original = _moved.get(optimizer)
+    if original is not None:
+        return original, ""
+    groups = optimizer.param_groups
+    betas = {float(g["betas"][0]) for g in groups}
+    if len(betas) != 1:
+        return 0.0, f"{name}'s parameter groups have different beta1 {sorted(betas)}"
+    (b1,) = betas
+    if not 0.0 < b1 < 1.0:
+        return 0.0, f"{name} with beta1 {b1}"
+    for g in groups:
+        if g.get("amsgrad", False):
+            return 0.0, f"{name} with amsgrad=True"
+        if g.get("maximize", False):
+            return 0.0, f"{name} with maximize=True"
+    return b1, ""
+
+
+def proposal_of(optimizer):
+    """(m, moved, why) that `optimizer` proposes to the group: SGD's momentum
+    to hand over, Adam's beta1 to move, or 0.0 and why neither."""
+    if type(optimizer) is torch.optim.SGD:
+        m, why = sgd_momentum(optimizer)
+        return m, False, why
+    b1, why = adam_beta1(optimizer)
+    return b1, b1 > 0.0, why
+
+
+def _restore_beta1_in_saved(optimizer, state_dict):
+    """state_dict post-hook: a checkpoint holds the script's beta1, not the 0
+    compcoll runs the optimizer with (a resumed run moves it again)."""
+    original = _moved.get(optimizer)
+    if original is not None:
+        for g in state_dict["param_groups"]:
+            g["betas"] = (original, g["betas"][1])
+    return state_dict
+
+
+def _set_beta1(optimizer, b1):
+    for g in optimizer.param_groups:
+        if float(g["betas"][0]) != b1:
+            g["betas"] = (b1, g["betas"][1])
+
+
+def _follow(optimizer, moved_now):
+    """Sets the optimizer's beta1 to 0 while a group applies the moved
+    momentum, and back to the script's when none does any more."""
+    original = _moved.get(optimizer)
+    if moved_now > 0.0:
+        if original is None:
+            m, moved, _ = proposal_of(optimizer)
+            # moved_now went through a float: compare at float precision.
+            if not (moved and math.isclose(m, moved_now, rel_tol=1e-6)):
+                return  # another kind or momentum: reported once in _pre_step
+            _moved[optimizer] = m
+            if optimizer not in _hooked:
+                _hooked.add(optimizer)
+                optimizer.register_state_dict_post_hook(_restore_beta1_in_saved)
+            _log.info("compcoll: %s's beta1 %s is applied by compcoll's momentum correction; the "
+                      "optimizer runs with beta1 = 0 (its state_dict() keeps %s)",
+                      type(optimizer).__name__, m, m)
+        _set_beta1(optimizer, 0.0)  # again after a load_state_dict
+    elif original is not None:
+        del _moved[optimizer]
+        _set_beta1(optimizer, original)
+        _log.info("compcoll: %s's beta1 is %s again (no group applies it any more)",
+                  type(optimizer).__name__, original)
+
+
 def _pre_step(optimizer, args, kwargs):
     del args, kwargs
     global _proposal, _warned_second
     with _lock:
         if optimizer not in _seen:
             _seen.add(optimizer)
-            mine = sgd_momentum(optimizer)
+            mine = proposal_of(optimizer)
             if _proposal is None:
                 _proposal = mine
-            elif mine[0] != _proposal[0] and not _warned_second:
+            elif mine[:2] != _proposal[:2] and not _warned_second:
                 _warned_second = True
                 _log.warning(
                     "compcoll: COMPCOLL_MOMENTUM_HANDOVER=auto follows the first optimizer this "
                     "process stepped (momentum %s); %s steps with momentum %s (%s) and its "
                     "gradients get the first one's treatment; set COMPCOLL_MOMENTUM_HANDOVER=0 "
                     "for no hand-over", _proposal[0], type(optimizer).__name__, mine[0],
-                    mine[1] or "SGD")
+                    mine[2] or ("Adam" if mine[1] else "SGD"))
         proposal = _proposal
-    _C.agree_optimizer_momentum(proposal[0], proposal[1])
+    moved_now = _C.agree_optimizer_momentum(proposal[0], proposal[1], proposal[2])
+    with _lock:
+        _follow(optimizer, moved_now)
 
 
 def install():

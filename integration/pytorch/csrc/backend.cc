@@ -190,6 +190,7 @@ GroupStats CompcollBackend::group_stats_skeleton() const {
   g.reduce_scatter_calls = rs_calls_.load();
   g.reduce_scatter_elems = rs_elems_.load();
   g.optimizer_momentum = optimizer_momentum_.load();
+  g.optimizer_momentum_moved = optimizer_momentum_moved_.load();
   return g;
 }
 

@@ -200,6 +200,8 @@ class CompcollBackend final : public c10d::Backend {
   const Config& config() const { return cfg_; }
   // Drains the queue and records the stats (group_stats.h); idempotent.
   void finish();
+  // finish() has run (destroy_process_group, shutdown): no more calls.
+  bool finished() const { return finished_.load(); }
   // The group's stats as JSON (group_stats_json), taken on the worker after
   // everything submitted so far.
   std::string stats_json();
@@ -218,11 +220,14 @@ class CompcollBackend final : public c10d::Backend {
   // it and the group has not agreed on it yet.
   bool awaits_optimizer_momentum() const;
   // Collective over the group, on the worker after everything submitted so
-  // far: every rank proposes the momentum of its optimizer (0: none that can
-  // be taken over, `why` says which), the group takes it when all proposals
-  // are equal, and every lane's Communicator adopts it for its later calls.
+  // far: every rank proposes the momentum of its optimizer (m 0: none that
+  // can be taken over, `why` says which; moved: Adam's beta1, which the
+  // caller sets to 0 once agreed), the group takes it when all proposals are
+  // equal, and every lane's Communicator adopts it for its later calls.
   // Logs the outcome once (group rank 0). Returns the agreed momentum.
-  float agree_optimizer_momentum(float proposal, const std::string& why);
+  OptimizerMomentum agree_optimizer_momentum(OptimizerMomentum proposal, const std::string& why);
+  // What the group has taken (m 0: nothing, or turned off again).
+  OptimizerMomentum optimizer_momentum() const;
   // At every optimizer step after the agreement, until it has decided: the
   // hand-over needs exactly one allreduce of each gradient buffer per
   // optimizer step (DDP; no_sync() accumulation). Over one whole step it
@@ -277,6 +282,7 @@ class CompcollBackend final : public c10d::Backend {
   std::atomic<bool> finished_{false};
   std::atomic<bool> momentum_agreed_{false};
   std::atomic<float> optimizer_momentum_{0.0f};
+  std::atomic<bool> optimizer_momentum_moved_{false};
   // optimizer_momentum.cc: serialises the Python thread(s) stepping optimizers.
   std::mutex momentum_mu_;
   int momentum_check_stage_ = 0;  // 0: next step starts counting; 1: counting; 2: decided

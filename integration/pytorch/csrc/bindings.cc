@@ -1,6 +1,8 @@
 // compcoll._C: the Python face of the torch backend. The backend object is
 // handed to Python as a torch.distributed Backend (torch's own binding);
 // compcoll-specific queries take it back and check that it is a compcoll one.
+#include <algorithm>
+
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -173,21 +175,29 @@ PYBIND11_MODULE(_C, m) {
       py::call_guard<py::gil_scoped_release>());
   m.def(
       "agree_optimizer_momentum",
-      [](float proposal, const std::string& why) {
+      [](float proposal, bool moved, const std::string& why) {
         // Every live group that awaits it, in creation order (the same on
         // every rank: groups are created collectively).
+        float moved_now = 0.0f;
         for (auto& b : CompcollBackend::live()) {
           if (b->awaits_optimizer_momentum()) {
-            b->agree_optimizer_momentum(proposal, why);
+            b->agree_optimizer_momentum({proposal, moved}, why);
           } else {
             b->check_one_allreduce_per_step();
           }
+          // A destroyed group reduces nothing any more: its momentum is not
+          // applied (the optimizer gets its beta1 back).
+          const compcoll::OptimizerMomentum taken = b->optimizer_momentum();
+          if (taken.moved && !b->finished()) moved_now = std::max(moved_now, taken.m);
         }
+        return moved_now;
       },
       py::call_guard<py::gil_scoped_release>(),
       "COMPCOLL_MOMENTUM_HANDOVER=auto, at every optimizer step: every live group still awaiting "
-      "it agrees on the optimizer's momentum, and checks one allreduce per gradient and step "
-      "over the step after (collective per group, once each; see compcoll/_momentum.py).");
+      "it agrees on the optimizer's momentum (moved: Adam's beta1), and checks one allreduce per "
+      "gradient and step over the step after (collective per group, once each; see "
+      "compcoll/_momentum.py). Returns the momentum some group has moved out of the optimizer "
+      "and still applies (0: none): the optimizer must then run with beta1 = 0.");
   m.def(
       "stats_json", [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->stats_json(); },
       py::call_guard<py::gil_scoped_release>());

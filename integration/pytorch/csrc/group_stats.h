@@ -44,8 +44,10 @@ struct GroupStats {
   uint64_t reduce_scatter_calls = 0;
   uint64_t reduce_scatter_elems = 0;  // summed inputs: traffic left uncompressed
   // COMPCOLL_MOMENTUM_HANDOVER=auto: the momentum taken from the optimizer
-  // (0: none, or not agreed yet).
+  // (0: none, or not agreed yet), and whether it was moved out of the
+  // optimizer (Adam's beta1) rather than handed over (SGD).
   float optimizer_momentum = 0.0f;
+  bool optimizer_momentum_moved = false;
 };
 
 // A lane's counters (worker only: reads its Communicator); false when the
@@ -53,7 +55,7 @@ struct GroupStats {
 bool read_lane_stats(const Lane& lane, LaneStats* out);
 
 // compcoll.stats(group): rank, world_size, algo, group, the sums over the
-// lanes, reduce_scatter_calls/_elems, optimizer_momentum, and "devices" with each lane's own
+// lanes, reduce_scatter_calls/_elems, optimizer_momentum(_moved), and "devices" with each lane's own
 // (the same fields plus direct_calls).
 std::string group_stats_json(const GroupStats& g);
 

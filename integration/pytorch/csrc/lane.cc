@@ -122,7 +122,7 @@ Communicator& Lane::ensure_comm(const Config& cfg, std::chrono::milliseconds tim
     if (name_ != "cpu") lane_cfg.state_tag = name_;
     comm_ = std::make_unique<Communicator>(std::make_unique<TorchComm>(inner(), timeout, staging),
                                            lane_cfg);
-    if (optimizer_momentum_ > 0.0f) comm_->adopt_optimizer_momentum(optimizer_momentum_);
+    if (optimizer_momentum_.m > 0.0f) comm_->adopt_optimizer_momentum(optimizer_momentum_);
   } catch (const std::exception& e) {
     comm_error_ = e.what();
     throw;
@@ -130,9 +130,9 @@ Communicator& Lane::ensure_comm(const Config& cfg, std::chrono::milliseconds tim
   return *comm_;
 }
 
-void Lane::adopt_optimizer_momentum(float m) {
-  optimizer_momentum_ = m;
-  if (comm_) comm_->adopt_optimizer_momentum(m);
+void Lane::adopt_optimizer_momentum(OptimizerMomentum taken) {
+  optimizer_momentum_ = taken;
+  if (comm_) comm_->adopt_optimizer_momentum(taken);
 }
 
 void Lane::count_direct(uint64_t bytes) {

@@ -88,7 +88,7 @@ class Lane {
   // Worker only. The momentum the group took from the optimizer
   // (Communicator::adopt_optimizer_momentum): given to the Communicator now,
   // or when ensure_comm makes it.
-  void adopt_optimizer_momentum(float m);
+  void adopt_optimizer_momentum(OptimizerMomentum taken);
   // Worker only. The stream the worker uses for device d (one from the
   // device's pool, so the worker's copies and inner operations never queue
   // behind the user's work on the default stream); nullopt for cpu.
@@ -121,7 +121,7 @@ class Lane {
   std::atomic<uint64_t> direct_calls_{0};
   std::atomic<uint64_t> direct_bytes_{0};
   std::unique_ptr<Communicator> comm_;  // worker only
-  float optimizer_momentum_ = 0.0f;  // worker only
+  OptimizerMomentum optimizer_momentum_;  // worker only
   std::string comm_error_;
   std::map<c10::DeviceIndex, c10::Stream> streams_;  // worker only
 };

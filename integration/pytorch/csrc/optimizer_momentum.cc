@@ -28,46 +28,67 @@ bool CompcollBackend::awaits_optimizer_momentum() const {
 
 namespace {
 
-// Worker only: the lowest and the highest of every rank's v over the inner
-// group (one allreduce, MAX of v and -v). Doubles hold every float and every
-// count exactly, so equal values stay equal.
-std::pair<double, double> extremes_over_group(c10d::Backend& inner, double v,
-                                              std::chrono::milliseconds timeout) {
-  at::Tensor t = at::tensor({v, -v}, at::kDouble);
+// Worker only: the lowest and the highest of every rank's values over the
+// inner group (one allreduce, MAX of v and -v). Doubles hold every float and
+// every count exactly, so equal values stay equal.
+std::vector<std::pair<double, double>> extremes_over_group(c10d::Backend& inner,
+                                                           const std::vector<double>& values,
+                                                           std::chrono::milliseconds timeout) {
+  std::vector<double> both;
+  for (double v : values) {
+    both.push_back(v);
+    both.push_back(-v);
+  }
+  at::Tensor t = at::tensor(both, at::kDouble);
   std::vector<at::Tensor> ts{t};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::MAX;
   opts.timeout = timeout;
   inner.allreduce(ts, opts)->wait(timeout);
-  return {-t[1].item<double>(), t[0].item<double>()};
+  std::vector<std::pair<double, double>> out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    out.emplace_back(-t[2 * i + 1].item<double>(), t[2 * i].item<double>());
+  }
+  return out;
 }
 
 }  // namespace
 
-float CompcollBackend::agree_optimizer_momentum(float proposal, const std::string& why) {
+OptimizerMomentum CompcollBackend::optimizer_momentum() const {
+  return {optimizer_momentum_.load(), optimizer_momentum_moved_.load()};
+}
+
+OptimizerMomentum CompcollBackend::agree_optimizer_momentum(OptimizerMomentum proposal,
+                                                            const std::string& why) {
   std::lock_guard<std::mutex> lock(momentum_mu_);
-  if (!awaits_optimizer_momentum()) return optimizer_momentum_.load();
-  auto agreed = std::make_shared<float>(0.0f);
+  if (!awaits_optimizer_momentum()) return optimizer_momentum();
+  auto agreed = std::make_shared<OptimizerMomentum>();
   worker_->run_and_wait("the agreement on the optimizer's momentum (COMPCOLL_MOMENTUM_HANDOVER=auto)",
                         [=, this] {
-    const auto [lowest, highest] = extremes_over_group(*inner_, proposal, timeout_);
-    *agreed = highest == lowest ? static_cast<float>(highest) : 0.0f;
+    const auto ext = extremes_over_group(*inner_, {proposal.m, proposal.moved ? 1.0 : 0.0},
+                                         timeout_);
+    const auto [lowest, highest] = ext[0];
+    const bool same = highest == lowest && ext[1].first == ext[1].second;
+    if (same && highest > 0.0) *agreed = {static_cast<float>(highest), ext[1].second > 0.0};
     for (const std::shared_ptr<Lane>& lane : {host_, device_}) {
       if (lane != nullptr) lane->adopt_optimizer_momentum(*agreed);
     }
     if (getRank() != 0) return;
-    if (highest != lowest) {
-      log_.warn("COMPCOLL_MOMENTUM_HANDOVER=auto: the ranks' optimizers disagree (SGD momentum "
-                "from ", lowest, " to ", highest, "; rank 0: ", why.empty() ? "SGD" : why,
+    if (!same) {
+      log_.warn("COMPCOLL_MOMENTUM_HANDOVER=auto: the ranks' optimizers disagree (momentum "
+                "from ", lowest, " to ", highest, ", ",
+                ext[1].first == ext[1].second ? "all of one kind" : "SGD on some, Adam on others",
+                "; rank 0: ", why.empty() ? (proposal.moved ? "Adam" : "SGD") : why,
                 "): no momentum taken over, ", cfg_.algo, " runs as configured");
-    } else if (*agreed == 0.0f) {
+    } else if (agreed->m == 0.0f) {
       log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: no momentum to take over (", why, "); ",
                 cfg_.algo, " runs as configured");
     }  // else every lane's Communicator says what it took over
   });
-  optimizer_momentum_.store(*agreed);
+  optimizer_momentum_.store(agreed->m);
+  optimizer_momentum_moved_.store(agreed->moved);
   momentum_agreed_.store(true);
-  if (*agreed == 0.0f) momentum_check_stage_ = 2;  // nothing to check
+  if (agreed->m == 0.0f) momentum_check_stage_ = 2;  // nothing to check
   return *agreed;
 }
 
@@ -95,13 +116,13 @@ void CompcollBackend::check_one_allreduce_per_step() {
   const double excess = static_cast<double>(calls) - static_cast<double>(buffers);
   worker_->run_and_wait("the check of one allreduce per optimizer step (COMPCOLL_MOMENTUM_HANDOVER=auto)",
                         [=, this] {
-    const auto [lowest, highest] = extremes_over_group(*inner_, excess, timeout_);
-    (void)lowest;
+    const double highest = extremes_over_group(*inner_, {excess}, timeout_)[0].second;
     if (highest <= 0.0) return;
     for (const std::shared_ptr<Lane>& lane : {host_, device_}) {
-      if (lane != nullptr) lane->adopt_optimizer_momentum(0.0f);
+      if (lane != nullptr) lane->adopt_optimizer_momentum({});
     }
     optimizer_momentum_.store(0.0f);
+    optimizer_momentum_moved_.store(false);
     if (getRank() != 0) return;
     log_.warn("COMPCOLL_MOMENTUM_HANDOVER=auto turned off again: between two optimizer steps "
               "this rank made ", calls, " compressed allreduces of ", buffers,

@@ -7,7 +7,8 @@ resumed from a checkpoint sees the data an uninterrupted one does.
 --ckpt DIR: load DIR/rank{r}.pt first when --start > 0; save it after
 --stop. --compcoll-state: the checkpoint includes compcoll.state_dict()
 (and loading restores it); without it, state travels only if
-COMPCOLL_STATE_DIR is set. Prints RESULT {"params": [...], "losses": [...]}.
+COMPCOLL_STATE_DIR is set. --adam: torch.optim.Adam instead of SGD with
+momentum 0.9. Prints RESULT {"params": [...], "losses": [...]}.
 """
 import argparse
 import json
@@ -25,6 +26,7 @@ def main():
     p.add_argument("--stop", type=int, required=True)
     p.add_argument("--ckpt", required=True)
     p.add_argument("--compcoll-state", action="store_true")
+    p.add_argument("--adam", action="store_true")
     args = p.parse_args()
 
     torch.set_num_threads(1)
@@ -32,7 +34,10 @@ def main():
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    if args.adam:
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     params = list(model.parameters())
     flat = torch.zeros(sum(q.numel() for q in params))  # one persistent buffer: one key
     path = os.path.join(args.ckpt, f"rank{rank}.pt")

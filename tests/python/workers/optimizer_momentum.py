@@ -1,10 +1,15 @@
 """DDP on init_process_group("gloo") with compression from the environment
 and an optimizer named per rank: --opt NAME (every rank) or --opt-rank1 NAME
-(rank 1 only), NAME one of sgd:M, sgd-nesterov:M, adam. --second NAME steps a
-second optimizer (on its own small model) after the first. --accumulate N
-runs N backward passes per step without no_sync(). Runs --steps
-steps and prints RESULT {"momentum": compcoll.stats()["optimizer_momentum"],
-"losses": [...], "params": sha256 of the model's parameters}."""
+(rank 1 only), NAME one of sgd:M, sgd-nesterov:M, adam[:B1], adamw[:B1],
+adam-amsgrad. --second NAME steps a second optimizer (on its own small model)
+after the first. --accumulate N runs N backward passes per step without
+no_sync(). --reload S reloads the optimizer from its own state_dict() after
+step S. Runs --steps steps and prints RESULT {"momentum":
+compcoll.stats()["optimizer_momentum"], "moved": ...["optimizer_momentum_moved"],
+"beta1": the optimizer's live beta1 after the last step, "beta1_saved": the
+one its state_dict() holds, "beta1_after": the live one at a step after
+destroy_process_group, "losses": [...], "params": sha256 of the model's
+parameters}."""
 import argparse
 import hashlib
 import json
@@ -22,8 +27,11 @@ def make(name, params):
         return torch.optim.SGD(params, lr=0.05, momentum=float(m))
     if kind == "sgd-nesterov":
         return torch.optim.SGD(params, lr=0.05, momentum=float(m), nesterov=True)
-    if kind == "adam":
-        return torch.optim.Adam(params, lr=1e-3)
+    if kind in ("adam", "adamw"):
+        cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
+        return cls(params, lr=1e-3, betas=(float(m or 0.9), 0.999))
+    if kind == "adam-amsgrad":
+        return torch.optim.Adam(params, lr=1e-3, amsgrad=True)
     raise SystemExit(f"unknown optimizer {name}")
 
 
@@ -34,6 +42,7 @@ def main():
     p.add_argument("--second")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--accumulate", type=int, default=1)
+    p.add_argument("--reload", type=int, default=-1)
     args = p.parse_args()
 
     torch.set_num_threads(1)
@@ -57,15 +66,23 @@ def main():
         if second is not None:
             second.step()
         losses.append(loss.item())
+        if step == args.reload:
+            opt.load_state_dict(opt.state_dict())
     import compcoll
 
-    momentum = compcoll.stats()["optimizer_momentum"]
+    stats = compcoll.stats()
+    betas = [g.get("betas", (None,))[0] for g in opt.param_groups]
+    saved = [g.get("betas", (None,))[0] for g in opt.state_dict()["param_groups"]]
     dist.destroy_process_group()
     digest = hashlib.sha256()
     for q in model.parameters():
         digest.update(q.detach().numpy().tobytes())
-    print("RESULT " + json.dumps({"momentum": momentum, "losses": losses,
-                                  "params": digest.hexdigest()}), flush=True)
+    opt.step()  # no compcoll group any more: the script's beta1 comes back
+    after = [g.get("betas", (None,))[0] for g in opt.param_groups]
+    print("RESULT " + json.dumps({"momentum": stats["optimizer_momentum"],
+                                  "moved": stats["optimizer_momentum_moved"], "beta1": betas[0],
+                                  "beta1_saved": saved[0], "beta1_after": after[0],
+                                  "losses": losses, "params": digest.hexdigest()}), flush=True)
 
 
 if __name__ == "__main__":
