@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "collectives/comm.h"
@@ -101,10 +102,32 @@ class Algorithm {
   // The algorithm a wrapper (the momentum hand-over) runs; itself otherwise.
   virtual const Algorithm& unwrapped() const { return *this; }
 
-  // What the last call decided, when the algorithm decides per call (auto);
-  // empty otherwise.
+  // What the last call decided, when the algorithm decides per call (auto;
+  // onebit's and csc's warm-up); empty otherwise.
   virtual std::string last_decision() const { return {}; }
 };
+
+// An algorithm's last_decision(), set by its calls, which may come from
+// several threads.
+class DecisionNote {
+ public:
+  void set(std::string text) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    text_ = std::move(text);
+  }
+  std::string get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return text_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::string text_;
+};
+
+// "dense (warm-up step i of n)": a warm-up call's decision, for the
+// communicator's log and stats (counted as uncompressed).
+std::string warmup_decision(uint64_t step, int warmup_steps);
 
 // buf[i] *= 1 / world_size (AVG after a SUM).
 void scale_in_place(float* buf, size_t n, int world_size);

@@ -3,10 +3,16 @@
 #include <algorithm>
 #include <vector>
 
+#include "compcoll/error.h"
+
 namespace compcoll {
 
-ChunkedNormAllreduce::ChunkedNormAllreduce(const CscConfig& config) : config_(config) {
+ChunkedNormAllreduce::ChunkedNormAllreduce(const CscConfig& config, int warmup_steps,
+                                           bool warmup_masking)
+    : config_(config), warmup_steps_(warmup_steps), warmup_masking_(warmup_masking) {
   validate_csc_config(config);
+  CC_CHECK(warmup_steps >= 0, kInvalidArgument, "csc: warm-up steps ", warmup_steps,
+           " must be >= 0");
 }
 
 std::unique_ptr<CodecState> ChunkedNormAllreduce::make_state(size_t n, int) const {
@@ -16,20 +22,28 @@ std::unique_ptr<CodecState> ChunkedNormAllreduce::make_state(size_t n, int) cons
 CallInfo ChunkedNormAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool average,
                                          CodecState& state) const {
   const size_t chunks = csc_chunk_count(n, config_.chunk);
+  const uint64_t step = state.steps;  // csc_accumulate_norms counts this call
+  const bool warm_up = step < static_cast<uint64_t>(warmup_steps_);
   std::vector<float> norms(chunks);
   csc_accumulate_norms(config_, buf, n, state, norms.data());
-  if (chunks > 0) comm.allreduce(norms.data(), chunks, DType::kFloat32, ReduceOp::kSum);
-  const std::vector<uint32_t> selected =
-      csc_select_chunks(norms.data(), chunks, csc_selected_count(chunks, config_.fraction));
+  if (warm_up) {
+    decision_.set(warmup_decision(step, warmup_steps_));
+  } else {
+    decision_.set("compressed");
+    // The norms only choose chunks: the warm-up selects them all.
+    if (chunks > 0) comm.allreduce(norms.data(), chunks, DType::kFloat32, ReduceOp::kSum);
+  }
+  const std::vector<uint32_t> selected = csc_select_chunks(
+      norms.data(), chunks, warm_up ? chunks : csc_selected_count(chunks, config_.fraction));
   std::vector<float> packed;
   csc_pack(state, selected, config_.chunk, packed);
-  csc_commit(state, selected, config_.chunk, config_.masking);
+  csc_commit(state, selected, config_.chunk, warm_up ? warmup_masking_ : config_.masking);
   if (!packed.empty()) {
     comm.allreduce(packed.data(), packed.size(), DType::kFloat32, ReduceOp::kSum);
   }
   if (average) scale_in_place(packed.data(), packed.size(), comm.size());
   csc_unpack(packed.data(), selected, config_.chunk, n, buf);
-  return {(packed.size() + chunks) * sizeof(float), packed.size()};
+  return {(packed.size() + (warm_up ? 0 : chunks)) * sizeof(float), packed.size()};
 }
 
 CostShape ChunkedNormAllreduce::cost_shape(size_t n, int world_size) const {

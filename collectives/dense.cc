@@ -1,5 +1,6 @@
 #include "collectives/dense.h"
 
+#include <string>
 #include <vector>
 
 #include "compcoll/error.h"
@@ -10,6 +11,11 @@ namespace compcoll {
 void scale_in_place(float* buf, size_t n, int world_size) {
   const float inv = 1.0f / static_cast<float>(world_size);
   for (size_t i = 0; i < n; ++i) buf[i] *= inv;
+}
+
+std::string warmup_decision(uint64_t step, int warmup_steps) {
+  return "dense (warm-up step " + std::to_string(step + 1) + " of " +
+         std::to_string(warmup_steps) + ")";
 }
 
 namespace {

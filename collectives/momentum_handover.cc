@@ -66,9 +66,11 @@ AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p,
     // every send and the short horizon loses the optimizer's momentum;
     // never masked, stale momentum is delivered late. dgc and sdagc do best
     // masking at the last stage only, sbc (whose binarised sends leave more
-    // behind) from the stage at 1.56 % on (docs/convergence.md).
+    // behind) from the stage at 1.56 % on, csc (whose warm-up sends every
+    // chunk) after its warm-up (docs/convergence.md).
+    const double base = algo == "csc" ? p.csc_fraction : p.density;
     const double after_warmup = algo == "sbc" ? 20.0 : 2.0;
-    q.momentum_masking_density = algo == "csc" ? 1.0 : std::min(1.0, after_warmup * p.density);
+    q.momentum_masking_density = std::min(1.0, after_warmup * base);
   }
   return q;
 }

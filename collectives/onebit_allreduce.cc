@@ -40,11 +40,10 @@ CallInfo OneBitAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool avera
   if (step < static_cast<uint64_t>(warmup_steps_)) {
     // Warm-up: exact, and the error memories stay empty.
     dense_allreduce(comm, buf, n, DType::kFloat32, average ? ReduceOp::kAvg : ReduceOp::kSum);
-    set_decision("dense (warm-up step " + std::to_string(step + 1) + " of " +
-                 std::to_string(warmup_steps_) + ")");
+    decision_.set(warmup_decision(step, warmup_steps_));
     return {ring_allreduce_bytes(n * sizeof(float), R), n};
   }
-  set_decision("compressed");
+  decision_.set("compressed");
   // Stage 1: quantize every shard with the worker error, send shard j to j.
   std::vector<Bytes> send(R);
   for (int j = 0; j < R; ++j) {
@@ -87,11 +86,6 @@ CallInfo OneBitAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool avera
   }
   if (average) scale_in_place(buf, n, R);
   return {sent_bytes + quantized.size() * size_t(R - 1), n};
-}
-
-void OneBitAllreduce::set_decision(std::string text) const {
-  std::lock_guard<std::mutex> lock(decision_mutex_);
-  last_decision_ = std::move(text);
 }
 
 CostShape OneBitAllreduce::cost_shape(size_t n, int world_size) const {

@@ -34,10 +34,7 @@ class OneBitAllreduce final : public Algorithm {
   CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
                      CodecState& state) const override;
   CostShape cost_shape(size_t n, int world_size) const override;
-  std::string last_decision() const override {
-    std::lock_guard<std::mutex> lock(decision_mutex_);
-    return last_decision_;
-  }
+  std::string last_decision() const override { return decision_.get(); }
 
   struct Shard {
     size_t begin, len;
@@ -46,14 +43,9 @@ class OneBitAllreduce final : public Algorithm {
   Shard shard(size_t n, int world_size, int r) const;
 
  private:
-  void set_decision(std::string text) const;
-
   OneBitConfig config_;
   int warmup_steps_;
-  // What the last call did ("dense (warm-up ...)" or "compressed"), for the
-  // communicator's log and stats; calls may come from several threads.
-  mutable std::mutex decision_mutex_;
-  mutable std::string last_decision_;
+  DecisionNote decision_;  // "dense (warm-up ...)" or "compressed"
 };
 
 }  // namespace compcoll

@@ -63,8 +63,10 @@ std::unique_ptr<Algorithm> make_csc(const AlgoParams& p) {
   c.fraction = p.csc_fraction;
   c.momentum = p.momentum;
   c.nesterov = p.nesterov;
-  c.masking = p.csc_fraction <= masking_density_or_always(p);  // csc's density: its fraction
-  return std::make_unique<ChunkedNormAllreduce>(c);
+  // csc's density: its chunk fraction, and 1 in the warm-up (every chunk).
+  const double mask_at = masking_density_or_always(p);
+  c.masking = p.csc_fraction <= mask_at;
+  return std::make_unique<ChunkedNormAllreduce>(c, p.warmup_steps, mask_at >= 1.0);
 }
 
 std::unique_ptr<Algorithm> make_onebit(const AlgoParams& p) {

@@ -126,8 +126,8 @@ const ConfigVar kTable[] = {
      "with a momentum correction: momentum factor masking (the velocity restarts at zero where a "
      "value was sent) applies at steps whose density, warm-up included, is at most this (csc: its "
      "chunk fraction); 1 = always (DGC), 0 = never; auto = 1 with COMPCOLL_MOMENTUM, and "
-     "2 x COMPCOLL_DENSITY (the warm-up's last stage; sbc: 20 x; csc: always) with the momentum "
-     "taken from the optimizer (docs/convergence.md)",
+     "2 x COMPCOLL_DENSITY (the warm-up's last stage; sbc: 20 x; csc: 2 x COMPCOLL_CSC_FRACTION, "
+     "after its warm-up) with the momentum taken from the optimizer (docs/convergence.md)",
      CC_APPLY {
        cfg.params.momentum_masking_density =
            value == "auto" ? -1.0 : double_in_range(var, value, 0.0, 1.0, true);
@@ -151,7 +151,8 @@ const ConfigVar kTable[] = {
      CC_APPLY { cfg.params.clip = static_cast<float>(non_negative(var, value)); }},
     {"COMPCOLL_WARMUP_STEPS", VarType::kInt, "300", ">= 0",
      "warm-up of each tensor: over its first STEPS calls dgc, sdagc and sbc density falls from 25% "
-     "to COMPCOLL_DENSITY (x1/4 per stage, DGC's schedule) and onebit runs dense",
+     "to COMPCOLL_DENSITY (x1/4 per stage, DGC's schedule), csc sends every chunk and onebit runs "
+     "dense",
      CC_APPLY { cfg.params.warmup_steps = static_cast<int>(int_at_least(var, value, 0, kIntMax)); }},
     {"COMPCOLL_MIN_ELEMS", VarType::kInt, "16384", ">= 0",
      "tensors with fewer elements take the exact dense path",

@@ -324,6 +324,50 @@ TEST(Allreduce, OnebitWarmUpIsDenseThenCompressed) {
   });
 }
 
+// COMPCOLL_WARMUP_STEPS for csc: the first calls of a tensor send every
+// chunk (exact, residual empty, no norm allreduce) and say so; the velocity
+// of a momentum correction survives them unless masking applies at density
+// 1; the next call sends its fraction of chunks.
+TEST(Allreduce, CscWarmUpSendsEveryChunkThenItsFraction) {
+  const size_t n = 50000;
+  for (const double mask_at : {0.02, 1.0}) {
+    AlgoParams p;
+    p.warmup_steps = 2;
+    p.csc_chunk = 1000;  // 50 chunks: 1 % is one chunk
+    p.momentum = 0.9f;
+    p.momentum_masking_density = mask_at;
+    const auto algo = make_algorithm("csc", p);
+    testing::run_gloo_ranks(3, [&](Comm& comm) {
+      auto state = algo->make_state(n, 3);
+      std::vector<float> u(n, 0.0f);  // the velocity, as csc keeps it
+      for (int step = 0; step < 3; ++step) {
+        const std::vector<float> g = gradient_of(comm.rank() + 3 * step, n);
+        for (size_t i = 0; i < n; ++i) u[i] = 0.9f * u[i] + g[i];
+        std::vector<float> buf = g, exact = u;
+        dense_allreduce(comm, exact.data(), n, DType::kFloat32, ReduceOp::kSum);
+        const CallInfo info = algo->allreduce(comm, buf.data(), n, false, *state);
+        const std::string decision = algo->last_decision();
+        if (step < 2) {
+          EXPECT_EQ(decision, "dense (warm-up step " + std::to_string(step + 1) + " of 2)");
+          EXPECT_EQ(buf, exact) << "step " << step;  // the corrected velocity, exactly
+          EXPECT_EQ(info.payload_bytes, n * 4) << "no norms in the warm-up";
+          EXPECT_EQ(state->v, std::vector<float>(n, 0.0f));
+          if (mask_at >= 1.0) {
+            EXPECT_EQ(state->u, std::vector<float>(n, 0.0f)) << "masked: the velocity restarts";
+            std::fill(u.begin(), u.end(), 0.0f);
+          } else {
+            EXPECT_EQ(state->u, u) << "not masked in the warm-up: the velocity goes on";
+          }
+        } else {
+          EXPECT_EQ(decision, "compressed");
+          EXPECT_EQ(info.selected, 1000u) << "one chunk of 50";
+        }
+      }
+      EXPECT_EQ(state->steps, 3u);
+    });
+  }
+}
+
 }  // namespace
 }  // namespace compcoll
 
