@@ -181,7 +181,11 @@ Projection project_one(const Variant& v, int ranks, const LinkRate& rate, const 
     const auto c = in.call_ms.find(v.label());
     CC_CHECK(c != in.call_ms.end(), kInternal, "project: no compute timing for ", v.label());
     const double per_call = c->second / in.call_share;
-    double ms = std::max(0.0, per_call + contention(in) * extra_compute_ms(v, ranks, in));
+    // At least a 1/P share of the timed call: onebit's negative extra comes
+    // from timings taken apart from C, and on a loaded machine their noise
+    // could otherwise price a call at nothing.
+    double ms = std::max(per_call / double(ranks),
+                         per_call + contention(in) * extra_compute_ms(v, ranks, in));
     if (in.cores > 0) ms *= std::max(1.0, double(ranks) / double(in.cores));
     p.compute_s = ms * 1e-3;
   }

@@ -33,6 +33,8 @@
 //                    zeroed n-float buffer (page faults included); scatter
 //                    and csc do the same work at any P (a rank reduces a
 //                    region of n/P fed by P ranks' k/P entries)
+//            (the sum is floored at C(v) / m / P: a rank of P still does
+//            its share, and separately timed terms can be noisy)
 //            f       the median over the variants of (C(v) / m) / C1(v),
 //                    C1 timed with one process alone: how much slower the
 //                    same work runs under the contention C was timed in
