@@ -168,10 +168,10 @@ Bytes Communicator::save_state() const {
 }
 
 bool Communicator::adopt_optimizer_momentum(OptimizerMomentum taken) {
+  if (taken.m == 0.0f) taken.moved = false;  // nothing taken has no kind
   if (!takes_optimizer_momentum(cfg_.algo, cfg_.params) || taken == optimizer_momentum_) return false;
   CC_CHECK(taken.m >= 0.0f && taken.m < 1.0f, kInvalidArgument, "optimizer momentum ", taken.m,
            " is outside [0, 1): compcoll cannot take it over");
-  if (taken.m == 0.0f) taken.moved = false;
   const AlgoParams p = optimizer_momentum_params(cfg_.algo, cfg_.params, taken);
   std::unique_ptr<Algorithm> next = make_algorithm(cfg_.algo, p);
   if (taken.moved) {

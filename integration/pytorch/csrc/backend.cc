@@ -189,8 +189,9 @@ GroupStats CompcollBackend::group_stats_skeleton() const {
   g.algo = cfg_.algo;
   g.reduce_scatter_calls = rs_calls_.load();
   g.reduce_scatter_elems = rs_elems_.load();
-  g.optimizer_momentum = optimizer_momentum_.load();
-  g.optimizer_momentum_moved = optimizer_momentum_moved_.load();
+  const OptimizerMomentum taken = optimizer_momentum_.load();
+  g.optimizer_momentum = taken.m;
+  g.optimizer_momentum_moved = taken.moved;
   return g;
 }
 

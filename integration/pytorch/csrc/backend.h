@@ -281,8 +281,8 @@ class CompcollBackend final : public c10d::Backend {
 
   std::atomic<bool> finished_{false};
   std::atomic<bool> momentum_agreed_{false};
-  std::atomic<float> optimizer_momentum_{0.0f};
-  std::atomic<bool> optimizer_momentum_moved_{false};
+  // One atomic: m and its kind are read together (stats, the Python hook).
+  std::atomic<OptimizerMomentum> optimizer_momentum_{OptimizerMomentum{}};
   // optimizer_momentum.cc: serialises the Python thread(s) stepping optimizers.
   std::mutex momentum_mu_;
   int momentum_check_stage_ = 0;  // 0: next step starts counting; 1: counting; 2: decided

@@ -55,7 +55,7 @@ std::vector<std::pair<double, double>> extremes_over_group(c10d::Backend& inner,
 }  // namespace
 
 OptimizerMomentum CompcollBackend::optimizer_momentum() const {
-  return {optimizer_momentum_.load(), optimizer_momentum_moved_.load()};
+  return optimizer_momentum_.load();
 }
 
 OptimizerMomentum CompcollBackend::agree_optimizer_momentum(OptimizerMomentum proposal,
@@ -85,8 +85,7 @@ OptimizerMomentum CompcollBackend::agree_optimizer_momentum(OptimizerMomentum pr
                 cfg_.algo, " runs as configured");
     }  // else every lane's Communicator says what it took over
   });
-  optimizer_momentum_.store(agreed->m);
-  optimizer_momentum_moved_.store(agreed->moved);
+  optimizer_momentum_.store(*agreed);
   momentum_agreed_.store(true);
   if (agreed->m == 0.0f) momentum_check_stage_ = 2;  // nothing to check
   return *agreed;
@@ -121,8 +120,7 @@ void CompcollBackend::check_one_allreduce_per_step() {
     for (const std::shared_ptr<Lane>& lane : {host_, device_}) {
       if (lane != nullptr) lane->adopt_optimizer_momentum({});
     }
-    optimizer_momentum_.store(0.0f);
-    optimizer_momentum_moved_.store(false);
+    optimizer_momentum_.store(OptimizerMomentum{});
     if (getRank() != 0) return;
     log_.warn("COMPCOLL_MOMENTUM_HANDOVER=auto turned off again: between two optimizer steps "
               "this rank made ", calls, " compressed allreduces of ", buffers,
