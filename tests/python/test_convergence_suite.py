@@ -46,3 +46,37 @@ def test_suite_runs_and_reports(tmp_path):
     again = subprocess.run(cmd + ["--reuse"], env=base_env(), capture_output=True, text=True,
                            timeout=120)
     assert again.returncode == 0 and "2 runs in 0 s" in again.stdout, again.stdout[-2000:]
+
+
+def test_suite_over_seeds_reports_mean_and_range(tmp_path):
+    """--seeds runs every task and algorithm once per seed, compares each run
+    with dense of its own seed and reports the gaps' mean and range, the seeds
+    within the issue's bounds, and dense's own spread between seeds."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, RUN, "--tasks", "mixed", "--algos", "dense,dgc", "--ranks", "2",
+           "--short", "3", "--long", "6", "--seeds", "1,2", "--out", str(out), "--run-timeout", "240",
+           "--env", "COMPCOLL_WARMUP_STEPS=2"]
+    proc = subprocess.run(cmd, env=base_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads((out / "results.json").read_text())
+    assert [(r["seed"], r["algo"]) for r in rows] == [(1, "dense"), (1, "dgc"), (2, "dense"), (2, "dgc")]
+    # The seed draws the weights and batches: dense differs between seeds.
+    assert rows[0]["long"]["loss"] != rows[2]["long"]["loss"]
+    agg = {a["algo"]: a for a in json.loads((out / "across_seeds.json").read_text())}
+    dgc_gaps = [r["long"]["loss_vs_dense_pct"] for r in rows if r["algo"] == "dgc"]
+    g = agg["dgc"]["long"]
+    assert agg["dgc"]["seeds"] == [1, 2] and g["seeds_compared"] == 2
+    assert abs(g["gap_mean_pct"] - sum(dgc_gaps) / 2) < 1e-9
+    assert (g["gap_min_pct"], g["gap_max_pct"]) == (min(dgc_gaps), max(dgc_gaps))
+    assert g["seeds_within_bound"] == sum(x <= 2.0 for x in dgc_gaps)
+    dense_losses = [r["long"]["loss"] for r in rows if r["algo"] == "dense"]
+    spread = 100 * (max(dense_losses) - min(dense_losses)) / (sum(dense_losses) / 2)
+    assert abs(agg["dense"]["long"]["loss_spread_pct"] - spread) < 1e-9
+    assert "gap_mean_pct" not in agg["dense"]["long"]
+    table = (out / "results.md").read_text()
+    assert "seeds 1, 2" in table and "| within 5 % |" in table and "| mixed | dgc | 2 |" in table
+    assert (out / "runs" / "mixed" / "dgc" / "seed2" / "stats0.json").exists()
+    # A seed named twice is a clear error, before anything runs.
+    bad = subprocess.run(cmd[:-2] + ["--seeds", "1,1"], env=base_env(), capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode != 0 and "names a seed twice" in bad.stderr, bad.stderr

@@ -5,6 +5,7 @@
     python3 integration/pytorch/convergence/run.py --quick         # smoke: 20 / 60 steps
     python3 integration/pytorch/convergence/run.py --tasks lm --algos dense,dgc \
         --env COMPCOLL_WARMUP_STEPS=100 --label warmup100 --out /tmp/conv
+    python3 integration/pytorch/convergence/run.py --seeds 1,2,3   # mean and range over seeds
 
 Each run launches --ranks processes of train.py (like torchrun: RANK,
 WORLD_SIZE, MASTER_ADDR/PORT) with COMPCOLL_ALGO=<algo> (unset for dense:
@@ -14,8 +15,16 @@ Writes OUT/results.json, OUT/results.md (loss and metric at the short and the
 long horizon, relative to dense; compression ratio over the whole run from the
 stats files and over the last tenth of the run from the per-call trace lines;
 wall time) and OUT/loss.png (training loss against step).
+
+With several --seeds every task and algorithm runs once per seed (the seed
+draws the initial weights and the batches; each run is compared with dense of
+the same seed). results.md then opens with the gap to dense over the seeds
+(mean, min and max, and in how many seeds it met 5 % / 2 %) and dense's own
+spread between seeds, the noise any single-seed figure carries;
+OUT/across_seeds.json holds the same, and the PNG shows the mean curves.
 """
 import argparse
+import itertools
 import json
 import os
 import re
@@ -42,7 +51,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(task, algo, args, run_dir):
+def launch(task, algo, seed, args, run_dir):
     """Runs one task with one algorithm on args.ranks processes; returns the
     merged result, or raises with the failing rank's output."""
     os.makedirs(run_dir, exist_ok=True)
@@ -57,7 +66,7 @@ def launch(task, algo, args, run_dir):
         base["COMPCOLL_DEBUG"] = "TRACE"
         base.update(args.env)
     cmd = [sys.executable, os.path.join(HERE, "train.py"), "--task", task, "--steps", str(args.long),
-           "--eval-at", f"{args.short},{args.long}", "--seed", str(args.seed), "--out", run_dir,
+           "--eval-at", f"{args.short},{args.long}", "--seed", str(seed), "--out", run_dir,
            "--optimizer", args.optimizer]
     procs, logs = [], []
     t0 = time.perf_counter()
@@ -88,18 +97,18 @@ def launch(task, algo, args, run_dir):
     with open(os.path.join(run_dir, "wall.json"), "w") as f:
         json.dump(wall, f)
     with open(os.path.join(run_dir, "args.json"), "w") as f:
-        json.dump(run_signature(task, algo, args), f)
-    return merge(task, algo, args, run_dir, wall)
+        json.dump(run_signature(task, algo, seed, args), f)
+    return merge(task, algo, seed, args, run_dir, wall)
 
 
-def merge(task, algo, args, run_dir, wall):
+def merge(task, algo, seed, args, run_dir, wall):
     ranks = []
     for r in range(args.ranks):
         with open(os.path.join(run_dir, f"rank{r}.json")) as f:
             ranks.append(json.load(f))
     steps = len(ranks[0]["losses"])
     curve = [sum(rk["losses"][i] for rk in ranks) / len(ranks) for i in range(steps)]
-    out = {"task": task, "algo": algo, "label": args.label, "optimizer": args.optimizer,
+    out = {"task": task, "algo": algo, "seed": seed, "label": args.label, "optimizer": args.optimizer,
            "env": args.env if algo != "dense" else {},
            "ranks": args.ranks, "short": args.short, "long": args.long,
            "evals": ranks[0]["evals"], "train_s": max(rk["train_s"] for rk in ranks),
@@ -138,14 +147,14 @@ def tail_ratio(args, run_dir, steps):
     return {"tail_ratio": dense_b / wire_b if wire_b else 0.0, "tail_steps": tail}
 
 
-def reused(task, algo, args, run_dir):
+def reused(task, algo, seed, args, run_dir):
     """The finished run in run_dir if it ran these horizons with these
     settings (its args.json), else None."""
     try:
         with open(os.path.join(run_dir, "args.json")) as f:
-            if json.load(f) != run_signature(task, algo, args):
+            if json.load(f) != run_signature(task, algo, seed, args):
                 return None
-        res = merge(task, algo, args, run_dir, wall=float("nan"))
+        res = merge(task, algo, seed, args, run_dir, wall=float("nan"))
     except (OSError, ValueError, KeyError):
         return None
     with open(os.path.join(run_dir, "wall.json")) as f:
@@ -153,9 +162,9 @@ def reused(task, algo, args, run_dir):
     return res
 
 
-def run_signature(task, algo, args):
+def run_signature(task, algo, seed, args):
     return {"task": task, "algo": algo, "ranks": args.ranks, "short": args.short, "long": args.long,
-            "seed": args.seed, "optimizer": args.optimizer,
+            "seed": seed, "optimizer": args.optimizer,
             "env": args.env if algo != "dense" else {}}
 
 
@@ -178,6 +187,9 @@ def main(argv=None):
     p.add_argument("--long", type=int, default=1000, help="long horizon (steps); the run length")
     p.add_argument("--quick", action="store_true", help="smoke test: short 20, long 60 steps")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seeds", default=None, metavar="S1,S2,...",
+                   help="run every task and algorithm once per seed and report mean and range over them "
+                        "(instead of --seed)")
     p.add_argument("--env", action="append", default=[], metavar="COMPCOLL_X=V",
                    help="extra setting for the compressed runs (repeatable)")
     p.add_argument("--optimizer", default="default", choices=["default", "sgd", "sgd0", "adam"],
@@ -194,6 +206,12 @@ def main(argv=None):
     if not 1 <= args.short <= args.long:
         p.error(f"need 1 <= --short ({args.short}) <= --long ({args.long})")
     args.env = parse_env(args.env)
+    try:
+        seeds = [args.seed] if args.seeds is None else [int(x) for x in args.seeds.split(",")]
+    except ValueError:
+        p.error(f"--seeds {args.seeds!r}: expected integers separated by commas, e.g. 1,2,3")
+    if len(set(seeds)) != len(seeds):
+        p.error(f"--seeds {args.seeds!r} names a seed twice")
     tasks, algos = args.tasks.split(","), args.algos.split(",")
     for t in tasks:
         if t not in TASK_NAMES:
@@ -202,26 +220,29 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     results = []
     t0 = time.perf_counter()
-    for task in tasks:
-        for algo in algos:
-            run_dir = os.path.join(args.out, "runs", task, algo)
-            res = reused(task, algo, args, run_dir) if args.reuse else None
-            if res is None:
-                shutil.rmtree(run_dir, ignore_errors=True)
-                res = launch(task, algo, args, run_dir)
-            results.append(res)
-            ev = res["evals"]
-            tail = res.get("tail_ratio")
-            print(f"{task:>5} {algo:>7}: loss@{args.short} {ev[str(args.short)]['loss']:.4f}  "
-                  f"loss@{args.long} {ev[str(args.long)]['loss']:.4f}  "
-                  f"metric@{args.long} {ev[str(args.long)]['metric']:.4f}  ratio {res['ratio']:.1f}x "
-                  f"(last tenth {'-' if tail is None else f'{tail:.1f}x'})  "
-                  f"train {res['train_s']:.1f} s", flush=True)
+    for seed, task, algo in itertools.product(seeds, tasks, algos):
+        # One seed keeps the layout of single-seed suites (and their --reuse).
+        run_dir = os.path.join(args.out, "runs", task, algo, *([] if len(seeds) == 1 else [f"seed{seed}"]))
+        res = reused(task, algo, seed, args, run_dir) if args.reuse else None
+        if res is None:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            res = launch(task, algo, seed, args, run_dir)
+        results.append(res)
+        ev = res["evals"]
+        tail = res.get("tail_ratio")
+        print(f"seed {seed} {task:>5} {algo:>7}: loss@{args.short} {ev[str(args.short)]['loss']:.4f}  "
+              f"loss@{args.long} {ev[str(args.long)]['loss']:.4f}  "
+              f"metric@{args.long} {ev[str(args.long)]['metric']:.4f}  ratio {res['ratio']:.1f}x "
+              f"(last tenth {'-' if tail is None else f'{tail:.1f}x'})  "
+              f"train {res['train_s']:.1f} s", flush=True)
     print(f"{len(results)} runs in {time.perf_counter() - t0:.0f} s")
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(report.summary(results), f, indent=1)
+    if len(seeds) > 1:
+        with open(os.path.join(args.out, "across_seeds.json"), "w") as f:
+            json.dump(report.across_seeds(results), f, indent=1)
     with open(os.path.join(args.out, "curves.json"), "w") as f:
-        json.dump([{k: r[k] for k in ("task", "algo", "curve")} for r in results], f)
+        json.dump([{k: r[k] for k in ("task", "algo", "seed", "curve")} for r in results], f)
     table = report.markdown(results)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(table)
