@@ -55,6 +55,9 @@ struct AlgoParams {
   ScaleMode onebit_scale = ScaleMode::kMeanMagnitude;
   float onebit_residual_bound = 0.5f;  // onebit: |residual| <= this x block scale; 0 = unbounded
   double sample_fraction = 0.01; // dgc, sbc: threshold sample
+  // sbc: dgc's exact values over the warm-up, binarised after it (sbc.h).
+  // COMPCOLL_SBC_WARMUP's default (exact) applies through the configuration.
+  bool sbc_exact_warmup = false;
   std::string auto_algo = "dgc";  // auto: the compressed algorithm it weighs against dense
   SparsePattern sparse_pattern = SparsePattern::kAuto;  // dgc, sdagc
 

@@ -125,7 +125,7 @@ std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const Algo
   if (name == "sbc") {
     return std::make_unique<SbcCodec>(SbcConfig{p.density, p.sample_fraction, p.warmup_steps,
                                                 p.momentum, p.nesterov,
-                                                masking_density_or_always(p)});
+                                                masking_density_or_always(p), p.sbc_exact_warmup});
   }
   return nullptr;
 }
@@ -167,7 +167,9 @@ std::string AlgoParams::canonical() const {
      << ";onebit_block=" << onebit_block << ";onebit_scale="
      << (onebit_scale == ScaleMode::kSignedMeans ? "pair" : "mean")  // COMPCOLL_ONEBIT_SCALE's words
      << ";onebit_residual_bound=" << onebit_residual_bound
-     << ";sample_fraction=" << sample_fraction << ";auto_algo=" << auto_algo
+     << ";sample_fraction=" << sample_fraction
+     << ";sbc_warmup=" << (sbc_exact_warmup ? "exact" : "binary")  // COMPCOLL_SBC_WARMUP's words
+     << ";auto_algo=" << auto_algo
      << ";sparse_pattern=" << sparse_pattern_name(sparse_pattern);
   return os.str();
 }

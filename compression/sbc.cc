@@ -81,6 +81,23 @@ ParsedSbc parse_sbc(std::span<const uint8_t> payload, uint64_t n) {
 
 }  // namespace
 
+DgcConfig sbc_warmup_config(const SbcConfig& config) {
+  DgcConfig d;
+  d.density = config.density;
+  d.momentum = config.momentum;
+  d.nesterov = config.nesterov;
+  d.mask_density = config.mask_density;
+  d.warmup_steps = config.warmup_steps;
+  d.sample_fraction = config.sample_fraction;
+  return d;
+}
+
+void sbc_adopt_dgc_velocity(const SbcConfig& config, float* u, size_t n) {
+  if (!config.nesterov || config.momentum <= 0.0f) return;
+  const float inv = 1.0f / config.momentum;
+  for (size_t i = 0; i < n; ++i) u[i] *= inv;
+}
+
 SbcCodec::SbcCodec(const SbcConfig& config) : config_(config) {
   CC_CHECK(config.density > 0.0 && config.density <= 1.0, kInvalidArgument, "sbc: density ",
            config.density, " is outside (0, 1]");
@@ -90,6 +107,9 @@ SbcCodec::SbcCodec(const SbcConfig& config) : config_(config) {
            " must be >= 0");
   CC_CHECK(config.momentum >= 0.0f && config.momentum < 1.0f, kInvalidArgument, "sbc: momentum ",
            config.momentum, " is outside [0, 1)");
+  if (config.exact_warmup && config.warmup_steps > 0) {
+    warmup_ = std::make_unique<DgcCodec>(sbc_warmup_config(config));
+  }
 }
 
 std::unique_ptr<CodecState> SbcCodec::make_state(size_t n) const {
@@ -100,6 +120,13 @@ std::unique_ptr<CodecState> SbcCodec::make_state(size_t n) const {
 
 EncodeInfo SbcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& payload) const {
   CC_CHECK_EQ(st.size(), n, kInvalidArgument, "sbc: state was made for another tensor size");
+  if (warmup_ && st.steps < static_cast<uint64_t>(config_.warmup_steps)) {
+    const EncodeInfo info = warmup_->encode(grad, n, st, payload);  // counts the step
+    if (st.steps == static_cast<uint64_t>(config_.warmup_steps) && !st.u.empty()) {
+      sbc_adopt_dgc_velocity(config_, st.u.data(), n);
+    }
+    return info;
+  }
   EncodeInfo info;
   info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
   info.wanted = target_count(info.density, n);

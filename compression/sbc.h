@@ -13,9 +13,20 @@
 // Payload: header (aux0 = b, aux1 = 1 for the negative side, k entries),
 // the signed mean as fp32, the non-finite list (non_finite.h: NaN and Inf
 // are sent exactly, never binarised), then the Rice bit stream.
+//
+// Warm-up (exact_warmup): over the first warmup_steps steps the codec is
+// dgc at the same densities, on the same residual and velocity: the top-k
+// by magnitude with their exact values, in dgc's payload (decode.h reads
+// either). Binarising a warm-up stage's 25 % ... 1.6 % of a tensor to one
+// mean loses most of what it sends at once and left sbc 11-35 % behind
+// dense at 200 steps (docs/convergence.md); exact values while the model
+// moves fastest, then positions and a mean once it has settled.
 #pragma once
 
+#include <memory>
+
 #include "compression/codec.h"
+#include "compression/dgc.h"
 #include "compression/non_finite.h"
 
 namespace compcoll {
@@ -30,7 +41,18 @@ struct SbcConfig {
   float momentum = 0.0f;
   bool nesterov = false;
   double mask_density = 1.0;
+  // Over the warm-up, send dgc's exact values instead of a binarised side
+  // (COMPCOLL_SBC_WARMUP=exact); false = binarise from the first step.
+  bool exact_warmup = false;
 };
+
+// The dgc configuration sbc's exact warm-up runs (no clipping, fp32 values,
+// u32 indices; sbc's density, schedule, momentum and masking gate).
+DgcConfig sbc_warmup_config(const SbcConfig& config);
+
+// dgc keeps m times Nesterov's velocity in u (dgc.h), sbc the velocity:
+// converts a state dgc warmed up to sbc's form (no-op without Nesterov).
+void sbc_adopt_dgc_velocity(const SbcConfig& config, float* u, size_t n);
 
 class SbcCodec final : public SparseCodec {
  public:
@@ -42,6 +64,7 @@ class SbcCodec final : public SparseCodec {
 
  private:
   SbcConfig config_;
+  std::unique_ptr<DgcCodec> warmup_;  // exact_warmup: the codec of the warm-up steps
 };
 
 // out[p] += mean for every position p of an sbc payload; validated first.

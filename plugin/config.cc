@@ -154,6 +154,14 @@ const ConfigVar kTable[] = {
      "to COMPCOLL_DENSITY (x1/4 per stage, DGC's schedule), csc sends every chunk and onebit runs "
      "dense",
      CC_APPLY { cfg.params.warmup_steps = static_cast<int>(int_at_least(var, value, 0, kIntMax)); }},
+    {"COMPCOLL_SBC_WARMUP", VarType::kEnum, "exact", "exact|binary",
+     "what sbc sends over its warm-up (COMPCOLL_WARMUP_STEPS): exact = dgc's top-k with their "
+     "values at the same densities, binarised (positions and one mean) only after it; binary = "
+     "binarised from the first step, as the SBC paper (docs/convergence.md)",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.params.sbc_exact_warmup = value == "exact";
+     }},
     {"COMPCOLL_MIN_ELEMS", VarType::kInt, "16384", ">= 0",
      "tensors with fewer elements take the exact dense path",
      CC_APPLY { cfg.min_elems = static_cast<size_t>(int_at_least(var, value, 0)); }},

@@ -27,6 +27,17 @@ constexpr const char* kUsage =
     "  --markdown  print the table as Markdown (docs/configuration.md is this output)\n"
     "  --help, -h  this help\n";
 
+// A Markdown table cell: "|" (enum choices such as exact|binary) would
+// end the cell, so it is escaped.
+std::string md_cell(const char* text) {
+  std::string out;
+  for (const char* p = text; *p; ++p) {
+    if (*p == '|') out += '\\';
+    out += *p;
+  }
+  return out;
+}
+
 // docs/configuration.md is this output; a test keeps the two identical.
 void print_markdown() {
   using namespace compcoll;
@@ -41,16 +52,19 @@ void print_markdown() {
   std::printf("| variable | type | default | allowed | meaning |\n|---|---|---|---|---|\n");
   for (const ConfigVar& v : config_table()) {
     std::printf("| `%s` | %s | %s | %s | %s |\n", v.name, var_type_name(v.type),
-                *v.default_value ? v.default_value : "(unset)", v.allowed, v.doc);
+                *v.default_value ? v.default_value : "(unset)", md_cell(v.allowed).c_str(),
+                md_cell(v.doc).c_str());
   }
   std::printf("\n## Algorithms (`COMPCOLL_ALGO`)\n\n| name | what it does |\n|---|---|\n");
   for (const AlgorithmDescriptor& a : algorithm_table()) {
-    std::printf("| `%s` | %s |\n", a.name, a.description);
+    std::printf("| `%s` | %s |\n", a.name, md_cell(a.description).c_str());
   }
   std::printf("\n## Variables of the project's scripts and tests\n\n"
               "Not settings of the library (it never reads them), so never reported as unknown.\n\n"
               "| variable | read by |\n|---|---|\n");
-  for (const ToolVar& t : tool_variables()) std::printf("| `%s` | %s |\n", t.name, t.doc);
+  for (const ToolVar& t : tool_variables()) {
+    std::printf("| `%s` | %s |\n", t.name, md_cell(t.doc).c_str());
+  }
 }
 
 // The table with every column as wide as its widest entry, so that long

@@ -26,12 +26,20 @@ SbcCodecGpu::SbcCodecGpu(const SbcConfig& config) : config_(config) {
   // rather than compute other math than the CPU path.
   CC_CHECK(config.momentum == 0.0f, kInvalidArgument,
            "sbc with COMPCOLL_MOMENTUM is not implemented for GPU tensors (the NCCL interposer)");
+  if (config.exact_warmup && config.warmup_steps > 0) {
+    warmup_ = std::make_unique<DgcCodecGpu>(sbc_warmup_config(config));
+  }
 }
 
 GpuState SbcCodecGpu::make_state(size_t n, cudaStream_t s) const { return GpuState::zeros(n, false, s); }
 
 EncodeInfo SbcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Bytes& payload, cudaStream_t s) {
   CC_CHECK_EQ(st.n, n, kInvalidArgument, "sbc (GPU): state was made for another tensor size");
+  // The CPU codec's exact warm-up (sbc.h): dgc on the same residual. No
+  // momentum on this path, so no velocity to convert afterwards.
+  if (warmup_ && st.steps < static_cast<uint64_t>(config_.warmup_steps)) {
+    return warmup_->encode(grad, n, st, payload, s);
+  }
   EncodeInfo info;
   info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
   info.wanted = target_count(info.density, n);

@@ -82,6 +82,7 @@ class SbcCodecGpu final : public SparseCodecGpu {
 
  private:
   SbcConfig config_;
+  std::unique_ptr<DgcCodecGpu> warmup_;  // exact_warmup: the codec of the warm-up steps (sbc.h)
   GpuSelector pos_, neg_;
   DeviceBuffer<uint32_t> odd_;
   DeviceBuffer<float> values_;

@@ -105,11 +105,17 @@ TEST_F(GpuCodecs, SdagcMatchesTheCpuBitForBit) {
 
 TEST_F(GpuCodecs, SbcMatchesTheCpuBitForBit) {
   for (size_t n : {size_t(2000), size_t(1000003)}) {
-    SbcConfig c;
-    c.density = 0.001;
-    SbcCodec cpu(c);
-    cuda::SbcCodecGpu gpu(c);
-    run_sparse(cpu, gpu, n, 5, "sbc n " + std::to_string(n));
+    for (bool exact_warmup : {false, true}) {
+      SbcConfig c;
+      c.density = 0.001;
+      // With the exact warm-up: 3 of the 5 steps are dgc's, 2 binarised.
+      c.warmup_steps = exact_warmup ? 3 : 0;
+      c.exact_warmup = exact_warmup;
+      SbcCodec cpu(c);
+      cuda::SbcCodecGpu gpu(c);
+      run_sparse(cpu, gpu, n, 5,
+                 "sbc n " + std::to_string(n) + (exact_warmup ? " exact warm-up" : ""));
+    }
   }
 }
 

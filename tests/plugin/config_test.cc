@@ -178,6 +178,18 @@ TEST(Config, OnebitResidualBoundIsCheckedAndPartOfTheAgreement) {
   }
 }
 
+TEST(Config, SbcWarmUpIsExactByDefaultAndPartOfTheAgreement) {
+  const Config d = load_config(env_of({}));
+  EXPECT_TRUE(d.params.sbc_exact_warmup);
+  EXPECT_NE(d.agreement_description().find("sbc_warmup=exact;"), std::string::npos);
+  const Config b = load_config(env_of({{"COMPCOLL_SBC_WARMUP", "binary"}}));
+  EXPECT_FALSE(b.params.sbc_exact_warmup);
+  EXPECT_NE(b.agreement_description().find("sbc_warmup=binary;"), std::string::npos);
+  const std::string e = error_of({{"COMPCOLL_SBC_WARMUP", "dense"}});
+  EXPECT_NE(e.find("COMPCOLL_SBC_WARMUP=dense"), std::string::npos) << e;
+  EXPECT_NE(e.find("exact|binary"), std::string::npos) << e;
+}
+
 std::string suggestion_for(const std::string& entry) {
   const auto u = unknown_variables({entry});
   return u.size() == 1 ? u[0].suggestion : "<not reported>";

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "compcoll/error.h"
+#include "compression/decode.h"
 #include "compression/dgc.h"
 #include "compression/payload.h"
 #include "compression/sbc.h"
@@ -95,6 +96,89 @@ TEST(Sbc, WarmUpRampsTheDensityDownToItsTarget) {
   EXPECT_DOUBLE_EQ(warmup_density(0.001, 8, 9), 0.001);
   c.warmup_steps = -1;
   EXPECT_THROW(SbcCodec{c}, Error);
+}
+
+// COMPCOLL_SBC_WARMUP=exact: over the warm-up sbc is dgc on the same state
+// (the same payload bytes, residual and velocity as a DgcCodec of
+// sbc_warmup_config given the same gradients), and binarises after it;
+// nothing is lost across the switch.
+TEST(Sbc, ExactWarmUpIsDgcThenBinarises) {
+  const size_t n = 60000;
+  SbcConfig c{0.001, 0.01};
+  c.warmup_steps = 6;
+  c.momentum = 0.9f;
+  c.mask_density = 0.02;
+  c.exact_warmup = true;
+  SbcCodec codec(c);
+  DgcCodec dgc(sbc_warmup_config(c));
+  auto st = codec.make_state(n);
+  auto ref = dgc.make_state(n);
+  std::vector<double> fed(n, 0.0), got(n, 0.0);
+  std::vector<float> velocity(n, 0.0f);
+  for (uint64_t step = 0; step < 10; ++step) {
+    const auto g = bench::make_gradient(bench::GradientKind::kMixedScale, n, 70 + step);
+    Bytes payload, expected;
+    const EncodeInfo info = codec.encode(g.data(), n, *st, payload);
+    EXPECT_DOUBLE_EQ(info.density, warmup_density(0.001, 6, step)) << step;
+    std::vector<float> out(n, 0.0f);
+    decode_accumulate(payload, out.data(), n);
+    if (step < 6) {
+      dgc.encode(g.data(), n, *ref, expected);
+      EXPECT_EQ(peek_format(payload), PayloadFormat::kSparse) << step;
+      EXPECT_EQ(payload, expected) << "step " << step;
+      EXPECT_EQ(st->v, ref->v) << "step " << step;
+      EXPECT_EQ(st->u, ref->u) << "step " << step;
+    } else {
+      EXPECT_EQ(peek_format(payload), PayloadFormat::kSbc) << step;
+    }
+    // The reference velocity, masked where the codec's was (it restarts at 0).
+    for (size_t i = 0; i < n; ++i) {
+      velocity[i] = c.momentum * velocity[i] + g[i];
+      fed[i] += velocity[i];
+      got[i] += out[i];
+      if (st->u[i] == 0.0f) velocity[i] = 0.0f;
+    }
+  }
+  EXPECT_EQ(st->steps, 10u);
+  double worst = 0.0, scale = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    worst = std::max(worst, std::fabs(got[i] + st->v[i] - fed[i]));
+    scale = std::max(scale, std::fabs(fed[i]));
+  }
+  EXPECT_LT(worst, 1e-4 * scale);
+  // Binary (the paper's): sbc payloads from the first step.
+  c.exact_warmup = false;
+  SbcCodec binary(c);
+  auto sb = binary.make_state(n);
+  const auto g = bench::make_gradient(bench::GradientKind::kMixedScale, n, 70);
+  Bytes payload;
+  binary.encode(g.data(), n, *sb, payload);
+  EXPECT_EQ(peek_format(payload), PayloadFormat::kSbc);
+}
+
+// dgc keeps m times Nesterov's velocity in u, sbc the velocity itself: at
+// the end of an exact warm-up the state is converted, so sbc's first binary
+// step continues the same velocity.
+TEST(Sbc, ExactWarmUpHandsNesterovVelocityOverInSbcsForm) {
+  const size_t n = 30000;
+  SbcConfig c{0.01, 0.01};
+  c.warmup_steps = 3;
+  c.momentum = 0.8f;
+  c.nesterov = true;
+  c.mask_density = 0.0;  // never mask: the velocity is the plain running sum
+  c.exact_warmup = true;
+  SbcCodec codec(c);
+  auto st = codec.make_state(n);
+  std::vector<double> velocity(n, 0.0);
+  Bytes payload;
+  for (uint64_t step = 0; step < 3; ++step) {
+    const auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, 90 + step);
+    for (size_t i = 0; i < n; ++i) velocity[i] = c.momentum * velocity[i] + g[i];
+    codec.encode(g.data(), n, *st, payload);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(st->u[i], velocity[i], 1e-5 * (1.0 + std::fabs(velocity[i]))) << i;
+  }
 }
 
 TEST(Sbc, PayloadIsOverTwoThousandTimesSmallerAtDensityOnePerMille) {
