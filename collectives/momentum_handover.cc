@@ -64,13 +64,12 @@ AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p,
   if (q.momentum_masking_density < 0.0) {
     // Masked during the warm-up's dense stages, the velocity restarts at
     // every send and the short horizon loses the optimizer's momentum;
-    // never masked, stale momentum is delivered late. dgc and sdagc do best
-    // masking at the last stage only, sbc (whose binarised sends leave more
-    // behind) from the stage at 1.56 % on, csc (whose warm-up sends every
-    // chunk) after its warm-up (docs/convergence.md).
+    // never masked, stale momentum is delivered late. dgc, sdagc and sbc
+    // (whose exact warm-up is dgc's) do best masking at the last stage
+    // only, csc (whose warm-up sends every chunk) after its warm-up
+    // (docs/convergence.md, over three seeds for sbc).
     const double base = algo == "csc" ? p.csc_fraction : p.density;
-    const double after_warmup = algo == "sbc" ? 20.0 : 2.0;
-    q.momentum_masking_density = std::min(1.0, after_warmup * base);
+    q.momentum_masking_density = std::min(1.0, 2.0 * base);
   }
   return q;
 }

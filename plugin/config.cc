@@ -126,7 +126,7 @@ const ConfigVar kTable[] = {
      "with a momentum correction: momentum factor masking (the velocity restarts at zero where a "
      "value was sent) applies at steps whose density, warm-up included, is at most this (csc: its "
      "chunk fraction); 1 = always (DGC), 0 = never; auto = 1 with COMPCOLL_MOMENTUM, and "
-     "2 x COMPCOLL_DENSITY (the warm-up's last stage; sbc: 20 x; csc: 2 x COMPCOLL_CSC_FRACTION, "
+     "2 x COMPCOLL_DENSITY (the warm-up's last stage; csc: 2 x COMPCOLL_CSC_FRACTION, "
      "after its warm-up) with the momentum taken from the optimizer (docs/convergence.md)",
      CC_APPLY {
        cfg.params.momentum_masking_density =
