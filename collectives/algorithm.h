@@ -43,7 +43,7 @@ struct AlgoParams {
   bool momentum_from_optimizer = false;
   float clip = 0.0f;             // local gradient clipping threshold; 0 = off
   // dgc, sdagc, sbc density ramp; onebit runs dense. COMPCOLL_WARMUP_STEPS's
-  // default (300, plugin/config.cc) applies through the configuration; 0 here
+  // default (500, plugin/config.cc) applies through the configuration; 0 here
   // keeps code that builds AlgoParams itself (tests, benchmarks) on the
   // steady state.
   int warmup_steps = 0;
@@ -129,8 +129,10 @@ class DecisionNote {
 };
 
 // "dense (warm-up step i of n)": a warm-up call's decision, for the
-// communicator's log and stats (counted as uncompressed).
+// communicator's log and stats (counted as uncompressed, and as a warm-up
+// call: is_warmup_decision).
 std::string warmup_decision(uint64_t step, int warmup_steps);
+bool is_warmup_decision(const std::string& decision);
 
 // buf[i] *= 1 / world_size (AVG after a SUM).
 void scale_in_place(float* buf, size_t n, int world_size);

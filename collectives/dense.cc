@@ -13,9 +13,16 @@ void scale_in_place(float* buf, size_t n, int world_size) {
   for (size_t i = 0; i < n; ++i) buf[i] *= inv;
 }
 
+namespace {
+constexpr const char* kWarmupDecision = "dense (warm-up step ";
+}  // namespace
+
 std::string warmup_decision(uint64_t step, int warmup_steps) {
-  return "dense (warm-up step " + std::to_string(step + 1) + " of " +
-         std::to_string(warmup_steps) + ")";
+  return kWarmupDecision + std::to_string(step + 1) + " of " + std::to_string(warmup_steps) + ")";
+}
+
+bool is_warmup_decision(const std::string& decision) {
+  return decision.rfind(kWarmupDecision, 0) == 0;
 }
 
 namespace {

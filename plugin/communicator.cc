@@ -327,6 +327,36 @@ void Communicator::finish() {
   }
   log_.info(stats_.summary(cfg_.algo), ", state ", states_.memory_bytes() / 1e6, " MB in ",
             states_.entries(), " tensors");
+  warn_if_nothing_compressed();
+}
+
+void Communicator::warn_if_nothing_compressed() const {
+  // A short job can end before any tensor leaves the warm-up (csc and onebit
+  // run it dense), or send only tensors too small to compress: the user asked
+  // for compression and got none, which must not pass silently. Rank 0 says
+  // it for all (the ranks agree on the configuration).
+  const uint64_t calls = stats_.calls();
+  if (cfg_.algo == "dense" || calls == 0 || stats_.compressed_calls() != 0 ||
+      comm_->rank() != 0) {
+    return;
+  }
+  const uint64_t warmup = stats_.warmup_dense_calls();
+  std::string why;
+  const auto add = [&why](const std::string& part) { why += (why.empty() ? "" : "; ") + part; };
+  if (warmup != 0) {
+    add(detail::concat(warmup, " ran dense in the warm-up (COMPCOLL_WARMUP_STEPS=",
+                       cfg_.params.warmup_steps, ": each tensor's first ",
+                       cfg_.params.warmup_steps, " calls; set it lower for a job this short)"));
+  }
+  if (dense_route_calls_ != 0) {
+    add(detail::concat(dense_route_calls_, " took the dense route (under COMPCOLL_MIN_ELEMS=",
+                       cfg_.min_elems, " elements, an integer dtype, or MIN/MAX/PRODUCT)"));
+  }
+  if (const uint64_t chosen = calls - warmup - dense_route_calls_; chosen != 0) {
+    add(detail::concat(chosen, " ran dense by ", cfg_.algo, "'s own choice"));
+  }
+  log_.warn("COMPCOLL_ALGO=", cfg_.algo, " compressed none of this communicator's ", calls,
+            " allreduce calls: ", why, " (COMPCOLL_DEBUG=INFO logs each tensor's route)");
 }
 
 bool Communicator::drop_state(const std::string& key) {
@@ -385,18 +415,22 @@ void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, 
     broken_ = e.what();
     throw;
   }
-  const std::string decision = algo_->last_decision();
+  // Only a call that ran the algorithm has a decision of its own (a dense
+  // route would read the previous call's).
+  const std::string decision = route.compressed ? algo_->last_decision() : std::string();
   if (!decision.empty()) {
     auto& last = decisions_[skey_text];
     // Log when the choice changes, not when only the predicted times move.
     const std::string choice = decision.substr(0, decision.find(' '));
     if (last != choice) {
       last = choice;
-      log_.info("auto: ", skey_text, " ", count, " x ", dtype_name(dtype), ": ", decision);
+      log_.info(cfg_.algo, ": ", skey_text, " ", count, " x ", dtype_name(dtype), ": ", decision);
     }
   }
   CallRecord rec;
   rec.compressed = route.compressed && decision.rfind("dense", 0) != 0;
+  rec.warmup_dense = route.compressed && is_warmup_decision(decision);
+  dense_route_calls_ += !route.compressed;
   rec.elements = count;
   rec.selected = info.selected;
   rec.dense_bytes = ring_allreduce_bytes(count * dtype_size(dtype), comm_->size());

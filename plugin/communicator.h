@@ -110,6 +110,9 @@ class Communicator {
   // whether COMPCOLL_STATE_DIR is set (a state_dict checkpoint and a state
   // directory serve the same math).
   std::string state_description() const;
+  // At finish: one WARN (rank 0) when compression was asked for and no call
+  // was compressed, with why (warm-up, dense routes, the algorithm's choice).
+  void warn_if_nothing_compressed() const;
 
   Config cfg_;
   std::string state_path_;  // claimed COMPCOLL_STATE_DIR file, "" if none
@@ -123,6 +126,7 @@ class Communicator {
   std::unordered_map<std::string, std::string> routes_;     // key -> last logged route
   std::unordered_map<std::string, std::string> decisions_;  // key -> auto's last logged choice
   std::string broken_;
+  uint64_t dense_route_calls_ = 0;  // calls choose_route sent dense (size, dtype, op)
   bool finished_ = false;
 
   // Collective (creation): decides COMPCOLL_HIERARCHY and builds hier_.

@@ -149,7 +149,7 @@ const ConfigVar kTable[] = {
      "local gradient clipping: each rank clips its gradient's L2 norm to CLIP/sqrt(world size); "
      "0 = off",
      CC_APPLY { cfg.params.clip = static_cast<float>(non_negative(var, value)); }},
-    {"COMPCOLL_WARMUP_STEPS", VarType::kInt, "300", ">= 0",
+    {"COMPCOLL_WARMUP_STEPS", VarType::kInt, "500", ">= 0",
      "warm-up of each tensor: over its first STEPS calls dgc, sdagc and sbc density falls from 25% "
      "to COMPCOLL_DENSITY (x1/4 per stage, DGC's schedule), csc sends every chunk and onebit runs "
      "dense",

@@ -9,6 +9,7 @@ namespace compcoll {
 void Stats::record(const CallRecord& c) {
   ++calls_;
   compressed_calls_ += c.compressed;
+  warmup_dense_calls_ += c.warmup_dense;
   dense_bytes_ += c.dense_bytes;
   wire_bytes_ += c.wire_bytes;
   total_ms_ += c.ms;
@@ -21,6 +22,7 @@ std::string Stats::json(int rank, int world_size, const std::string& algo,
   std::ostringstream os;
   os << "{\"rank\": " << rank << ", \"world_size\": " << world_size << ", \"algo\": \"" << algo
      << "\", \"calls\": " << calls_ << ", \"compressed_calls\": " << compressed_calls_
+     << ", \"warmup_dense_calls\": " << warmup_dense_calls_
      << ", \"dense_bytes\": " << dense_bytes_ << ", \"wire_bytes\": " << wire_bytes_
      << ", \"ratio\": " << ratio() << ", \"time_ms\": " << total_ms_
      << ", \"state_bytes\": " << state_bytes << ", \"last_density\": " << last_density_ << "}";

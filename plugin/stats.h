@@ -17,6 +17,7 @@ struct CallRecord {
   uint64_t elements = 0;     // of the tensor
   uint64_t selected = 0;     // this rank contributed (CallInfo::selected): dgc, sdagc and sbc
                              // send density x elements, the warm-up's density included
+  bool warmup_dense = false;  // ran dense: the tensor was in its warm-up (csc, onebit)
 };
 
 class Stats {
@@ -25,6 +26,7 @@ class Stats {
 
   uint64_t calls() const { return calls_; }
   uint64_t compressed_calls() const { return compressed_calls_; }
+  uint64_t warmup_dense_calls() const { return warmup_dense_calls_; }
   uint64_t dense_bytes() const { return dense_bytes_; }
   uint64_t wire_bytes() const { return wire_bytes_; }
   double total_ms() const { return total_ms_; }
@@ -32,8 +34,8 @@ class Stats {
   const CallRecord& last() const { return last_; }
   double last_density() const { return last_density_; }
 
-  // {"rank":..,"algo":..,"calls":..,"compressed_calls":..,"dense_bytes":..,
-  //  "wire_bytes":..,"ratio":..,"time_ms":..,"state_bytes":..,"world_size":..,
+  // {"rank":..,"algo":..,"calls":..,"compressed_calls":..,
+  //  "warmup_dense_calls":..,"dense_bytes":..,"wire_bytes":..,"ratio":..,"time_ms":..,"state_bytes":..,"world_size":..,
   //  "last_density":..} -- last_density: selected / elements of the last
   //  compressed call (what the warm-up decided; 1 for onebit, which sends a
   //  sign per element), or 0 before any.
@@ -43,6 +45,7 @@ class Stats {
  private:
   uint64_t calls_ = 0;
   uint64_t compressed_calls_ = 0;
+  uint64_t warmup_dense_calls_ = 0;
   uint64_t dense_bytes_ = 0;
   uint64_t wire_bytes_ = 0;
   double total_ms_ = 0.0;

@@ -1,6 +1,7 @@
 // The communicator's policy and lifecycle, over real loopback sockets.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -84,6 +85,49 @@ TEST(Communicator, WritesTheStatsFileOnDestruction) {
     EXPECT_NE(text.str().find("\"compressed_calls\": 1"), std::string::npos) << text.str();
     EXPECT_NE(text.str().find("\"algo\": \"dgc\""), std::string::npos) << text.str();
   });
+}
+
+// A job that ends inside the warm-up (csc and onebit run it dense), or
+// sends only tensors too small to compress, asked for compression and got
+// none: rank 0 says so once at the end, with the counts and the setting to
+// change. An algorithm that compressed anything (dgc's warm-up sends a
+// quarter of the elements) says nothing.
+TEST(Communicator, SaysOnceAtTheEndWhenNothingWasCompressedAndWhy) {
+  const auto run = [](const std::string& algo) {
+    ::testing::internal::CaptureStderr();
+    testing::run_gloo_ranks(2, [&](Comm& comm) {
+      Config c;
+      c.algo = algo;
+      c.params.warmup_steps = 5;
+      Communicator cc(std::make_unique<Borrowed>(comm), c);
+      const bool dense_warmup = algo != "dgc";
+      std::vector<float> big(100000);
+      for (int step = 0; step < 3; ++step) {
+        std::fill(big.begin(), big.end(), 1.0f);
+        cc.allreduce(big.data(), big.size(), DType::kFloat32, ReduceOp::kSum, "g");
+        if (dense_warmup) EXPECT_EQ(big[7], 2.0f);  // exact: the warm-up is dense
+      }
+      std::vector<float> small(100, 1.0f);  // below min_elems
+      cc.allreduce(small.data(), small.size(), DType::kFloat32, ReduceOp::kSum);
+      EXPECT_EQ(cc.stats().warmup_dense_calls(), dense_warmup ? 3u : 0u);
+      EXPECT_EQ(cc.stats().compressed_calls(), dense_warmup ? 0u : 3u);
+      cc.finish();
+    });
+    return ::testing::internal::GetCapturedStderr();
+  };
+  for (const char* algo : {"csc", "onebit"}) {
+    const std::string err = run(algo);
+    const std::string want = std::string("compcoll WARN [rank 0] COMPCOLL_ALGO=") + algo +
+                             " compressed none of this communicator's 4 allreduce calls: 3 ran "
+                             "dense in the warm-up (COMPCOLL_WARMUP_STEPS=5";
+    const size_t at = err.find(want);
+    EXPECT_NE(at, std::string::npos) << err;
+    EXPECT_EQ(err.find("compressed none", at + want.size()), std::string::npos) << err;  // once
+    EXPECT_NE(err.find("1 took the dense route (under COMPCOLL_MIN_ELEMS=16384"),
+              std::string::npos)
+        << err;
+  }
+  EXPECT_EQ(run("dgc").find("compressed none"), std::string::npos);
 }
 
 TEST(Communicator, MismatchedConfigurationFailsEveryRankAtCreation) {

@@ -17,7 +17,7 @@ def test_ddp_accuracy_matches_dense(tmp_path):
     training. Default densities; the example's optimiser is plain SGD."""
     out = tmp_path / "digits.json"
     png = tmp_path / "digits.png"
-    r = run_single([sys.executable, os.path.join(EXAMPLES, "ddp_digits.py"), "--ranks", "4",
+    r = run_single([sys.executable, os.path.join(EXAMPLES, "ddp_digits.py"), "--ranks", "4", "--steps", "400",
                     "--algos", ",".join(["dense"] + ALGOS), "--json", str(out), "--plot", str(png)],
                    timeout=600)
     print(r.stdout)

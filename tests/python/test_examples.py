@@ -82,6 +82,35 @@ def test_digits_comparison_writes_the_users_stats_per_algorithm(tmp_path):
     assert results["dgc"]["ratio"] > 50 and abs(results["dense"]["ratio"] - 1.0) < 0.05, results
 
 
+def test_a_job_that_ends_in_the_warm_up_is_told_so(tmp_path):
+    """csc through a 20-step job with a 50-call warm-up (the default 500
+    would do the same to a short job): every gradient allreduce ran dense.
+    The stats count them, the example says so next to the ratio, and rank 0
+    warns once at the end, naming COMPCOLL_WARMUP_STEPS: compression asked
+    for and not delivered is never silent."""
+    stats = str(tmp_path / "s-{rank}.json")
+    env = {"COMPCOLL_ALGO": "csc", "COMPCOLL_WARMUP_STEPS": "50", "COMPCOLL_STATS_FILE": stats}
+    r = run_single([sys.executable, DIGITS, "--ranks", "2", "--steps", "20", "--plot", ""],
+                   env=env, timeout=300)
+    for st in read_stats(stats, 2):
+        assert st["compressed_calls"] == 0 and st["warmup_dense_calls"] == 20, st
+    assert "compressed calls 0/21 (20 dense in the warm-up)" in r.stdout, r.describe()
+    assert "first 20 of 20 steps are the warm-up (COMPCOLL_WARMUP_STEPS=50)" in r.stdout, r.describe()
+    warns = re.findall(r"compcoll WARN \[rank (\d+)\] COMPCOLL_ALGO=csc compressed none of this "
+                       r"communicator's 21 allreduce calls: 20 ran dense in the warm-up "
+                       r"\(COMPCOLL_WARMUP_STEPS=50", r.stderr)
+    assert warns == ["0"], r.describe()
+    # Past the warm-up: compressed calls, and no warning.
+    env["COMPCOLL_WARMUP_STEPS"] = "5"
+    r = run_single([sys.executable, DIGITS, "--ranks", "2", "--steps", "20", "--plot", ""],
+                   env=env, timeout=300)
+    for st in read_stats(stats, 2):
+        # 6 = 1 + 5: DDP rebuilds its bucket after the first step, and the
+        # new buffer's state (and warm-up) starts over.
+        assert st["compressed_calls"] == 14 and st["warmup_dense_calls"] == 6, st
+    assert "compressed none" not in r.stderr, r.describe()
+
+
 def torchrun(script_args, env, timeout=300):
     # `python -m torch.distributed.run` is torchrun, run by this interpreter
     # (the one compcoll is installed in), whatever `torchrun` PATH has.

@@ -14,12 +14,14 @@ namespace {
 // The sums of several lanes (or groups).
 struct Sums {
   uint64_t calls = 0, compressed = 0, dense = 0, wire = 0, state = 0, direct = 0;
+  uint64_t warmup_dense = 0;
   double ms = 0.0;
   double last_density = 0.0;
   void add(const LaneStats& x) {
     calls += x.calls;
     direct += x.direct;
     compressed += x.compressed;
+    warmup_dense += x.warmup_dense;
     dense += x.dense;
     wire += x.wire;
     state += x.state;
@@ -30,6 +32,7 @@ struct Sums {
 
 void write_sums(std::ostringstream& os, const Sums& x) {
   os << "\"calls\": " << x.calls << ", \"compressed_calls\": " << x.compressed
+     << ", \"warmup_dense_calls\": " << x.warmup_dense
      << ", \"dense_bytes\": " << x.dense << ", \"wire_bytes\": " << x.wire
      << ", \"ratio\": " << (x.wire ? double(x.dense) / double(x.wire) : 0.0)
      << ", \"time_ms\": " << x.ms << ", \"state_bytes\": " << x.state
@@ -78,6 +81,7 @@ bool read_lane_stats(const Lane& lane, LaneStats* out) {
     const Stats& s = c->stats();
     x.calls = s.calls();
     x.compressed = s.compressed_calls();
+    x.warmup_dense = s.warmup_dense_calls();
     x.dense = s.dense_bytes();
     x.wire = s.wire_bytes();
     x.ms = s.total_ms();

@@ -32,6 +32,7 @@ struct LaneStats {
   std::string name;
   uint64_t calls = 0, compressed = 0, dense = 0, wire = 0, state = 0, direct = 0;
   double ms = 0.0;
+  uint64_t warmup_dense = 0;  // Stats::warmup_dense_calls: run dense in the warm-up
   double last_density = 0.0;  // Stats::last_density: what the warm-up decided last
 };
 

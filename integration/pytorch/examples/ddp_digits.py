@@ -166,7 +166,8 @@ def collect(run, args):
     with open(os.path.join(run.run_dir, "result.json")) as f:
         result = json.load(f)
     result.update(algo=run.algo, stats_files=[], wire_bytes_per_rank=None,
-                  dense_bytes_per_rank=None, ratio=None, compressed_calls=None, calls=None)
+                  dense_bytes_per_rank=None, ratio=None, compressed_calls=None, calls=None,
+                  warmup_dense_calls=None)
     paths = [run.stats_file.replace("{rank}", str(r)) for r in range(args.ranks)]
     if not all(os.path.exists(p) for p in paths):
         # Plain Gloo (COMPCOLL_ALGO=dense in your environment): compcoll was
@@ -180,7 +181,8 @@ def collect(run, args):
     dense = sum(s["dense_bytes"] for s in stats) / len(stats)
     result.update(stats_files=paths, wire_bytes_per_rank=wire, dense_bytes_per_rank=dense,
                   ratio=dense / wire if wire else 0.0,
-                  compressed_calls=stats[0]["compressed_calls"], calls=stats[0]["calls"])
+                  compressed_calls=stats[0]["compressed_calls"], calls=stats[0]["calls"],
+                  warmup_dense_calls=stats[0].get("warmup_dense_calls", 0))
     return result
 
 
@@ -191,7 +193,23 @@ def describe(r):
         return head + "wire not counted (plain Gloo: compcoll not active)" + tail
     return (head + f"wire {r['wire_bytes_per_rank'] / 1e6:9.3f} MB/rank  "
             f"dense {r['dense_bytes_per_rank'] / 1e6:8.3f} MB/rank  ratio {r['ratio']:8.1f}x  "
-            f"compressed calls {r['compressed_calls']}/{r['calls']}" + tail)
+            f"compressed calls {r['compressed_calls']}/{r['calls']}"
+            + (f" ({r['warmup_dense_calls']} dense in the warm-up)" if r["warmup_dense_calls"] else "")
+            + tail)
+
+
+def warmup_note(args):
+    """What the ratios above include: the warm-up's calls (a tensor's first
+    COMPCOLL_WARMUP_STEPS), said once, with the setting's value."""
+    from compcoll import _C
+
+    default = next(v[1] for v in _C.config_variables() if v[0] == "COMPCOLL_WARMUP_STEPS")
+    steps = int(os.environ.get("COMPCOLL_WARMUP_STEPS", default))
+    if steps == 0:
+        return "no warm-up (COMPCOLL_WARMUP_STEPS=0): the ratios are the steady state's"
+    return (f"ratios are over the whole run: its first {min(steps, args.steps)} of {args.steps} steps "
+            f"are the warm-up (COMPCOLL_WARMUP_STEPS={steps}), in which dgc, sdagc and sbc send more "
+            f"and csc and onebit run dense; the steady state compresses more (README, Measured)")
 
 
 def plot(results, path, args):
@@ -221,7 +239,9 @@ def main(argv=None):
     p.add_argument("--algos", default="",
                    help=f"algorithms to compare (default {','.join(ALGOS)}; not with COMPCOLL_ALGO set)")
     p.add_argument("--ranks", type=int, default=4)
-    p.add_argument("--steps", type=int, default=400)
+    # Past the default warm-up (COMPCOLL_WARMUP_STEPS=500), so every
+    # algorithm's steady state shows in the ratio.
+    p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--batch", type=int, default=16, help="per rank")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--lr", type=float, default=0.2)
@@ -252,6 +272,8 @@ def main(argv=None):
         results = [collect(run, args) for run in runs]
     for r in results:
         print(describe(r), flush=True)
+    if any(r["ratio"] is not None for r in results):
+        print(warmup_note(args))
     if args.plot:
         plot(results, args.plot, args)
         print(f"loss curves: {args.plot}")
