@@ -334,11 +334,18 @@ void Communicator::warn_if_nothing_compressed() const {
   // A short job can end before any tensor leaves the warm-up (csc and onebit
   // run it dense), or send only tensors too small to compress: the user asked
   // for compression and got none, which must not pass silently. Rank 0 says
-  // it for all (the ranks agree on the configuration).
+  // it for all (the ranks agree on the configuration), once per process and
+  // algorithm (a script's several groups end alike).
   const uint64_t calls = stats_.calls();
   if (cfg_.algo == "dense" || calls == 0 || stats_.compressed_calls() != 0 ||
       comm_->rank() != 0) {
     return;
+  }
+  static std::mutex said_mu;
+  static std::set<std::string>* said = new std::set<std::string>;  // outlives exit hooks
+  {
+    std::lock_guard<std::mutex> lock(said_mu);
+    if (!said->insert(cfg_.algo).second) return;
   }
   const uint64_t warmup = stats_.warmup_dense_calls();
   std::string why;
@@ -400,6 +407,8 @@ void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, 
     log_.info(skey_text, " ", count, " x ", dtype_name(dtype), " ", reduce_op_name(op), ": ",
               route.compressed ? cfg_.algo : "dense", " (", route.reason, ")");
   }
+  // Before the call counts it: is this tensor still in its warm-up?
+  const bool in_warmup = state != nullptr && state->steps < uint64_t(cfg_.params.warmup_steps);
   const uint64_t before = comm_->bytes_sent();
   CallInfo info;
   try {
@@ -430,6 +439,7 @@ void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, 
   CallRecord rec;
   rec.compressed = route.compressed && decision.rfind("dense", 0) != 0;
   rec.warmup_dense = route.compressed && is_warmup_decision(decision);
+  rec.in_warmup = in_warmup;
   dense_route_calls_ += !route.compressed;
   rec.elements = count;
   rec.selected = info.selected;

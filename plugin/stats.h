@@ -18,6 +18,7 @@ struct CallRecord {
   uint64_t selected = 0;     // this rank contributed (CallInfo::selected): dgc, sdagc and sbc
                              // send density x elements, the warm-up's density included
   bool warmup_dense = false;  // ran dense: the tensor was in its warm-up (csc, onebit)
+  bool in_warmup = false;     // the tensor was in its warm-up, whatever the algorithm sent
 };
 
 class Stats {
@@ -31,11 +32,21 @@ class Stats {
   uint64_t wire_bytes() const { return wire_bytes_; }
   double total_ms() const { return total_ms_; }
   double ratio() const { return wire_bytes_ ? double(dense_bytes_) / double(wire_bytes_) : 0.0; }
+  // The same over the calls made after their tensor's warm-up (dense routes
+  // included): what compression sends once it is in its steady state, the
+  // figure the benchmark's tables show. 0 before any such call.
+  uint64_t steady_calls() const { return steady_calls_; }
+  uint64_t steady_dense_bytes() const { return steady_dense_bytes_; }
+  uint64_t steady_wire_bytes() const { return steady_wire_bytes_; }
+  double steady_ratio() const {
+    return steady_wire_bytes_ ? double(steady_dense_bytes_) / double(steady_wire_bytes_) : 0.0;
+  }
   const CallRecord& last() const { return last_; }
   double last_density() const { return last_density_; }
 
   // {"rank":..,"algo":..,"calls":..,"compressed_calls":..,
-  //  "warmup_dense_calls":..,"dense_bytes":..,"wire_bytes":..,"ratio":..,"time_ms":..,"state_bytes":..,"world_size":..,
+  //  "warmup_dense_calls":..,"steady_calls":..,"steady_ratio":..,
+  //  "dense_bytes":..,"wire_bytes":..,"ratio":..,"time_ms":..,"state_bytes":..,"world_size":..,
   //  "last_density":..} -- last_density: selected / elements of the last
   //  compressed call (what the warm-up decided; 1 for onebit, which sends a
   //  sign per element), or 0 before any.
@@ -46,6 +57,9 @@ class Stats {
   uint64_t calls_ = 0;
   uint64_t compressed_calls_ = 0;
   uint64_t warmup_dense_calls_ = 0;
+  uint64_t steady_calls_ = 0;
+  uint64_t steady_dense_bytes_ = 0;
+  uint64_t steady_wire_bytes_ = 0;
   uint64_t dense_bytes_ = 0;
   uint64_t wire_bytes_ = 0;
   double total_ms_ = 0.0;

@@ -111,6 +111,7 @@ TEST(Communicator, SaysOnceAtTheEndWhenNothingWasCompressedAndWhy) {
       cc.allreduce(small.data(), small.size(), DType::kFloat32, ReduceOp::kSum);
       EXPECT_EQ(cc.stats().warmup_dense_calls(), dense_warmup ? 3u : 0u);
       EXPECT_EQ(cc.stats().compressed_calls(), dense_warmup ? 0u : 3u);
+      EXPECT_EQ(cc.stats().steady_calls(), 1u);  // the small tensor: no warm-up on a dense route
       cc.finish();
     });
     return ::testing::internal::GetCapturedStderr();

@@ -197,9 +197,26 @@ TEST(CommunicatorWarning, UnknownNamesAreWarnedOncePerProcess) {
             1u)
       << o.err;
 
-  const Output clean = run({kTwoComms, clean_dir.path()}, {"COMPCOLL_ALGO=dgc"});
+  // (COMPCOLL_MIN_ELEMS=1: the app's 4 floats are compressed, so no WARN
+  // that nothing was.)
+  const Output clean =
+      run({kTwoComms, clean_dir.path()}, {"COMPCOLL_ALGO=dgc", "COMPCOLL_MIN_ELEMS=1"});
   ASSERT_EQ(clean.code, 0) << clean.err;
   EXPECT_EQ(occurrences(clean.err, "WARN"), 0u) << clean.err;
+}
+
+// Two communicators of one process whose calls were all too small to
+// compress: one WARN for the process, naming the reason, not one each.
+TEST(CommunicatorWarning, NothingCompressedIsWarnedOncePerProcess) {
+  TempDir dir;
+  const Output o = run({kTwoComms, dir.path()}, {"COMPCOLL_ALGO=dgc"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(occurrences(o.err, "compcoll WARN"), 1u) << o.err;
+  EXPECT_EQ(occurrences(o.err, "COMPCOLL_ALGO=dgc compressed none of this communicator's 1 "
+                               "allreduce calls: 1 took the dense route (under "
+                               "COMPCOLL_MIN_ELEMS=16384 elements"),
+            1u)
+      << o.err;
 }
 
 }  // namespace

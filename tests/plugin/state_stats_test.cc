@@ -65,6 +65,29 @@ TEST(Stats, AccumulatesAndWritesJsonWithTheRankInThePath) {
   std::remove(path.c_str());
 }
 
+// The steady ratio leaves out the calls made while their tensor warmed up:
+// a short job's whole-run ratio is mostly warm-up, its steady one is what
+// the algorithm sends afterwards. Both are in the JSON and the summary.
+TEST(Stats, SteadyRatioCountsOnlyTheCallsAfterTheWarmUp) {
+  Stats s;
+  CallRecord warm{true, 4000, 1000, 1.0};
+  warm.in_warmup = true;
+  s.record(warm);
+  s.record(warm);
+  EXPECT_EQ(s.steady_calls(), 0u);
+  EXPECT_EQ(s.steady_ratio(), 0.0);
+  EXPECT_EQ(s.summary("dgc").find("after the warm-up"), std::string::npos);
+  s.record({true, 4000, 40, 1.0});
+  s.record({false, 100, 100, 1.0});  // a dense route after it: part of the steady state
+  EXPECT_EQ(s.steady_calls(), 2u);
+  EXPECT_DOUBLE_EQ(s.steady_ratio(), 4100.0 / 140.0);
+  EXPECT_DOUBLE_EQ(s.ratio(), 12100.0 / 2140.0);
+  const std::string json = s.json(0, 4, "dgc", 0);
+  EXPECT_NE(json.find("\"steady_calls\": 2, \"steady_ratio\": 29.2857"), std::string::npos) << json;
+  EXPECT_NE(s.summary("dgc").find("ratio 5.7x (29.3x after the warm-up)"), std::string::npos)
+      << s.summary("dgc");
+}
+
 // last_density shows what the warm-up decided: the share of its elements the
 // last compressed call sent (dense calls and onebit's dense warm-up, which
 // are not compressed calls, leave it alone).

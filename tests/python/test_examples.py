@@ -108,6 +108,8 @@ def test_a_job_that_ends_in_the_warm_up_is_told_so(tmp_path):
         # 6 = 1 + 5: DDP rebuilds its bucket after the first step, and the
         # new buffer's state (and warm-up) starts over.
         assert st["compressed_calls"] == 14 and st["warmup_dense_calls"] == 6, st
+        # The steady ratio leaves the warm-up's dense calls out.
+        assert st["steady_calls"] == 15 and st["steady_ratio"] > 2 * st["ratio"], st
     assert "compressed none" not in r.stderr, r.describe()
 
 

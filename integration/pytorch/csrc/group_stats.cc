@@ -15,6 +15,7 @@ namespace {
 struct Sums {
   uint64_t calls = 0, compressed = 0, dense = 0, wire = 0, state = 0, direct = 0;
   uint64_t warmup_dense = 0;
+  uint64_t steady_calls = 0, steady_dense = 0, steady_wire = 0;
   double ms = 0.0;
   double last_density = 0.0;
   void add(const LaneStats& x) {
@@ -22,6 +23,9 @@ struct Sums {
     direct += x.direct;
     compressed += x.compressed;
     warmup_dense += x.warmup_dense;
+    steady_calls += x.steady_calls;
+    steady_dense += x.steady_dense;
+    steady_wire += x.steady_wire;
     dense += x.dense;
     wire += x.wire;
     state += x.state;
@@ -32,7 +36,9 @@ struct Sums {
 
 void write_sums(std::ostringstream& os, const Sums& x) {
   os << "\"calls\": " << x.calls << ", \"compressed_calls\": " << x.compressed
-     << ", \"warmup_dense_calls\": " << x.warmup_dense
+     << ", \"warmup_dense_calls\": " << x.warmup_dense << ", \"steady_calls\": " << x.steady_calls
+     << ", \"steady_ratio\": "
+     << (x.steady_wire ? double(x.steady_dense) / double(x.steady_wire) : 0.0)
      << ", \"dense_bytes\": " << x.dense << ", \"wire_bytes\": " << x.wire
      << ", \"ratio\": " << (x.wire ? double(x.dense) / double(x.wire) : 0.0)
      << ", \"time_ms\": " << x.ms << ", \"state_bytes\": " << x.state
@@ -82,6 +88,9 @@ bool read_lane_stats(const Lane& lane, LaneStats* out) {
     x.calls = s.calls();
     x.compressed = s.compressed_calls();
     x.warmup_dense = s.warmup_dense_calls();
+    x.steady_calls = s.steady_calls();
+    x.steady_dense = s.steady_dense_bytes();
+    x.steady_wire = s.steady_wire_bytes();
     x.dense = s.dense_bytes();
     x.wire = s.wire_bytes();
     x.ms = s.total_ms();
@@ -93,6 +102,9 @@ bool read_lane_stats(const Lane& lane, LaneStats* out) {
   x.calls += x.direct;
   x.dense += lane.direct_bytes();
   x.wire += lane.direct_bytes();
+  x.steady_calls += x.direct;  // never warm up: dense, past compcoll
+  x.steady_dense += lane.direct_bytes();
+  x.steady_wire += lane.direct_bytes();
   *out = x;
   return true;
 }

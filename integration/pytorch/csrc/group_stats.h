@@ -33,6 +33,8 @@ struct LaneStats {
   uint64_t calls = 0, compressed = 0, dense = 0, wire = 0, state = 0, direct = 0;
   double ms = 0.0;
   uint64_t warmup_dense = 0;  // Stats::warmup_dense_calls: run dense in the warm-up
+  // Stats::steady_*: the calls after their tensor's warm-up, and their bytes
+  uint64_t steady_calls = 0, steady_dense = 0, steady_wire = 0;
   double last_density = 0.0;  // Stats::last_density: what the warm-up decided last
 };
 

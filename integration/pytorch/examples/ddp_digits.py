@@ -167,7 +167,7 @@ def collect(run, args):
         result = json.load(f)
     result.update(algo=run.algo, stats_files=[], wire_bytes_per_rank=None,
                   dense_bytes_per_rank=None, ratio=None, compressed_calls=None, calls=None,
-                  warmup_dense_calls=None)
+                  warmup_dense_calls=None, steady_ratio=None)
     paths = [run.stats_file.replace("{rank}", str(r)) for r in range(args.ranks)]
     if not all(os.path.exists(p) for p in paths):
         # Plain Gloo (COMPCOLL_ALGO=dense in your environment): compcoll was
@@ -182,7 +182,9 @@ def collect(run, args):
     result.update(stats_files=paths, wire_bytes_per_rank=wire, dense_bytes_per_rank=dense,
                   ratio=dense / wire if wire else 0.0,
                   compressed_calls=stats[0]["compressed_calls"], calls=stats[0]["calls"],
-                  warmup_dense_calls=stats[0].get("warmup_dense_calls", 0))
+                  warmup_dense_calls=stats[0].get("warmup_dense_calls", 0),
+                  # The calls after their tensor's warm-up (0: none yet).
+                  steady_ratio=sum(s.get("steady_ratio", 0.0) for s in stats) / len(stats))
     return result
 
 
@@ -193,9 +195,14 @@ def describe(r):
         return head + "wire not counted (plain Gloo: compcoll not active)" + tail
     return (head + f"wire {r['wire_bytes_per_rank'] / 1e6:9.3f} MB/rank  "
             f"dense {r['dense_bytes_per_rank'] / 1e6:8.3f} MB/rank  ratio {r['ratio']:8.1f}x  "
+            f"after the warm-up {steady_text(r)}  "
             f"compressed calls {r['compressed_calls']}/{r['calls']}"
             + (f" ({r['warmup_dense_calls']} dense in the warm-up)" if r["warmup_dense_calls"] else "")
             + tail)
+
+
+def steady_text(r):
+    return f"{r['steady_ratio']:8.1f}x" if r["steady_ratio"] else "    none"
 
 
 def warmup_note(args):
@@ -207,9 +214,9 @@ def warmup_note(args):
     steps = int(os.environ.get("COMPCOLL_WARMUP_STEPS", default))
     if steps == 0:
         return "no warm-up (COMPCOLL_WARMUP_STEPS=0): the ratios are the steady state's"
-    return (f"ratios are over the whole run: its first {min(steps, args.steps)} of {args.steps} steps "
-            f"are the warm-up (COMPCOLL_WARMUP_STEPS={steps}), in which dgc, sdagc and sbc send more "
-            f"and csc and onebit run dense; the steady state compresses more (README, Measured)")
+    return (f"'ratio' is over the whole run, 'after the warm-up' over the calls after it: the first "
+            f"{min(steps, args.steps)} of {args.steps} steps are the warm-up (COMPCOLL_WARMUP_STEPS="
+            f"{steps}), in which dgc, sdagc and sbc send more and csc and onebit run dense")
 
 
 def plot(results, path, args):
