@@ -130,6 +130,10 @@ void CommEntry::publish() {
   if (!communicator_) return;
   const Stats& s = communicator_->stats();
   snap_.compressed_calls = s.compressed_calls();
+  snap_.warmup_dense_calls = s.warmup_dense_calls();
+  snap_.steady_calls = s.steady_calls();
+  snap_.steady_dense_bytes = s.steady_dense_bytes();
+  snap_.steady_wire_bytes = s.steady_wire_bytes();
   // Calls the Communicator routed itself (none here: the interposer forwards
   // everything it does not compress) count as its calls.
   snap_.calls = s.calls();
@@ -158,6 +162,10 @@ CommSnapshot CommEntry::snapshot(bool refresh) {
   s.calls += forwarded_.calls();
   s.dense_bytes += forwarded_.dense_bytes();
   s.wire_bytes += forwarded_.wire_bytes();
+  // Forwarded calls have no warm-up: part of the steady state.
+  s.steady_calls += forwarded_.calls();
+  s.steady_dense_bytes += forwarded_.dense_bytes();
+  s.steady_wire_bytes += forwarded_.wire_bytes();
   return s;
 }
 

@@ -39,6 +39,9 @@ struct CommSnapshot {
   uint64_t calls = 0;
   uint64_t compressed_calls = 0;
   uint64_t forwarded_calls = 0;
+  uint64_t warmup_dense_calls = 0;  // Stats::warmup_dense_calls
+  // Stats::steady_*: the calls after their tensor's warm-up, and their bytes
+  uint64_t steady_calls = 0, steady_dense_bytes = 0, steady_wire_bytes = 0;
   uint64_t dense_bytes = 0;
   uint64_t wire_bytes = 0;
   double ms = 0.0;

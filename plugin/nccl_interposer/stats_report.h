@@ -3,7 +3,8 @@
 // from), so one file per rank in the usual one-process-per-GPU job:
 //
 //   {"rank": 0, "world_size": 4, "algo": "dgc", "calls": .., "compressed_calls": ..,
-//    "forwarded_calls": .., "dense_bytes": .., "wire_bytes": .., "ratio": ..,
+//    "forwarded_calls": .., "warmup_dense_calls": .., "steady_calls": ..,
+//    "steady_ratio": .., "dense_bytes": .., "wire_bytes": .., "ratio": ..,
 //    "time_ms": .., "state_bytes": .., "communicators": [
 //      {"id": 0, "parent": -1, "rank": 0, "size": 4, "calls": .., ...,
 //       "state_entries": .., "state_bytes": .., "destroyed": true}, ...]}

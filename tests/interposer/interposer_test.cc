@@ -137,6 +137,8 @@ TEST_F(Interposer, CompressesEligibleCallsAndForwardsTheRestUntouched) {
     EXPECT_EQ(json_int(stats, "compressed_calls"), 5) << stats;
     EXPECT_EQ(json_int(stats, "forwarded_calls"), 5) << stats;
     EXPECT_EQ(json_int(stats, "calls"), 10) << stats;
+    EXPECT_EQ(json_int(stats, "steady_calls"), 10) << stats;  // COMPCOLL_WARMUP_STEPS=0 here
+    EXPECT_EQ(json_int(stats, "warmup_dense_calls"), 0) << stats;
     EXPECT_NE(stats.find("\"algo\": \"dgc\""), std::string::npos) << stats;
     EXPECT_GT(json_int(stats, "dense_bytes"), json_int(stats, "wire_bytes")) << stats;
   }
