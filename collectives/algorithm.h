@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "collectives/comm.h"
 #include "compression/codec.h"
@@ -77,6 +78,11 @@ struct CostShape {
 struct CallInfo {
   size_t payload_bytes = 0;  // this rank's compressed contribution
   size_t selected = 0;       // elements this rank contributed
+  // Filled by allreduce_listing_support() where the algorithm knows it
+  // without a pass over the result: every index in [0, n) where the result
+  // can be nonzero (by bits), possibly repeated, in no particular order.
+  bool support_known = false;
+  std::vector<uint32_t> support{};
 };
 
 class Algorithm {
@@ -90,6 +96,16 @@ class Algorithm {
   // every rank calls it with the same n.
   virtual CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
                              CodecState& state) const = 0;
+
+  // allreduce(), and where the algorithm knows cheaply where its result can
+  // be nonzero (the sparse allgather pattern: its payloads' indices), lists
+  // that in the CallInfo's support. The host hierarchy's leaders call this to
+  // share a sparse result without scanning the tensor for it. Default: lists
+  // nothing (support_known stays false).
+  virtual CallInfo allreduce_listing_support(Comm& comm, float* buf, size_t n, bool average,
+                                             CodecState& state) const {
+    return allreduce(comm, buf, n, average, state);
+  }
 
   // Communication of an n-element call on world_size ranks.
   virtual CostShape cost_shape(size_t n, int world_size) const = 0;

@@ -173,6 +173,16 @@ double AutoAllreduce::predict_compressed(size_t n, int world_size) const {
 
 CallInfo AutoAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool average,
                                   CodecState& state) const {
+  return run(comm, buf, n, average, state, false);
+}
+
+CallInfo AutoAllreduce::allreduce_listing_support(Comm& comm, float* buf, size_t n, bool average,
+                                                  CodecState& state) const {
+  return run(comm, buf, n, average, state, true);
+}
+
+CallInfo AutoAllreduce::run(Comm& comm, float* buf, size_t n, bool average, CodecState& state,
+                            bool list_support) const {
   CC_CHECK(attached_, kInternal, "auto used before attach() measured the link");
   if (per_element_ < 0.0) calibrate(comm, n);
   const double td = predict_dense(n, comm.size());
@@ -203,8 +213,14 @@ CallInfo AutoAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool average
   last_decision_ = text;
 
   const auto t0 = Clock::now();
-  const CallInfo info = last_compressed_ ? compressed_->allreduce(comm, buf, n, average, state)
-                                         : run_dense(comm, buf, n, average, state);
+  CallInfo info;
+  if (!last_compressed_) {
+    info = run_dense(comm, buf, n, average, state);
+  } else if (list_support) {
+    info = compressed_->allreduce_listing_support(comm, buf, n, average, state);
+  } else {
+    info = compressed_->allreduce(comm, buf, n, average, state);
+  }
   if (timed) {
     double t = seconds_since(t0);
     comm.allreduce(&t, 1, DType::kFloat64, ReduceOp::kMax);  // the same number everywhere

@@ -80,6 +80,9 @@ class AutoAllreduce final : public Algorithm {
   std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
   CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
                      CodecState& state) const override;
+  // The compressed algorithm's support when it runs; none for dense.
+  CallInfo allreduce_listing_support(Comm& comm, float* buf, size_t n, bool average,
+                                     CodecState& state) const override;
   CostShape cost_shape(size_t n, int world_size) const override;
   void attach(Comm& comm) override;
   std::string last_decision() const override { return last_decision_; }
@@ -91,6 +94,8 @@ class AutoAllreduce final : public Algorithm {
   const Algorithm& compressed() const { return *compressed_; }
 
  private:
+  CallInfo run(Comm& comm, float* buf, size_t n, bool average, CodecState& state,
+               bool list_support) const;
   void calibrate(Comm& comm, size_t n) const;
   CallInfo run_dense(Comm& comm, float* buf, size_t n, bool average, CodecState& state) const;
 

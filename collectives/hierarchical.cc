@@ -70,10 +70,15 @@ CallInfo Hierarchy::allreduce(const Algorithm& algo, float* buf, size_t n, bool 
     if (local_) local_->reduce_to_leader(buf, n, timeout);
     leader_phase([&](Comm& leaders) {
       // SUM between hosts: the world size, not the number of hosts, divides.
-      info = algo.allreduce(leaders, buf, n, false, *state);
+      // Scaling keeps zero words zero, so the support stays true.
+      info = local_ ? algo.allreduce_listing_support(leaders, buf, n, false, *state)
+                    : algo.allreduce(leaders, buf, n, false, *state);
       if (average) scale_in_place(buf, n, world_.size());
     });
-    if (local_) local_->broadcast_from_leader(buf, n, timeout);
+    if (local_) {
+      local_->broadcast_from_leader(buf, n, timeout,
+                                    info.support_known ? &info.support : nullptr);
+    }
   } catch (const std::exception& e) {
     fail_now(e.what());
     throw;

@@ -62,8 +62,11 @@ class LocalGroup {
   // buf, added in local-rank order; the others' buf is left as it was. All
   // local ranks pass the same n (a different n is kMismatch).
   virtual void reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout) = 0;
-  // Every local rank's buf becomes the leader's buf.
-  virtual void broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout) = 0;
+  // Every local rank's buf becomes the leader's buf. support (the leader's;
+  // null where unknown) lists every index where the leader's buf can be
+  // nonzero, so that it need not be scanned for them (CallInfo::support).
+  virtual void broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout,
+                                     const std::vector<uint32_t>* support) = 0;
   // Marks the group failed, so that local peers waiting on this rank fail
   // now, naming it and `why`, instead of at their timeout. Never throws.
   virtual void abort(const std::string& why) noexcept = 0;

@@ -24,13 +24,24 @@ std::unique_ptr<CodecState> MomentumHandover::make_state(size_t n, int world_siz
 
 CallInfo MomentumHandover::allreduce(Comm& comm, float* buf, size_t n, bool average,
                                      CodecState& state) const {
+  return run(comm, buf, n, average, state, false);
+}
+
+CallInfo MomentumHandover::allreduce_listing_support(Comm& comm, float* buf, size_t n,
+                                                     bool average, CodecState& state) const {
+  return run(comm, buf, n, average, state, !hand_over_);
+}
+
+CallInfo MomentumHandover::run(Comm& comm, float* buf, size_t n, bool average,
+                               CodecState& state, bool list_support) const {
   // A state restored from a checkpoint written without the hand-over has no
   // mirror: start it at zero, as the optimizer's buffer of a fresh run.
   // Likewise a state made before the momentum was taken from the optimizer
   // has no velocity yet (the inner algorithm has a correction: momentum_ > 0).
   if (hand_over_ && state.handed.size() != n) state.handed.assign(n, 0.0f);
   if (state.u.size() != n) state.u.assign(n, 0.0f);
-  const CallInfo info = inner_->allreduce(comm, buf, n, average, state);
+  CallInfo info = list_support ? inner_->allreduce_listing_support(comm, buf, n, average, state)
+                               : inner_->allreduce(comm, buf, n, average, state);
   if (hand_over_) hand_over_momentum(buf, state.handed.data(), n, momentum_);
   return info;
 }

@@ -45,6 +45,10 @@ class MomentumHandover final : public Algorithm {
   std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
   CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
                      CodecState& state) const override;
+  // The hand-over rewrites every element (s_t - m*s_(t-1)): the inner's
+  // support is listed only where nothing is handed over (hand_over false).
+  CallInfo allreduce_listing_support(Comm& comm, float* buf, size_t n, bool average,
+                                     CodecState& state) const override;
   CostShape cost_shape(size_t n, int world_size) const override {
     return inner_->cost_shape(n, world_size);
   }
@@ -54,6 +58,9 @@ class MomentumHandover final : public Algorithm {
   std::string last_decision() const override { return inner_->last_decision(); }
 
  private:
+  CallInfo run(Comm& comm, float* buf, size_t n, bool average, CodecState& state,
+               bool list_support) const;
+
   std::unique_ptr<Algorithm> inner_;
   float momentum_;
   bool hand_over_;

@@ -14,21 +14,25 @@ void reject_peer_payload(const char* name, const Comm& comm, int peer, const std
 }
 
 CallInfo sparse_allgather(Comm& comm, const char* name, const SparseCodec& codec, float* buf,
-                          size_t n, bool average, CodecState& state) {
+                          size_t n, bool average, CodecState& state, bool list_support) {
   Bytes payload;
   const EncodeInfo info = codec.encode(buf, n, state, payload);
   const Gathered all = comm.allgatherv(payload, max_payload_bytes(n));
   CC_CHECK_EQ(all.parts(), comm.size(), kInternal, "allgatherv returned the wrong number of parts");
   std::fill(buf, buf + n, 0.0f);
+  CallInfo call{payload.size(), info.sent};
+  call.support_known = list_support;
   for (int r = 0; r < all.parts(); ++r) {
     try {
       decode_accumulate(all.part(r), buf, n);
+      // Validated by the decode above; a second pass over k entries, not n.
+      if (list_support) append_payload_indices(all.part(r), n, call.support);
     } catch (const Error& e) {
       reject_peer_payload(name, comm, r, e);
     }
   }
   if (average) scale_in_place(buf, n, comm.size());
-  return {payload.size(), info.sent};
+  return call;
 }
 
 }  // namespace compcoll

@@ -17,8 +17,10 @@
 namespace compcoll {
 
 // In-place allreduce of n float32 through codec (SUM, or AVG when average).
+// With list_support, the CallInfo lists the indices of every payload it
+// decoded (Algorithm::allreduce_listing_support).
 CallInfo sparse_allgather(Comm& comm, const char* name, const SparseCodec& codec, float* buf,
-                          size_t n, bool average, CodecState& state);
+                          size_t n, bool average, CodecState& state, bool list_support = false);
 
 // Rethrows a decoder's error as kMalformedPayload naming the algorithm, this
 // rank and the peer whose payload it was. Shared by both patterns.

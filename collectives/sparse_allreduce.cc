@@ -46,6 +46,16 @@ SparsePattern SparseAllreduce::pattern_for(size_t n, int world_size) const {
 
 CallInfo SparseAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool average,
                                     CodecState& state) const {
+  return run(comm, buf, n, average, state, false);
+}
+
+CallInfo SparseAllreduce::allreduce_listing_support(Comm& comm, float* buf, size_t n,
+                                                    bool average, CodecState& state) const {
+  return run(comm, buf, n, average, state, true);
+}
+
+CallInfo SparseAllreduce::run(Comm& comm, float* buf, size_t n, bool average, CodecState& state,
+                              bool list_support) const {
   const SparsePattern p = pattern_for(n, comm.size());
   if (pattern_ == SparsePattern::kAuto) {
     char text[160];
@@ -62,7 +72,7 @@ CallInfo SparseAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool avera
   if (p == SparsePattern::kScatter) {
     return sparse_scatter(comm, name_, *codec_, encoding_, buf, n, average, state);
   }
-  return sparse_allgather(comm, name_, *codec_, buf, n, average, state);
+  return sparse_allgather(comm, name_, *codec_, buf, n, average, state, list_support);
 }
 
 CostShape SparseAllreduce::cost_shape(size_t n, int world_size) const {

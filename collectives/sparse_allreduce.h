@@ -33,6 +33,10 @@ class SparseAllreduce final : public Algorithm {
   std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
   CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
                      CodecState& state) const override;
+  // Lists the support with the allgather pattern; the scatter pattern's
+  // result is left to the hierarchy's scan.
+  CallInfo allreduce_listing_support(Comm& comm, float* buf, size_t n, bool average,
+                                     CodecState& state) const override;
   CostShape cost_shape(size_t n, int world_size) const override;
   void attach(Comm& comm) override;
   void take_attachment(const Algorithm& before) override;
@@ -51,6 +55,9 @@ class SparseAllreduce final : public Algorithm {
   SparsePattern configured_pattern() const { return pattern_; }
 
  private:
+  CallInfo run(Comm& comm, float* buf, size_t n, bool average, CodecState& state,
+               bool list_support) const;
+
   const char* name_;
   std::unique_ptr<SparseCodec> codec_;
   double density_;

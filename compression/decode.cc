@@ -21,6 +21,26 @@ void decode_accumulate(std::span<const uint8_t> payload, float* out, uint64_t n)
   }
 }
 
+void append_payload_indices(std::span<const uint8_t> payload, uint64_t n,
+                            std::vector<uint32_t>& out) {
+  switch (peek_format(payload)) {
+    case PayloadFormat::kSparse: {
+      const SparseEntries e = decode_sparse(payload, n);
+      out.insert(out.end(), e.idx.begin(), e.idx.end());
+      return;
+    }
+    case PayloadFormat::kSbc: {
+      const SbcEntries e = decode_sbc(payload, n);
+      out.insert(out.end(), e.idx.begin(), e.idx.end());
+      for (const NonFinite& x : e.non_finite) out.push_back(x.idx);
+      return;
+    }
+    default:
+      CC_THROW(kMalformedPayload, "payload format ", int(payload[3]),
+               " has no list of indices");
+  }
+}
+
 size_t max_payload_bytes(uint64_t n) {
   // Beyond this the per-element arithmetic below could overflow; no tensor
   // compcoll compresses comes near (indices are u32).

@@ -4,12 +4,19 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace compcoll {
 
 // out[0..n) += the dense contribution of a sparse (dgc, sdagc) or sbc
 // payload. Throws kMalformedPayload (leaving out untouched) on bad input.
 void decode_accumulate(std::span<const uint8_t> payload, float* out, uint64_t n);
+
+// Appends to out every index that decode_accumulate() of the same payload
+// writes (a sparse payload's indices; an sbc payload's positions and its
+// non-finite entries). Throws kMalformedPayload on bad input.
+void append_payload_indices(std::span<const uint8_t> payload, uint64_t n,
+                            std::vector<uint32_t>& out);
 
 // The largest payload any compcoll encoder produces for a tensor (or a
 // onebit shard) of n elements, whatever its configuration and input: the

@@ -39,6 +39,22 @@ size_t pack_nonzeros(const float* src, size_t len, uint32_t* out, size_t cap) {
   return count;
 }
 
+size_t pack_listed(const float* src, size_t off, size_t len, std::span<const uint32_t> listed,
+                   uint32_t* out, size_t cap) {
+  size_t count = 0;
+  for (const uint32_t i : listed) {
+    if (i < off || i - off >= len) continue;
+    uint32_t w;
+    std::memcpy(&w, src + i, sizeof w);
+    if (w == 0) continue;  // e.g. two hosts' values that cancelled exactly
+    if (count == cap) return kNotSparse;
+    out[2 * count] = static_cast<uint32_t>(i - off);
+    out[2 * count + 1] = w;
+    ++count;
+  }
+  return count;
+}
+
 void unpack_nonzeros(const uint32_t* pairs, size_t count, float* dst, size_t len) {
   std::memset(dst, 0, len * sizeof(float));
   for (size_t e = 0; e < count; ++e) {

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace compcoll {
 
@@ -26,6 +27,15 @@ namespace compcoll {
 // Indices are uint32: len must be < 2^32 (a shared-memory round is).
 inline constexpr size_t kNotSparse = ~size_t{0};
 size_t pack_nonzeros(const float* src, size_t len, uint32_t* out, size_t cap);
+
+// As pack_nonzeros for the round src[off, off + len), reading only the words
+// that `listed` names (indices into src; those outside the round are
+// skipped, repeats give repeated pairs): the caller vouches that every other
+// word of the round is zero (CallInfo::support), so the leader never scans
+// the tensor. Pairs are in the list's order; their indices are relative to
+// off.
+size_t pack_listed(const float* src, size_t off, size_t len, std::span<const uint32_t> listed,
+                   uint32_t* out, size_t cap);
 
 // dst[0, len) = 0 with the packed pairs' bits at their indices. The pairs
 // come from this host's leader through shared memory; an index outside

@@ -384,7 +384,8 @@ void ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds 
   }
 }
 
-void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout) {
+void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout,
+                                     const std::vector<uint32_t>* support) {
   check_usable();
   const auto deadline = Clock::now() + timeout;
   const int L = local_size();
@@ -401,8 +402,13 @@ void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::millisec
       uint64_t pairs = kDenseResult;
       if (len) {
         const size_t cap = len / kSparseResultDivisor;
-        const size_t packed = cap ? pack_nonzeros(buf + off, len, reinterpret_cast<uint32_t*>(r), cap)
-                                  : kNotSparse;
+        auto* pairs_out = reinterpret_cast<uint32_t*>(r);
+        size_t packed = kNotSparse;
+        if (cap && support) {
+          packed = pack_listed(buf, off, len, *support, pairs_out, cap);
+        } else if (cap) {
+          packed = pack_nonzeros(buf + off, len, pairs_out, cap);
+        }
         if (packed == kNotSparse) {
           std::memcpy(r, buf + off, len * sizeof(float));
         } else {

@@ -27,7 +27,9 @@
 //   algorithm's result: at most 1/8 of its words nonzero) goes as (index,
 //   bits) pairs and the readers zero their chunk and scatter: a memset and a
 //   read-only scan instead of two copies (nonzero_pack.h); anything denser
-//   is copied as is.
+//   is copied as is. Where the leader's algorithm listed its result's
+//   support (the sparse allgather pattern: CallInfo::support), the pairs
+//   come from that list and the leader does not scan the chunk at all.
 // Nothing from one call is still read when the next call writes: a rank
 // arrives in call c+1 only after it finished call c.
 //
@@ -88,7 +90,8 @@ class ShmGroup final : public LocalGroup {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return static_cast<int>(world_ranks_.size()); }
   void reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout) override;
-  void broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout) override;
+  void broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout,
+                             const std::vector<uint32_t>* support) override;
   void abort(const std::string& why) noexcept override;
 
   struct Header;  // the segment's layout (shm_group.cc)

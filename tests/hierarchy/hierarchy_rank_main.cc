@@ -117,8 +117,9 @@ class ArmedLocal final : public LocalGroup {
     if (armed) raise(SIGKILL);
     g_->reduce_to_leader(buf, n, t);
   }
-  void broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds t) override {
-    g_->broadcast_from_leader(buf, n, t);
+  void broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds t,
+                             const std::vector<uint32_t>* support) override {
+    g_->broadcast_from_leader(buf, n, t, support);
   }
   void abort(const std::string& why) noexcept override { g_->abort(why); }
 

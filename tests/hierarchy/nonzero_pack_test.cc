@@ -57,6 +57,34 @@ TEST(NonzeroPack, MoreNonzerosThanTheCapIsNotSparse) {
   EXPECT_EQ(pack_nonzeros(src.data(), 0, pairs.data(), 0), 0u);
 }
 
+// The leader's list of where its result can be nonzero, in any order, with
+// repeats, zero words and indices of other rounds among them.
+TEST(NonzeroPack, AListedSupportPacksTheSameBitsWithoutAScan) {
+  std::vector<float> src(37, 0.0f);
+  src[0] = 1.5f;
+  src[15] = -0.0f;
+  src[16] = std::numeric_limits<float>::quiet_NaN();
+  src[33] = -std::numeric_limits<float>::infinity();
+  src[36] = 1e-45f;
+  const std::vector<uint32_t> listed = {36, 0, 15, 5, 16, 33, 33, 40};  // 5 is zero, 40 outside
+  std::vector<uint32_t> pairs(2 * 8);
+  const size_t count = pack_listed(src.data(), 0, src.size(), listed, pairs.data(), 8);
+  ASSERT_EQ(count, 6u);  // 33 twice, 5 skipped (zero), 40 skipped (not in the round)
+  EXPECT_EQ(pairs[0], 36u);
+  std::vector<float> dst(37, 7.0f);
+  unpack_nonzeros(pairs.data(), count, dst.data(), dst.size());
+  expect_same_bits(src, dst);
+
+  // The round [16, 37): indices relative to it; 0 and 15 belong to another.
+  const size_t in_round = pack_listed(src.data(), 16, 21, listed, pairs.data(), 8);
+  ASSERT_EQ(in_round, 4u);
+  std::vector<float> tail(21, 7.0f);
+  unpack_nonzeros(pairs.data(), in_round, tail.data(), tail.size());
+  expect_same_bits(std::vector<float>(src.begin() + 16, src.end()), tail);
+
+  EXPECT_EQ(pack_listed(src.data(), 0, src.size(), listed, pairs.data(), 5), kNotSparse);
+}
+
 TEST(NonzeroPack, AnIndexOutsideTheRoundIsRefused) {
   const std::vector<uint32_t> pairs = {3, bits(1.0f), 10, bits(2.0f)};
   std::vector<float> dst(10);
@@ -73,9 +101,15 @@ TEST(NonzeroPack, AnIndexOutsideTheRoundIsRefused) {
 // Two local ranks as threads; rounds of 1000 floats. Per call the leader's
 // sum is made sparse (a few nonzeros, -0.0 and NaN among them), borderline
 // (exactly 1/8 nonzero: still sparse), just too dense, and fully dense; the
-// follower must get the leader's bits every time.
-TEST(NonzeroPack, TheSharedResultHasTheLeadersBitsSparseOrDense) {
-  const std::string name = "/compcoll-test-" + std::to_string(getpid()) + "-nzpack";
+// follower must get the leader's bits every time, whether the leader scans
+// its result or is given the list of where it can be nonzero (the
+// algorithm's CallInfo::support, with repeats: too long a list goes dense).
+class SharedResult : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SharedResult, HasTheLeadersBitsSparseOrDense) {
+  const bool listed = GetParam();
+  const std::string name =
+      "/compcoll-test-" + std::to_string(getpid()) + "-nzpack" + (listed ? "-listed" : "");
   const size_t chunk = 1000, n = 2500;  // rounds of 1000, 1000, 500
   auto make = [&](int l) {
     ShmGroupOptions o;
@@ -98,14 +132,20 @@ TEST(NonzeroPack, TheSharedResultHasTheLeadersBitsSparseOrDense) {
       std::normal_distribution<float> d;
       // Both ranks contribute at the same positions, so their sum is
       // nonzero exactly there (unless values cancel, which they do not).
-      for (size_t i = 0; i < n; i += every[c]) buf[i] = d(rng);
+      std::vector<uint32_t> support;
+      for (size_t i = 0; i < n; i += every[c]) {
+        buf[i] = d(rng);
+        support.insert(support.end(), 2, static_cast<uint32_t>(i));  // both ranks' entries
+      }
       if (c == 0) {
         buf[1] = -0.0f;  // -0 + -0 = -0: a sum whose only nonzero bit is the sign
         if (l == 0) buf[2] = std::numeric_limits<float>::quiet_NaN();
+        support.insert(support.end(), {2, 1});
       }
       g.reduce_to_leader(buf.data(), n, std::chrono::milliseconds(5000));
       if (l == 0) leader_out[c] = buf;
-      g.broadcast_from_leader(buf.data(), n, std::chrono::milliseconds(5000));
+      g.broadcast_from_leader(buf.data(), n, std::chrono::milliseconds(5000),
+                              listed ? &support : nullptr);
       (l == 0 ? leader_out : follower_out)[c] = buf;
     }
   };
@@ -119,6 +159,9 @@ TEST(NonzeroPack, TheSharedResultHasTheLeadersBitsSparseOrDense) {
   EXPECT_TRUE(std::isnan(follower_out[0][2]));
   EXPECT_TRUE(std::signbit(follower_out[0][1]));
 }
+
+INSTANTIATE_TEST_SUITE_P(ScannedOrListed, SharedResult, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Listed" : "Scanned"; });
 
 }  // namespace
 }  // namespace compcoll

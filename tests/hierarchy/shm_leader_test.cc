@@ -141,7 +141,7 @@ TEST(ShmGroup, ReducesAndBroadcastsOverSeveralRounds) {
       for (size_t i = 0; i < n; ++i) {
         ASSERT_EQ(buf[i], l == 0 ? float(3000 + 3 * int(i)) : float(l * 1000 + int(i)));
       }
-      g.broadcast_from_leader(buf.data(), n, milliseconds(5000));
+      g.broadcast_from_leader(buf.data(), n, milliseconds(5000), nullptr);
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(buf[i], float(3000 + 3 * int(i)));
     }
   });
@@ -168,7 +168,7 @@ TEST(ShmGroup, APeerThatNeverArrivesIsNamedWithinTheTimeout) {
       // The waiting follower's own limit is longer: the leader, waiting for
       // rank 12, must time out first and pass its reason on.
       g.reduce_to_leader(buf.data(), buf.size(), milliseconds(300));
-      g.broadcast_from_leader(buf.data(), buf.size(), milliseconds(l == 0 ? 300 : 5000));
+      g.broadcast_from_leader(buf.data(), buf.size(), milliseconds(l == 0 ? 300 : 5000), nullptr);
     } catch (...) {
       if (l == 0) done = true;
       throw;
@@ -208,7 +208,7 @@ TEST(ShmGroup, DifferentCountsAreAMismatchNamingThePeer) {
     std::vector<float> buf(l == 0 ? 10 : 11, 1.0f);
     try {
       g.reduce_to_leader(buf.data(), buf.size(), milliseconds(5000));
-      g.broadcast_from_leader(buf.data(), buf.size(), milliseconds(5000));
+      g.broadcast_from_leader(buf.data(), buf.size(), milliseconds(5000), nullptr);
     } catch (const Error& e) {
       EXPECT_TRUE(e.kind() == ErrorKind::kMismatch || e.kind() == ErrorKind::kTransport) << e.what();
       throw;
@@ -248,7 +248,7 @@ TEST(ShmGroup, FourMillionFloatsBetweenTwoRanksTakeMilliseconds) {
     for (int rep = 0; rep < 9; ++rep) {
       const auto t0 = Clock::now();
       g.reduce_to_leader(buf.data(), n, milliseconds(20000));
-      g.broadcast_from_leader(buf.data(), n, milliseconds(20000));
+      g.broadcast_from_leader(buf.data(), n, milliseconds(20000), nullptr);
       if (l == 0) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       ASSERT_EQ(buf[0], 3.0f);
       ASSERT_EQ(buf[n - 1], 3.0f);

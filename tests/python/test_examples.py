@@ -113,11 +113,32 @@ def test_a_job_that_ends_in_the_warm_up_is_told_so(tmp_path):
     assert "compressed none" not in r.stderr, r.describe()
 
 
-def torchrun(script_args, env, timeout=300):
+def torchrun(script_args, env, timeout=300, check=True):
     # `python -m torch.distributed.run` is torchrun, run by this interpreter
     # (the one compcoll is installed in), whatever `torchrun` PATH has.
     return run_single([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                       "--nproc-per-node", "2"] + script_args, env=env, timeout=timeout)
+                       "--nproc-per-node", "2"] + script_args, env=env, timeout=timeout,
+                      check=check)
+
+
+# torch's own Gloo (no compcoll loaded: COMPCOLL_ALGO unset) sometimes aborts
+# a rank at interpreter exit with this message after the script finished and
+# destroyed its group: a joinable std::thread of torch's destroyed at exit
+# (seen once in about 40 runs here, in a CI run of commit fab523b).
+TORCH_EXIT_RACE = "terminate called without an active exception"
+
+
+def plain_gloo_control(tmp_path, script_args, env):
+    """The control run without compcoll. It is retried once, and only when
+    torch's exit race is all that went wrong: the script printed its result
+    and compcoll wrote nothing. Anything else fails the test."""
+    r = torchrun(script_args, env=env, check=False)
+    finished = re.search(r"test accuracy [0-9.]+%", r.stdout) is not None
+    if r.returncode != 0 and finished and TORCH_EXIT_RACE in r.stderr and not list(tmp_path.iterdir()):
+        print("plain Gloo control: torch aborted at exit (" + TORCH_EXIT_RACE + "); once more")
+        return torchrun(script_args, env=env)
+    assert r.returncode == 0, r.describe()
+    return r
 
 
 def test_plain_ddp_script_under_torchrun_with_and_without_compcoll_algo(tmp_path):
@@ -125,7 +146,7 @@ def test_plain_ddp_script_under_torchrun_with_and_without_compcoll_algo(tmp_path
     Gloo and compcoll writes nothing; with COMPCOLL_ALGO=dgc its gradient
     allreduces are compressed, as the stats files show."""
     stats = str(tmp_path / "stats{rank}.json")
-    plain = torchrun([PLAIN, "--steps", "40"], env={"COMPCOLL_STATS_FILE": stats})
+    plain = plain_gloo_control(tmp_path, [PLAIN, "--steps", "40"], {"COMPCOLL_STATS_FILE": stats})
     assert re.search(r"test accuracy [0-9.]+% \(2 ranks, backend gloo\)", plain.stdout), plain.describe()
     assert not list(tmp_path.iterdir()), "compcoll was active without COMPCOLL_ALGO"
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
 #include <vector>
 
 #include "compcoll/error.h"
@@ -208,6 +211,50 @@ TEST(Sbc, RejectsCorruptHeadersAndTruncatedMeans) {
   EXPECT_THROW(decode_sbc_accumulate({payload.data(), kPayloadHeaderBytes + 2}, out.data(), n),
                Error);
   EXPECT_EQ(out, std::vector<float>(n, 0.0f));
+}
+
+// append_payload_indices (the support the host hierarchy shares a sparse
+// result by) must name every word decode_accumulate writes, for both payload
+// formats, non-finite entries of sbc included; and it rejects what the
+// decoder rejects.
+TEST(PayloadIndices, NameEveryWordTheDecodeWrites) {
+  const size_t n = 20000;
+  auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, 3);
+  g[77] = std::numeric_limits<float>::quiet_NaN();
+  g[78] = -std::numeric_limits<float>::infinity();
+  DgcConfig dc;
+  dc.density = 0.01;
+  std::vector<std::unique_ptr<SparseCodec>> codecs;
+  codecs.push_back(std::make_unique<DgcCodec>(dc));
+  codecs.push_back(std::make_unique<SbcCodec>(SbcConfig{0.01, 0.01}));
+  for (const auto& codec : codecs) {
+    SCOPED_TRACE(codec->name());
+    auto st = codec->make_state(n);
+    Bytes payload;
+    codec->encode(g.data(), n, *st, payload);
+    std::vector<float> out(n, 0.0f);
+    decode_accumulate(payload, out.data(), n);
+    std::vector<uint32_t> listed = {5};  // appended to, not replaced
+    append_payload_indices(payload, n, listed);
+    std::vector<bool> named(n, false);
+    for (const uint32_t i : listed) named[i] = true;
+    size_t written = 0;
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &out[i], sizeof bits);
+      if (bits == 0) continue;
+      ++written;
+      EXPECT_TRUE(named[i]) << "element " << i << " is written but not listed";
+    }
+    EXPECT_GE(written, 100u);
+    EXPECT_TRUE(std::isnan(out[77]) && named[77] && named[78]);
+    EXPECT_EQ(listed[0], 5u);
+
+    Bytes bad = payload;
+    bad[3] = 0x7f;  // an unknown format
+    std::vector<uint32_t> none;
+    EXPECT_THROW(append_payload_indices(bad, n, none), Error);
+  }
 }
 
 }  // namespace
