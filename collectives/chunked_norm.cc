@@ -21,6 +21,16 @@ std::unique_ptr<CodecState> ChunkedNormAllreduce::make_state(size_t n, int) cons
 
 CallInfo ChunkedNormAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool average,
                                          CodecState& state) const {
+  return run(comm, buf, n, average, state, false);
+}
+
+CallInfo ChunkedNormAllreduce::allreduce_listing_support(Comm& comm, float* buf, size_t n,
+                                                         bool average, CodecState& state) const {
+  return run(comm, buf, n, average, state, true);
+}
+
+CallInfo ChunkedNormAllreduce::run(Comm& comm, float* buf, size_t n, bool average,
+                                   CodecState& state, bool list_support) const {
   const size_t chunks = csc_chunk_count(n, config_.chunk);
   const uint64_t step = state.steps;  // csc_accumulate_norms counts this call
   const bool warm_up = step < static_cast<uint64_t>(warmup_steps_);
@@ -43,7 +53,18 @@ CallInfo ChunkedNormAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool 
   }
   if (average) scale_in_place(packed.data(), packed.size(), comm.size());
   csc_unpack(packed.data(), selected, config_.chunk, n, buf);
-  return {(packed.size() + (warm_up ? 0 : chunks)) * sizeof(float), packed.size()};
+  CallInfo info{(packed.size() + (warm_up ? 0 : chunks)) * sizeof(float), packed.size()};
+  // Outside the selected chunks the result is zero. A longer list than n/8
+  // would cost more than the scan it saves (and is never shared sparse).
+  if (list_support && packed.size() <= n / 8) {
+    info.support_known = true;
+    info.support.reserve(packed.size());
+    for (const uint32_t c : selected) {
+      const size_t begin = size_t{c} * config_.chunk, end = std::min(n, begin + config_.chunk);
+      for (size_t i = begin; i < end; ++i) info.support.push_back(static_cast<uint32_t>(i));
+    }
+  }
+  return info;
 }
 
 CostShape ChunkedNormAllreduce::cost_shape(size_t n, int world_size) const {

@@ -30,10 +30,16 @@ class ChunkedNormAllreduce final : public Algorithm {
   std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
   CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
                      CodecState& state) const override;
+  // Lists the selected chunks' elements where they are at most 1/8 of the
+  // tensor (after the warm-up, which sends every chunk).
+  CallInfo allreduce_listing_support(Comm& comm, float* buf, size_t n, bool average,
+                                     CodecState& state) const override;
   CostShape cost_shape(size_t n, int world_size) const override;
   std::string last_decision() const override { return decision_.get(); }
 
  private:
+  CallInfo run(Comm& comm, float* buf, size_t n, bool average, CodecState& state,
+               bool list_support) const;
   CscConfig config_;
   int warmup_steps_;
   bool warmup_masking_;

@@ -70,7 +70,7 @@ CallInfo SparseAllreduce::run(Comm& comm, float* buf, size_t n, bool average, Co
     last_decision_ = text;
   }
   if (p == SparsePattern::kScatter) {
-    return sparse_scatter(comm, name_, *codec_, encoding_, buf, n, average, state);
+    return sparse_scatter(comm, name_, *codec_, encoding_, buf, n, average, state, list_support);
   }
   return sparse_allgather(comm, name_, *codec_, buf, n, average, state, list_support);
 }

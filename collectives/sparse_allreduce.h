@@ -33,8 +33,8 @@ class SparseAllreduce final : public Algorithm {
   std::unique_ptr<CodecState> make_state(size_t n, int world_size) const override;
   CallInfo allreduce(Comm& comm, float* buf, size_t n, bool average,
                      CodecState& state) const override;
-  // Lists the support with the allgather pattern; the scatter pattern's
-  // result is left to the hierarchy's scan.
+  // Lists the support: the payloads' indices (allgather) or the owners'
+  // kept indices (scatter).
   CallInfo allreduce_listing_support(Comm& comm, float* buf, size_t n, bool average,
                                      CodecState& state) const override;
   CostShape cost_shape(size_t n, int world_size) const override;

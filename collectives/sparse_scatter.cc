@@ -161,7 +161,7 @@ std::vector<size_t> rebalanced_regions(std::span<const size_t> regions,
 
 CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
                         SparseEncoding encoding, float* buf, size_t n, bool average,
-                        CodecState& state) {
+                        CodecState& state, bool list_support) {
   const int world = comm.size(), me = comm.rank();
   const size_t p = static_cast<size_t>(world);
   if (!valid_regions(state.regions, n, world)) state.regions = equal_regions(n, world);
@@ -237,6 +237,8 @@ CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
   std::fill(buf, buf + n, 0.0f);
   std::vector<uint64_t> demands(p);
   std::vector<std::vector<uint32_t>> selections(p);
+  CallInfo call;
+  call.support_known = list_support;
   for (size_t j = 0; j < p; ++j) {
     OwnerResult owner;
     try {
@@ -247,6 +249,9 @@ CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
     demands[j] = owner.demand;
     const auto& sel = owner.entries.idx;
     for (size_t t = 0; t < sel.size(); ++t) buf[regions[j] + sel[t]] = owner.entries.values[t];
+    if (list_support) {
+      for (const uint32_t i : sel) call.support.push_back(static_cast<uint32_t>(regions[j] + i));
+    }
     // 5. return: what this rank sent to owner j and j did not select.
     size_t s = 0;
     for (size_t t = cut[j]; t < cut[j + 1]; ++t) {
@@ -262,7 +267,9 @@ CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
   // 6. balance.
   state.regions = rebalanced_regions(regions, demands, selections);
   if (average) scale_in_place(buf, n, world);
-  return {sent_bytes, info.sent};
+  call.payload_bytes = sent_bytes;
+  call.selected = info.sent;
+  return call;
 }
 
 }  // namespace compcoll

@@ -104,9 +104,10 @@ std::vector<size_t> rebalanced_regions(std::span<const size_t> regions,
                                        std::span<const std::vector<uint32_t>> selected);
 
 // In-place allreduce of n float32 through codec (SUM, or AVG when average);
-// encoding is how the owners' results travel.
+// encoding is how the owners' results travel. With list_support, the
+// CallInfo lists the owners' kept indices (Algorithm::allreduce_listing_support).
 CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
                         SparseEncoding encoding, float* buf, size_t n, bool average,
-                        CodecState& state);
+                        CodecState& state, bool list_support = false);
 
 }  // namespace compcoll
