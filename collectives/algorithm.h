@@ -98,8 +98,8 @@ class Algorithm {
                              CodecState& state) const = 0;
 
   // allreduce(), and where the algorithm knows cheaply where its result can
-  // be nonzero (the sparse allgather pattern: its payloads' indices), lists
-  // that in the CallInfo's support. The host hierarchy's leaders call this to
+  // be nonzero (the sparse patterns' decoded indices, csc's chosen chunks),
+  // lists that in the CallInfo's support. The host hierarchy's leaders call this to
   // share a sparse result without scanning the tensor for it. Default: lists
   // nothing (support_known stays false).
   virtual CallInfo allreduce_listing_support(Comm& comm, float* buf, size_t n, bool average,

@@ -28,7 +28,7 @@
 //   bits) pairs and the readers zero their chunk and scatter: a memset and a
 //   read-only scan instead of two copies (nonzero_pack.h); anything denser
 //   is copied as is. Where the leader's algorithm listed its result's
-//   support (the sparse allgather pattern: CallInfo::support), the pairs
+//   support (dgc, sdagc, sbc and csc: CallInfo::support), the pairs
 //   come from that list and the leader does not scan the chunk at all.
 // Nothing from one call is still read when the next call writes: a rank
 // arrives in call c+1 only after it finished call c.
