@@ -59,6 +59,9 @@ struct AlgoParams {
   // sbc: dgc's exact values over the warm-up, binarised after it (sbc.h).
   // COMPCOLL_SBC_WARMUP's default (exact) applies through the configuration.
   bool sbc_exact_warmup = false;
+  // sbc: both signs, each with its mean (sbc.h). COMPCOLL_SBC_SIDES's
+  // default (both) applies through the configuration.
+  bool sbc_both_sides = false;
   std::string auto_algo = "dgc";  // auto: the compressed algorithm it weighs against dense
   SparsePattern sparse_pattern = SparsePattern::kAuto;  // dgc, sdagc
 

@@ -51,8 +51,8 @@ std::unique_ptr<Algorithm> make_sdagc(const AlgoParams& p) {
 }
 
 std::unique_ptr<Algorithm> make_sbc(const AlgoParams& p) {
-  // Golomb-Rice: about b* + 2 bits per position.
-  const double bits = golomb_rice_parameter(p.density) + 2.0;
+  // Golomb-Rice: about b* + 2 bits per position, and a sign bit with both sides.
+  const double bits = golomb_rice_parameter(p.density) + 2.0 + (p.sbc_both_sides ? 1.0 : 0.0);
   return std::make_unique<SparseAllreduce>("sbc", make_sparse_codec("sbc", p), p.density,
                                            bits / 8.0, p.sparse_pattern, SparseEncoding{});
 }
@@ -92,8 +92,8 @@ constexpr AlgorithmDescriptor kAlgorithms[] = {
      "clipping, masking, warm-up; sparse allgather or scatter (COMPCOLL_SPARSE_PATTERN)",
      make_dgc},
     {"sbc",
-     "Sparse Binary Compression: top-density of one sign, binarised to its mean, Golomb-Rice "
-     "positions; sparse allgather",
+     "Sparse Binary Compression: the top entries of each sign (or of one, COMPCOLL_SBC_SIDES), "
+     "binarised to their sign's mean, Golomb-Rice positions; sparse allgather",
      make_sbc},
     {"sdagc",
      "standard-deviation adaptive threshold lambda*sigma with residual accumulation; sparse "
@@ -125,7 +125,8 @@ std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const Algo
   if (name == "sbc") {
     return std::make_unique<SbcCodec>(SbcConfig{p.density, p.sample_fraction, p.warmup_steps,
                                                 p.momentum, p.nesterov,
-                                                masking_density_or_always(p), p.sbc_exact_warmup});
+                                                masking_density_or_always(p), p.sbc_exact_warmup,
+                                                p.sbc_both_sides});
   }
   return nullptr;
 }
@@ -169,6 +170,7 @@ std::string AlgoParams::canonical() const {
      << ";onebit_residual_bound=" << onebit_residual_bound
      << ";sample_fraction=" << sample_fraction
      << ";sbc_warmup=" << (sbc_exact_warmup ? "exact" : "binary")  // COMPCOLL_SBC_WARMUP's words
+     << ";sbc_sides=" << (sbc_both_sides ? "both" : "one")         // COMPCOLL_SBC_SIDES's words
      << ";auto_algo=" << auto_algo
      << ";sparse_pattern=" << sparse_pattern_name(sparse_pattern);
   return os.str();

@@ -51,8 +51,9 @@ size_t max_payload_bytes(uint64_t n) {
   // Rice codes: each position costs its quotient in unary (the quotients sum
   // to at most n >> b), a stop bit and b remainder bits; b <= 31.
   const size_t rice_bits = count + count * 32;
-  const size_t sbc = kPayloadHeaderBytes + sizeof(float) + non_finite_bytes(count) +
-                     (rice_bits + 63) / 64 * 8;
+  // Both sides: two means and a sign bit per position.
+  const size_t sbc = kPayloadHeaderBytes + 2 * sizeof(float) + non_finite_bytes(count) +
+                     (count + 7) / 8 + (rice_bits + 63) / 64 * 8;
   const OneBitConfig smallest_blocks{.block = 8, .scale = ScaleMode::kSignedMeans};
   const size_t onebit = onebit_payload_bytes(count, smallest_blocks) + 8 * count;
   return std::max({sparse, sbc, onebit});

@@ -59,25 +59,8 @@ void fused_accumulate(const float* g, float* v, size_t n, float t_pos, float t_n
   collect(i0, n);
 }
 
-struct ParsedSbc {
-  PayloadHeader h;
-  float mean;
-  std::vector<NonFinite> odd;
-  std::span<const uint8_t> bits;
-};
-
-ParsedSbc parse_sbc(std::span<const uint8_t> payload, uint64_t n) {
-  ParsedSbc p;
-  p.h = read_header(payload, PayloadFormat::kSbc, n);
-  CC_PAYLOAD_CHECK(p.h.aux1 <= 1, "sbc side flag ", int(p.h.aux1), " is neither 0 nor 1");
-  CC_PAYLOAD_CHECK(payload.size() >= kPayloadHeaderBytes + 4, "sbc payload of ", payload.size(),
-                   " bytes is missing its mean");
-  p.mean = load_le<float>(payload.data() + kPayloadHeaderBytes);
-  CC_PAYLOAD_CHECK(std::isfinite(p.mean), "sbc mean is not finite");
-  const size_t bits_at = parse_non_finite(payload, kPayloadHeaderBytes + 4, n, p.odd);
-  p.bits = payload.subspan(bits_at);
-  return p;
-}
+// A both-sides payload's sign bits: one per position, LSB-first.
+size_t side_bits_bytes(uint64_t k) { return static_cast<size_t>((k + 7) / 8); }
 
 }  // namespace
 
@@ -160,64 +143,158 @@ EncodeInfo SbcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
     sample_pos.push_back(x);
     sample_neg.push_back(-x);
   }
+  const size_t side_k = sbc_side_count(info.wanted, config_.both_sides);
   const double pass_fraction =
-      n ? std::min(1.0, kCandidateHeadroom * double(info.wanted) / double(n)) : 1.0;
+      n ? std::min(1.0, kCandidateHeadroom * double(side_k) / double(n)) : 1.0;
   float t_pos = sample_threshold(sample_pos, pass_fraction);
   float t_neg = sample_threshold(sample_neg, pass_fraction);
 
-  const size_t cap = candidate_cap(info.wanted);
+  const size_t cap = candidate_cap(side_k);
   SideCandidates pos, neg;
   std::vector<NonFinite> odd;
   fused_accumulate(grad, v, n, t_pos, t_neg, pos, neg, odd, cap);
   for (const NonFinite& e : odd) v[e.idx] = 0.0f;  // sent exactly; the residual restarts
-  const SelectionTarget target{info.wanted, (info.wanted * 4 + 4) / 5, info.wanted};
+  const SelectionTarget target{side_k, (side_k * 4 + 4) / 5, side_k};
   t_pos = finalize_selection(v, n, target, SelectKey::kPositive, sample_pos, pass_fraction, t_pos,
                              pos.count, pos.idx);
   t_neg = finalize_selection(v, n, target, SelectKey::kNegative, sample_neg, pass_fraction, t_neg,
                              neg.count, neg.idx);
 
-  auto mean_of = [&](const std::vector<uint32_t>& idx) {
-    double s = 0.0;
-    for (uint32_t i : idx) s += v[i];
-    return idx.empty() ? 0.0 : s / double(idx.size());
+  auto selection = [&](std::vector<uint32_t>& idx) {
+    SbcSelection side{std::move(idx), {}};
+    side.val.reserve(side.idx.size());
+    for (uint32_t i : side.idx) side.val.push_back(v[i]);
+    return side;
   };
-  const double mean_pos = mean_of(pos.idx);
-  const double mean_neg = mean_of(neg.idx);
-  const bool negative = std::fabs(mean_neg) > std::fabs(mean_pos);
-  const std::vector<uint32_t>& sent = negative ? neg.idx : pos.idx;
-  const float mean = static_cast<float>(negative ? mean_neg : mean_pos);
+  SbcEntries sent = binarise_sides(selection(pos.idx), selection(neg.idx), config_.both_sides);
+  sent.non_finite = std::move(odd);
+  write_sbc_payload(sent, golomb_rice_parameter(n ? double(sent.idx.size()) / double(n) : 1.0), n,
+                    payload);
 
-  const int b = golomb_rice_parameter(n ? double(sent.size()) / double(n) : 1.0);
-  payload.resize(kPayloadHeaderBytes + 4);
-  write_header({PayloadFormat::kSbc, static_cast<uint8_t>(b), static_cast<uint8_t>(negative), n,
-                sent.size()},
-               payload.data());
-  store_le<float>(payload.data() + kPayloadHeaderBytes, mean);
-  append_non_finite(payload, odd);
-  rice_encode_positions(sent, b, payload);
-
-  for (uint32_t i : sent) v[i] -= mean;
+  for (size_t j = 0; j < sent.idx.size(); ++j) v[sent.idx[j]] -= sent.value(j);
   if (config_.momentum > 0.0f && info.density <= config_.mask_density) {
-    for (uint32_t i : sent) st.u[i] = 0.0f;  // momentum factor masking
+    for (uint32_t i : sent.idx) st.u[i] = 0.0f;  // momentum factor masking
   }
-  info.sent = sent.size();
-  info.threshold = negative ? -t_neg : t_pos;
+  info.sent = sent.idx.size();
+  info.threshold = sent.sides == kSbcNegativeSide ? -t_neg : t_pos;
   ++st.steps;
   return info;
 }
 
-SbcEntries decode_sbc(std::span<const uint8_t> payload, uint64_t n) {
-  const ParsedSbc p = parse_sbc(payload, n);
+size_t sbc_side_count(size_t wanted, bool both_sides) {
+  return both_sides ? (wanted + 1) / 2 : wanted;
+}
+
+SbcEntries binarise_sides(const SbcSelection& pos, const SbcSelection& neg, bool both_sides) {
+  // Sum in double, in index order; keep() filters by sign.
+  auto mean_of = [](const SbcSelection& side, auto keep) {
+    double sum = 0.0;
+    size_t count = 0;
+    for (float x : side.val) {
+      if (keep(x)) {
+        sum += x;
+        ++count;
+      }
+    }
+    return count == 0 ? 0.0 : sum / double(count);
+  };
+  const auto any = [](float) { return true; };
+  const auto positive = [](float x) { return x > 0.0f; };
+  const auto negative = [](float x) { return x < 0.0f; };
   SbcEntries e;
-  e.idx = rice_decode_positions(p.bits, p.h.k, p.h.aux0, n);
-  e.mean = p.mean;
-  e.non_finite = std::move(p.odd);
+  if (!both_sides) {
+    const double mean_pos = mean_of(pos, any), mean_neg = mean_of(neg, any);
+    const bool neg_side = std::fabs(mean_neg) > std::fabs(mean_pos);
+    e.sides = neg_side ? kSbcNegativeSide : kSbcPositiveSide;
+    e.means[0] = static_cast<float>(neg_side ? mean_neg : mean_pos);
+    e.idx = neg_side ? neg.idx : pos.idx;
+    e.side.assign(e.idx.size(), 0);
+    return e;
+  }
+  e.sides = kSbcBothSides;
+  e.means[0] = static_cast<float>(mean_of(pos, positive));
+  e.means[1] = static_cast<float>(mean_of(neg, negative));
+  // Merge the two sorted lists; their entries differ in sign, so never meet.
+  e.idx.reserve(pos.idx.size() + neg.idx.size());
+  e.side.reserve(pos.idx.size() + neg.idx.size());
+  size_t a = 0, b = 0;
+  for (;;) {
+    while (a < pos.idx.size() && !positive(pos.val[a])) ++a;
+    while (b < neg.idx.size() && !negative(neg.val[b])) ++b;
+    const bool take_pos = a < pos.idx.size() && (b == neg.idx.size() || pos.idx[a] < neg.idx[b]);
+    if (take_pos) {
+      e.idx.push_back(pos.idx[a++]);
+      e.side.push_back(0);
+    } else if (b < neg.idx.size()) {
+      e.idx.push_back(neg.idx[b++]);
+      e.side.push_back(1);
+    } else {
+      break;
+    }
+  }
+  return e;
+}
+
+void write_sbc_payload(const SbcEntries& e, int b, uint64_t n, Bytes& out) {
+  const bool both = e.sides == kSbcBothSides;
+  const size_t means = both ? 8 : 4;
+  out.resize(kPayloadHeaderBytes + means);
+  write_header({PayloadFormat::kSbc, static_cast<uint8_t>(b), e.sides, n, e.idx.size()}, out.data());
+  store_le<float>(out.data() + kPayloadHeaderBytes, e.means[0]);
+  if (both) store_le<float>(out.data() + kPayloadHeaderBytes + 4, e.means[1]);
+  append_non_finite(out, e.non_finite);
+  if (both) {
+    const size_t at = out.size();
+    out.resize(at + side_bits_bytes(e.idx.size()), 0);
+    for (size_t j = 0; j < e.side.size(); ++j) {
+      out[at + j / 8] |= static_cast<uint8_t>(e.side[j] << (j % 8));
+    }
+  }
+  rice_encode_positions(e.idx, b, out);
+}
+
+SbcEntries decode_sbc(std::span<const uint8_t> payload, uint64_t n) {
+  const PayloadHeader h = read_header(payload, PayloadFormat::kSbc, n);
+  CC_PAYLOAD_CHECK(h.k <= n, "sbc payload lists ", h.k, " positions of a tensor of ", n);
+  CC_PAYLOAD_CHECK(h.aux1 <= kSbcBothSides, "sbc side flag ", int(h.aux1),
+                   " is none of 0 (positive), 1 (negative), 2 (both)");
+  SbcEntries e;
+  e.sides = h.aux1;
+  const bool both = e.sides == kSbcBothSides;
+  const size_t means_end = kPayloadHeaderBytes + (both ? 8 : 4);
+  CC_PAYLOAD_CHECK(payload.size() >= means_end, "sbc payload of ", payload.size(),
+                   " bytes is missing its mean", both ? "s" : "");
+  e.means[0] = load_le<float>(payload.data() + kPayloadHeaderBytes);
+  if (both) e.means[1] = load_le<float>(payload.data() + kPayloadHeaderBytes + 4);
+  CC_PAYLOAD_CHECK(std::isfinite(e.means[0]) && std::isfinite(e.means[1]), "sbc mean is not finite");
+  size_t at = parse_non_finite(payload, means_end, n, e.non_finite);
+  if (both) {
+    // h.k <= n (read_header), so the byte count cannot overflow.
+    const size_t bytes = side_bits_bytes(h.k);
+    CC_PAYLOAD_CHECK(payload.size() - at >= bytes, "sbc payload ends inside its ", h.k,
+                     " sign bits");
+    const std::span<const uint8_t> bits = payload.subspan(at, bytes);
+    CC_PAYLOAD_CHECK(h.k % 8 == 0 || (bits.back() >> (h.k % 8)) == 0,
+                     "sbc sign bits have non-zero padding");
+    e.side.resize(h.k);
+    for (size_t j = 0; j < h.k; ++j) e.side[j] = (bits[j / 8] >> (j % 8)) & 1;
+    at += bytes;
+  }
+  e.idx = rice_decode_positions(payload.subspan(at), h.k, h.aux0, n);
+  if (!both) e.side.assign(e.idx.size(), 0);  // after the stream proved k
+  if (both) {
+    // Canonical: a side no position takes has mean 0 (the encoder's).
+    bool used[2] = {false, false};
+    for (uint8_t x : e.side) used[x] = true;
+    CC_PAYLOAD_CHECK((used[0] || e.means[0] == 0.0f) && (used[1] || e.means[1] == 0.0f),
+                     "sbc mean of a side without positions is not 0");
+  }
   return e;
 }
 
 void decode_sbc_accumulate(std::span<const uint8_t> payload, float* out, uint64_t n) {
   const SbcEntries e = decode_sbc(payload, n);
-  for (uint32_t i : e.idx) out[i] += e.mean;
+  for (size_t j = 0; j < e.idx.size(); ++j) out[e.idx[j]] += e.value(j);
   for (const NonFinite& x : e.non_finite) out[x.idx] += x.value;
 }
 

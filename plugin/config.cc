@@ -162,6 +162,14 @@ const ConfigVar kTable[] = {
        check_enum(var, value);
        cfg.params.sbc_exact_warmup = value == "exact";
      }},
+    {"COMPCOLL_SBC_SIDES", VarType::kEnum, "both", "both|one",
+     "what sbc's binarised steps send: both = the top density/2 of the positive and of the "
+     "negative entries, each sign with its own mean (one more bit per position); one = only the "
+     "sign whose top density has the larger mean magnitude, as the SBC paper (docs/convergence.md)",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.params.sbc_both_sides = value == "both";
+     }},
     {"COMPCOLL_MIN_ELEMS", VarType::kInt, "16384", ">= 0",
      "tensors with fewer elements take the exact dense path",
      CC_APPLY { cfg.min_elems = static_cast<size_t>(int_at_least(var, value, 0)); }},

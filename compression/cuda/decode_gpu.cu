@@ -44,8 +44,13 @@ void GpuDecoder::accumulate(std::span<const uint8_t> payload, float* d_out, uint
     }
     case PayloadFormat::kSbc: {
       SbcEntries e = decode_sbc(payload, n);
+      if (e.sides == kSbcBothSides) {  // two means: one value per position
+        values.resize(e.idx.size());
+        for (size_t j = 0; j < e.idx.size(); ++j) values[j] = e.value(j);
+      } else {
+        mean = e.means[0];
+      }
       idx = std::move(e.idx);
-      mean = e.mean;
       odd = std::move(e.non_finite);
       break;
     }

@@ -1,6 +1,7 @@
 // SbcCodecGpu: compression/sbc.cc's encode with the passes on the device;
-// the means (sums over the k selected, in index order, in double) and the
-// Golomb-Rice coding run on the host.
+// the binarisation (binarise_sides: the means, summed in double in index
+// order) and the payload (write_sbc_payload) run on the host, in the CPU
+// codec's own functions.
 #include <algorithm>
 #include <cmath>
 
@@ -52,12 +53,13 @@ EncodeInfo SbcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Bytes&
   detail::sbc_sample(grad, v, at, pos_.sample(at.count), neg_.sample(at.count), s);
   pos_.sort_sample();
   neg_.sort_sample();
+  const size_t side_k = sbc_side_count(info.wanted, config_.both_sides);
   const double pass_fraction =
-      n ? std::min(1.0, kCandidateHeadroom * double(info.wanted) / double(n)) : 1.0;
+      n ? std::min(1.0, kCandidateHeadroom * double(side_k) / double(n)) : 1.0;
   float t_pos = pos_.sample_threshold(pass_fraction);
   float t_neg = neg_.sample_threshold(pass_fraction);
 
-  const size_t cap = candidate_cap(info.wanted);
+  const size_t cap = candidate_cap(side_k);
   counts_.resize(3);
   odd_.resize(kOddCap);
   check(cudaMemsetAsync(counts_.data(), 0, 3 * sizeof(unsigned long long), s), "cudaMemsetAsync");
@@ -87,35 +89,32 @@ EncodeInfo SbcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Bytes&
 
   pos_.adopt(size_t(counts[0]), t_pos, cap);
   neg_.adopt(size_t(counts[1]), t_neg, cap);
-  const SelectionTarget target{info.wanted, (info.wanted * 4 + 4) / 5, info.wanted};
+  const SelectionTarget target{side_k, (side_k * 4 + 4) / 5, side_k};
   t_pos = finalize_selection_with(pos_, target, pass_fraction, t_pos, size_t(counts[0]));
   t_neg = finalize_selection_with(neg_, target, pass_fraction, t_neg, size_t(counts[1]));
 
-  auto mean_of = [&](const GpuSelector& side) {
-    double sum = 0.0;
-    for (const float x : detail::values_at(v, side.selection(), side.held(), values_, s)) sum += x;
-    return side.held() == 0 ? 0.0 : sum / double(side.held());
+  // Binarised on the host by the CPU codec's own function: the same bits.
+  auto selection = [&](const GpuSelector& side) {
+    return SbcSelection{side.selection_on_host(),
+                        detail::values_at(v, side.selection(), side.held(), values_, s)};
   };
-  const double mean_pos = mean_of(pos_);
-  const double mean_neg = mean_of(neg_);
-  const bool negative = std::fabs(mean_neg) > std::fabs(mean_pos);
-  const GpuSelector& sent = negative ? neg_ : pos_;
-  const float mean = static_cast<float>(negative ? mean_neg : mean_pos);
-  const std::vector<uint32_t> positions = sent.selection_on_host();
+  SbcEntries sent = binarise_sides(selection(pos_), selection(neg_), config_.both_sides);
+  sent.non_finite = std::move(odd);
+  write_sbc_payload(sent, golomb_rice_parameter(n ? double(sent.idx.size()) / double(n) : 1.0), n,
+                    payload);
 
-  const int b = golomb_rice_parameter(n ? double(positions.size()) / double(n) : 1.0);
-  payload.resize(kPayloadHeaderBytes + 4);
-  write_header({PayloadFormat::kSbc, static_cast<uint8_t>(b), static_cast<uint8_t>(negative), n,
-                positions.size()},
-               payload.data());
-  store_le<float>(payload.data() + kPayloadHeaderBytes, mean);
-  append_non_finite(payload, odd);
-  rice_encode_positions(positions, b, payload);
-
-  detail::subtract_at(v, sent.selection(), sent.held(), mean, s);
+  // v[i] -= the mean it was sent (no momentum on this path: u is null).
+  const size_t k = sent.idx.size();
+  std::vector<float> means(k);
+  for (size_t j = 0; j < k; ++j) means[j] = sent.value(j);
+  sent_idx_.resize(k);
+  values_.resize(k);
+  to_device(sent_idx_.data(), sent.idx.data(), k, s);
+  to_device(values_.data(), means.data(), k, s);
+  detail::sparse_residual(v, nullptr, sent_idx_.data(), values_.data(), k, s);
   check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-  info.sent = positions.size();
-  info.threshold = negative ? -t_neg : t_pos;
+  info.sent = k;
+  info.threshold = sent.sides == kSbcNegativeSide ? -t_neg : t_pos;
   ++st.steps;
   return info;
 }

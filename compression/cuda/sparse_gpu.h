@@ -84,7 +84,7 @@ class SbcCodecGpu final : public SparseCodecGpu {
   SbcConfig config_;
   std::unique_ptr<DgcCodecGpu> warmup_;  // exact_warmup: the codec of the warm-up steps (sbc.h)
   GpuSelector pos_, neg_;
-  DeviceBuffer<uint32_t> odd_;
+  DeviceBuffer<uint32_t> odd_, sent_idx_;
   DeviceBuffer<float> values_;
   DeviceBuffer<unsigned long long> counts_;
 };

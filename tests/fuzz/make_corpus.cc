@@ -93,6 +93,7 @@ void sparse_and_sbc_seeds() {
     size_t n;
     double density;
     bool non_finite;
+    bool sbc_both_sides = false;
   };
   const S cases[] = {
       {"dgc", ValueType::kFp32, IndexType::kU32, 0, 0.01, false},
@@ -107,6 +108,9 @@ void sparse_and_sbc_seeds() {
       {"sbc", ValueType::kFp32, IndexType::kU32, 1000, 0.01, false},
       {"sbc", ValueType::kFp32, IndexType::kU32, 4096, 0.1, true},
       {"sbc", ValueType::kFp32, IndexType::kU32, 20000, 0.001, false},
+      {"sbc", ValueType::kFp32, IndexType::kU32, 1000, 0.01, false, true},
+      {"sbc", ValueType::kFp32, IndexType::kU32, 4096, 0.1, true, true},
+      {"sbc", ValueType::kFp32, IndexType::kU32, 20000, 0.001, false, true},
   };
   uint64_t seed = 1;
   for (const S& c : cases) {
@@ -114,11 +118,13 @@ void sparse_and_sbc_seeds() {
     p.density = c.density;
     p.values = c.v;
     p.indices = c.i;
+    p.sbc_both_sides = c.sbc_both_sides;
     const Bytes payload = sparse_payload(c.algo, p, c.n, seed++, c.non_finite);
     const bool sbc = std::string(c.algo) == "sbc";
     std::string name = std::string(c.algo) + "_n" + std::to_string(c.n);
     if (!sbc) name += std::string("_") + value_type_name(c.v) + "_" + index_type_name(c.i);
     if (c.non_finite) name += "_nonfinite";
+    if (c.sbc_both_sides) name += "_both";
     // n from the header; bit 2 also runs the secondary entry point.
     const std::vector<uint8_t> framed = frame(sbc ? 1 | 4 : 1, 0, payload);
     write(sbc ? "sbc_decode" : "sparse_decode", name, framed);

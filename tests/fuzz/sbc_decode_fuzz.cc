@@ -5,14 +5,17 @@
 // Checks, beyond fuzz_common.h's rules:
 //   - decode_sbc and decode_sbc_accumulate accept exactly the same payloads;
 //   - positions are strictly increasing, < n, exactly header-k of them;
-//   - the accumulate result equals out[p] += mean at every position, then
-//     out[i] += value for every entry of the non-finite list;
-//   - the mean is finite and the non-finite list holds only NaN/Inf at
+//   - the accumulate result equals out[p] += its mean at every position,
+//     then out[i] += value for every entry of the non-finite list;
+//   - the means are finite, a one-side payload uses only its first, a
+//     both-sides payload's side bits are 0 or 1 per position, and a side no
+//     position takes has mean 0; the non-finite list holds only NaN/Inf at
 //     increasing indices < n;
-//   - the format is canonical: header + mean + non-finite list +
-//     rice_encode_positions(positions) reproduces the accepted payload byte
-//     for byte (so no two accepted payloads mean the same thing, and the
-//     Rice padding is really checked);
+//   - the format is canonical: header + means + non-finite list (+ sign
+//     bits) + rice_encode_positions(positions), written here independently
+//     of write_sbc_payload, reproduces the accepted payload byte for byte (so
+//     no two accepted payloads mean the same thing, and the padding of the
+//     sign bits and of the Rice stream is really checked);
 //   - with flag bit 2, rice_decode_positions is also called directly on the
 //     body with k, b and n taken from the input, and must either throw
 //     kMalformedPayload or return k increasing positions < n whose encoding
@@ -76,7 +79,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(e.idx.size() == k, "position count differs from the header's k");
   check_positions(e.idx, n);
 
-  FUZZ_CHECK(std::isfinite(e.mean), "a non-finite sbc mean was accepted");
+  const bool both = in.payload[5] == kSbcBothSides;
+  FUZZ_CHECK(std::isfinite(e.means[0]) && std::isfinite(e.means[1]),
+             "a non-finite sbc mean was accepted");
+  FUZZ_CHECK(e.side.size() == k, "one side entry per position");
+  bool used[2] = {false, false};
+  for (uint8_t s : e.side) {
+    FUZZ_CHECK(s <= (both ? 1 : 0), "a position takes a mean its payload does not have");
+    used[s] = true;
+  }
+  if (both) {
+    FUZZ_CHECK((used[0] || e.means[0] == 0.0f) && (used[1] || e.means[1] == 0.0f),
+               "a side without positions has a mean other than 0");
+  } else {
+    FUZZ_CHECK(e.means[1] == 0.0f, "a one-side payload has a second mean");
+  }
   for (size_t i = 0; i < e.non_finite.size(); ++i) {
     FUZZ_CHECK(e.non_finite[i].idx < n, "non-finite entry out of range");
     FUZZ_CHECK(i == 0 || e.non_finite[i].idx > e.non_finite[i - 1].idx,
@@ -85,15 +102,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   std::vector<float> expect = before;
-  for (uint32_t p : e.idx) expect[p] += e.mean;
+  for (size_t j = 0; j < e.idx.size(); ++j) expect[e.idx[j]] += e.means[e.side[j]];
   for (const NonFinite& x : e.non_finite) expect[x.idx] += x.value;
   FUZZ_CHECK(same_values(out, expect), "decode_sbc_accumulate differs from out[p] += mean");
 
-  // Canonical form: header (as written by the encoder) + mean + Rice bits.
-  Bytes again(kPayloadHeaderBytes + 4);
+  // Canonical form: header (as written by the encoder) + means + sign bits +
+  // Rice bits.
+  const size_t means = both ? 8 : 4;
+  Bytes again(kPayloadHeaderBytes + means);
   write_header({PayloadFormat::kSbc, in.payload[4], in.payload[5], n, k}, again.data());
-  std::memcpy(again.data() + kPayloadHeaderBytes, in.payload.data() + kPayloadHeaderBytes, 4);
+  std::memcpy(again.data() + kPayloadHeaderBytes, in.payload.data() + kPayloadHeaderBytes, means);
   append_non_finite(again, e.non_finite);
+  if (both) {
+    const size_t at = again.size();
+    again.resize(at + (k + 7) / 8, 0);
+    for (size_t j = 0; j < k; ++j) again[at + j / 8] |= uint8_t(e.side[j] << (j % 8));
+  }
   rice_encode_positions(e.idx, in.payload[4], again);
   FUZZ_CHECK(same_bytes(again, in.payload), "accepted sbc payload is not the canonical encoding of its positions");
   return 0;

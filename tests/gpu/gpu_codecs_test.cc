@@ -106,15 +106,19 @@ TEST_F(GpuCodecs, SdagcMatchesTheCpuBitForBit) {
 TEST_F(GpuCodecs, SbcMatchesTheCpuBitForBit) {
   for (size_t n : {size_t(2000), size_t(1000003)}) {
     for (bool exact_warmup : {false, true}) {
-      SbcConfig c;
-      c.density = 0.001;
-      // With the exact warm-up: 3 of the 5 steps are dgc's, 2 binarised.
-      c.warmup_steps = exact_warmup ? 3 : 0;
-      c.exact_warmup = exact_warmup;
-      SbcCodec cpu(c);
-      cuda::SbcCodecGpu gpu(c);
-      run_sparse(cpu, gpu, n, 5,
-                 "sbc n " + std::to_string(n) + (exact_warmup ? " exact warm-up" : ""));
+      for (bool both_sides : {false, true}) {
+        SbcConfig c;
+        c.density = 0.001;
+        // With the exact warm-up: 3 of the 5 steps are dgc's, 2 binarised.
+        c.warmup_steps = exact_warmup ? 3 : 0;
+        c.exact_warmup = exact_warmup;
+        c.both_sides = both_sides;
+        SbcCodec cpu(c);
+        cuda::SbcCodecGpu gpu(c);
+        run_sparse(cpu, gpu, n, 5,
+                   "sbc n " + std::to_string(n) + (exact_warmup ? " exact warm-up" : "") +
+                       (both_sides ? " both sides" : " one side"));
+      }
     }
   }
 }
@@ -220,10 +224,14 @@ TEST_F(GpuCodecs, DecodeAccumulatesPayloadsInRankOrderLikeTheCpu) {
     payloads.emplace_back();
     codec.encode(g.data(), n, *st, payloads.back());
   }
-  SbcCodec sbc(SbcConfig{0.01, 0.01});
-  auto st = sbc.make_state(n);
-  payloads.emplace_back();
-  sbc.encode(gradient(n, 2).data(), n, *st, payloads.back());
+  for (bool both_sides : {false, true}) {  // one mean, and a mean per side
+    SbcConfig c{0.01, 0.01};
+    c.both_sides = both_sides;
+    SbcCodec sbc(c);
+    auto st = sbc.make_state(n);
+    payloads.emplace_back();
+    sbc.encode(gradient(n, 2).data(), n, *st, payloads.back());
+  }
 
   std::vector<float> cpu(n, 0.0f);
   cuda::DeviceBuffer<float> d = upload(cpu);

@@ -190,6 +190,18 @@ TEST(Config, SbcWarmUpIsExactByDefaultAndPartOfTheAgreement) {
   EXPECT_NE(e.find("exact|binary"), std::string::npos) << e;
 }
 
+TEST(Config, SbcSendsBothSidesByDefaultAndItIsPartOfTheAgreement) {
+  const Config d = load_config(env_of({}));
+  EXPECT_TRUE(d.params.sbc_both_sides);
+  EXPECT_NE(d.agreement_description().find("sbc_sides=both;"), std::string::npos);
+  const Config one = load_config(env_of({{"COMPCOLL_SBC_SIDES", "one"}}));
+  EXPECT_FALSE(one.params.sbc_both_sides);
+  EXPECT_NE(one.agreement_description().find("sbc_sides=one;"), std::string::npos);
+  const std::string e = error_of({{"COMPCOLL_SBC_SIDES", "two"}});
+  EXPECT_NE(e.find("COMPCOLL_SBC_SIDES=two"), std::string::npos) << e;
+  EXPECT_NE(e.find("both|one"), std::string::npos) << e;
+}
+
 std::string suggestion_for(const std::string& entry) {
   const auto u = unknown_variables({entry});
   return u.size() == 1 ? u[0].suggestion : "<not reported>";

@@ -68,11 +68,16 @@ TEST(PayloadBound, HoldsEverySparseAndSbcPayloadIncludingWorstCases) {
         }
       }
       for (double density : {0.001, 0.5, 1.0}) {
-        const SbcCodec sbc(SbcConfig{density, 0.01});
-        auto st = sbc.make_state(n);
-        Bytes payload;
-        sbc.encode(g.data(), n, *st, payload);
-        expect_within_bound("sbc " + input_name, n, payload);
+        for (bool both_sides : {false, true}) {
+          SbcConfig c{density, 0.01};
+          c.both_sides = both_sides;
+          const SbcCodec sbc(c);
+          auto st = sbc.make_state(n);
+          Bytes payload;
+          sbc.encode(g.data(), n, *st, payload);
+          expect_within_bound(std::string(both_sides ? "sbc both sides " : "sbc ") + input_name, n,
+                              payload);
+        }
       }
     }
   }

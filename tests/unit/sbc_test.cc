@@ -28,7 +28,8 @@ TEST(Sbc, KeepsTheSideWithTheLargerMeanMagnitude) {
     codec.encode(g.data(), n, *st, payload);
     const SbcEntries e = decode_sbc(payload, n);
     EXPECT_EQ(e.idx.size(), 1000u);
-    EXPECT_GT(e.mean * sign, 5.0f);
+    EXPECT_EQ(e.sides, sign > 0 ? kSbcPositiveSide : kSbcNegativeSide);
+    EXPECT_GT(e.means[0] * sign, 5.0f);
     for (uint32_t i : e.idx) EXPECT_GT(g[i] * sign, 0.0f);
   }
 }
@@ -37,10 +38,13 @@ TEST(Sbc, KeepsTheSideWithTheLargerMeanMagnitude) {
 // (u = m*u + g), nothing is lost (every velocity added so far = what was
 // sent + the residual), and momentum factor masking restarts u at zero
 // exactly where positions were sent.
-TEST(Sbc, MomentumCorrectionLosesNothingAndMasksTheSentPositions) {
+class SbcSides : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SbcSides, MomentumCorrectionLosesNothingAndMasksTheSentPositions) {
   const size_t n = 50000;
   SbcConfig c{0.01, 0.01};
   c.momentum = 0.9f;
+  c.both_sides = GetParam();
   SbcCodec codec(c);
   auto st = codec.make_state(n);
   ASSERT_EQ(st->u.size(), n);
@@ -56,8 +60,9 @@ TEST(Sbc, MomentumCorrectionLosesNothingAndMasksTheSentPositions) {
     codec.encode(g.data(), n, *st, payload);
     const SbcEntries e = decode_sbc(payload, n);
     ASSERT_FALSE(e.idx.empty());
-    for (uint32_t i : e.idx) {
-      sent[i] += e.mean;
+    for (size_t j = 0; j < e.idx.size(); ++j) {
+      const uint32_t i = e.idx[j];
+      sent[i] += e.value(j);
       EXPECT_EQ(st->u[i], 0.0f) << "step " << step << " position " << i;
       velocity[i] = 0.0f;
     }
@@ -76,6 +81,160 @@ TEST(Sbc, MomentumCorrectionLosesNothingAndMasksTheSentPositions) {
   Bytes payload;
   unmasked.encode(g.data(), n, *su, payload);
   for (uint32_t i : decode_sbc(payload, n).idx) EXPECT_EQ(su->u[i], g[i]);
+}
+
+INSTANTIATE_TEST_SUITE_P(OneOrBoth, SbcSides, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "BothSides" : "OneSide"; });
+
+// COMPCOLL_SBC_SIDES=both: the top ceil(k/2) entries of each sign, each sign
+// binarised to its own mean; what was not sent (and each entry's
+// binarisation error) stays in the residual.
+TEST(Sbc, BothSidesSendTheTopOfEachSignWithItsOwnMean) {
+  const size_t n = 100000;
+  SbcConfig c{0.01, 0.01};
+  c.both_sides = true;
+  SbcCodec codec(c);
+  auto st = codec.make_state(n);
+  auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, 2);
+  for (size_t i = 0; i < n; i += 50) g[i] = 10.0f;  // a heavy positive side
+  Bytes payload;
+  codec.encode(g.data(), n, *st, payload);
+  const SbcEntries e = decode_sbc(payload, n);
+  ASSERT_EQ(e.sides, kSbcBothSides);
+  ASSERT_EQ(e.side.size(), e.idx.size());
+  std::vector<bool> sent(n, false);
+  double sum[2] = {0.0, 0.0};
+  size_t count[2] = {0, 0};
+  for (size_t j = 0; j < e.idx.size(); ++j) {
+    const uint32_t i = e.idx[j];
+    sent[i] = true;
+    EXPECT_EQ(e.side[j], g[i] < 0.0f ? 1 : 0) << i;
+    EXPECT_NE(g[i], 0.0f) << i;
+    sum[e.side[j]] += g[i];
+    ++count[e.side[j]];
+    EXPECT_EQ(st->v[i], g[i] - e.value(j)) << i;
+  }
+  // Each side: 80-100 % of ceil(k/2) = 500, its own mean, and its top.
+  for (int s : {0, 1}) {
+    EXPECT_GE(count[s], 400u) << s;
+    EXPECT_LE(count[s], 500u) << s;
+    EXPECT_FLOAT_EQ(e.means[s], float(sum[s] / double(count[s]))) << s;
+  }
+  EXPECT_EQ(e.means[0], 10.0f);  // the 2000 heavy entries hold the top 500
+  EXPECT_LT(e.means[1], -2.0f);
+  float weakest_pos = 1e9f, weakest_neg = 1e9f, strongest_unsent = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    if (sent[i]) {
+      (g[i] > 0 ? weakest_pos : weakest_neg) = std::min(g[i] > 0 ? weakest_pos : weakest_neg,
+                                                        std::fabs(g[i]));
+    } else {
+      EXPECT_EQ(st->v[i], g[i]);
+      if (g[i] < 0) strongest_unsent = std::max(strongest_unsent, -g[i]);
+    }
+  }
+  EXPECT_GE(weakest_neg, strongest_unsent);
+  std::vector<float> out(n, 0.0f);
+  decode_sbc_accumulate(payload, out.data(), n);
+  for (size_t j = 0; j < e.idx.size(); ++j) EXPECT_EQ(out[e.idx[j]], e.value(j));
+}
+
+// A side never sends entries of the other sign (or zeros) to fill its count
+// (the selection's threshold never falls to zero, select.h):
+// with no entry of the rare sign at all its side sends nothing, its mean
+// travels as 0, and the positions still decode. Both ways round.
+TEST(Sbc, BothSidesSendOnlyEntriesOfTheirOwnSign) {
+  const size_t n = 20000;
+  SbcConfig c{0.01, 0.01};
+  c.both_sides = true;
+  SbcCodec codec(c);
+  for (float common : {1.0f, -1.0f}) {
+    for (size_t rare : {size_t(0), size_t(7)}) {
+      SCOPED_TRACE(std::to_string(common) + " " + std::to_string(rare));
+      auto st = codec.make_state(n);
+      std::vector<float> g(n, 0.0f);
+      for (size_t i = 0; i < n; i += 3) g[i] = common * (1.0f + float(i % 17));
+      for (size_t j = 0; j < rare; ++j) g[1 + 3 * j] = -common * 2.0f;
+      Bytes payload;
+      codec.encode(g.data(), n, *st, payload);
+      const SbcEntries e = decode_sbc(payload, n);
+      const uint8_t rare_side = common > 0 ? 1 : 0;
+      size_t sent_rare = 0;
+      for (size_t j = 0; j < e.idx.size(); ++j) {
+        EXPECT_EQ(e.side[j] == 1, g[e.idx[j]] < 0.0f) << e.idx[j];
+        EXPECT_NE(g[e.idx[j]], 0.0f) << e.idx[j];
+        sent_rare += e.side[j] == rare_side;
+      }
+      EXPECT_EQ(sent_rare, rare);
+      EXPECT_EQ(e.means[rare_side], rare ? -common * 2.0f : 0.0f);
+      EXPECT_GE(e.idx.size() - sent_rare, 80u);  // the common side: 80-100 % of 100
+    }
+  }
+}
+
+// binarise_sides on its own (the codecs' selections never hold zeros or
+// entries of the other sign, select.h; the function does not rely on it):
+// both sides keep only their sign, so the merged positions stay distinct;
+// one side sends the side with the larger mean magnitude whole.
+TEST(Sbc, BinariseSidesKeepsEachSidesSignAndMergesInOrder) {
+  const SbcSelection pos{{1, 3, 5, 9}, {2.0f, -1.0f, 0.0f, 4.0f}};
+  const SbcSelection neg{{3, 4}, {-1.0f, -3.0f}};
+  const SbcEntries both = binarise_sides(pos, neg, true);
+  EXPECT_EQ(both.sides, kSbcBothSides);
+  EXPECT_EQ(both.idx, (std::vector<uint32_t>{1, 3, 4, 9}));
+  EXPECT_EQ(both.side, (std::vector<uint8_t>{0, 1, 1, 0}));
+  EXPECT_EQ(both.means[0], 3.0f);
+  EXPECT_EQ(both.means[1], -2.0f);
+  const SbcEntries one = binarise_sides(pos, neg, false);  // means 1.25 and -2
+  EXPECT_EQ(one.sides, kSbcNegativeSide);
+  EXPECT_EQ(one.idx, neg.idx);
+  EXPECT_EQ(one.side, (std::vector<uint8_t>{0, 0}));
+  EXPECT_EQ(one.means[0], -2.0f);
+  const SbcEntries none = binarise_sides({{2}, {-5.0f}}, {{7}, {1.0f}}, true);
+  EXPECT_TRUE(none.idx.empty());
+  EXPECT_EQ(none.means[0], 0.0f);
+  EXPECT_EQ(none.means[1], 0.0f);
+}
+
+TEST(Sbc, BothSidesPayloadRejectsBadSignBitsAndStrayMeans) {
+  const size_t n = 10000;
+  SbcConfig c{0.001, 0.01};  // k = 10: 5 per side, 2 bytes of sign bits
+  c.both_sides = true;
+  SbcCodec codec(c);
+  auto st = codec.make_state(n);
+  const auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, 4);
+  Bytes payload;
+  codec.encode(g.data(), n, *st, payload);
+  const SbcEntries e = decode_sbc(payload, n);
+  ASSERT_EQ(e.idx.size(), 10u);
+  const size_t bits_at = kPayloadHeaderBytes + 8 + 4;  // header, two means, empty non-finite list
+  ASSERT_EQ(payload[bits_at + 1] >> 2, 0);
+  std::vector<float> out(n, 0.0f);
+  Bytes bad = payload;
+  bad[bits_at + 1] |= 0x80;  // a padding bit
+  EXPECT_THROW(decode_sbc_accumulate(bad, out.data(), n), Error);
+  bad = payload;
+  bad[5] = 3;  // side flag
+  EXPECT_THROW(decode_sbc_accumulate(bad, out.data(), n), Error);
+  bad = payload;
+  store_le<float>(bad.data() + kPayloadHeaderBytes + 4, std::numeric_limits<float>::infinity());
+  EXPECT_THROW(decode_sbc_accumulate(bad, out.data(), n), Error);
+  // Every position on the positive side: the negative mean must then be 0.
+  bad = payload;
+  bad[bits_at] = bad[bits_at + 1] = 0;
+  EXPECT_THROW(decode_sbc_accumulate(bad, out.data(), n), Error);
+  store_le<float>(bad.data() + kPayloadHeaderBytes + 4, 0.0f);
+  decode_sbc_accumulate(bad, out.data(), n);
+  for (uint32_t i : e.idx) EXPECT_EQ(out[i], e.means[0]);
+  std::fill(out.begin(), out.end(), 0.0f);
+  // Truncated inside the means and inside the sign bits.
+  EXPECT_THROW(decode_sbc_accumulate({payload.data(), kPayloadHeaderBytes + 6}, out.data(), n),
+               Error);
+  EXPECT_THROW(decode_sbc_accumulate({payload.data(), bits_at + 1}, out.data(), n), Error);
+  // k larger than the tensor.
+  bad = payload;
+  store_le<uint64_t>(bad.data() + 16, n + 1);
+  EXPECT_THROW(decode_sbc_accumulate(bad, out.data(), n), Error);
+  EXPECT_EQ(out, std::vector<float>(n, 0.0f));
 }
 
 // COMPCOLL_WARMUP_STEPS: sbc's density follows dgc's warm-up ramp (25 %,
@@ -105,9 +264,10 @@ TEST(Sbc, WarmUpRampsTheDensityDownToItsTarget) {
 // (the same payload bytes, residual and velocity as a DgcCodec of
 // sbc_warmup_config given the same gradients), and binarises after it;
 // nothing is lost across the switch.
-TEST(Sbc, ExactWarmUpIsDgcThenBinarises) {
+TEST_P(SbcSides, ExactWarmUpIsDgcThenBinarises) {
   const size_t n = 60000;
   SbcConfig c{0.001, 0.01};
+  c.both_sides = GetParam();
   c.warmup_steps = 6;
   c.momentum = 0.9f;
   c.mask_density = 0.02;
@@ -184,9 +344,12 @@ TEST(Sbc, ExactWarmUpHandsNesterovVelocityOverInSbcsForm) {
   }
 }
 
-TEST(Sbc, PayloadIsOverTwoThousandTimesSmallerAtDensityOnePerMille) {
+// About 11.5 bits per position (golomb.h), one more with both sides.
+TEST_P(SbcSides, PayloadIsOverTwoThousandTimesSmallerAtDensityOnePerMille) {
   const size_t n = 4'000'000;
-  SbcCodec codec(SbcConfig{0.001, 0.01});
+  SbcConfig c{0.001, 0.01};
+  c.both_sides = GetParam();
+  SbcCodec codec(c);
   auto st = codec.make_state(n);
   const auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, 4);
   Bytes payload;
@@ -227,6 +390,9 @@ TEST(PayloadIndices, NameEveryWordTheDecodeWrites) {
   std::vector<std::unique_ptr<SparseCodec>> codecs;
   codecs.push_back(std::make_unique<DgcCodec>(dc));
   codecs.push_back(std::make_unique<SbcCodec>(SbcConfig{0.01, 0.01}));
+  SbcConfig both{0.01, 0.01};
+  both.both_sides = true;
+  codecs.push_back(std::make_unique<SbcCodec>(both));
   for (const auto& codec : codecs) {
     SCOPED_TRACE(codec->name());
     auto st = codec->make_state(n);
