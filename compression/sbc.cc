@@ -145,11 +145,11 @@ EncodeInfo SbcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
   }
   const size_t side_k = sbc_side_count(info.wanted, config_.both_sides);
   const double pass_fraction =
-      n ? std::min(1.0, kCandidateHeadroom * double(side_k) / double(n)) : 1.0;
+      n ? std::min(1.0, kCandidateHeadroom * double(info.wanted) / double(n)) : 1.0;
   float t_pos = sample_threshold(sample_pos, pass_fraction);
   float t_neg = sample_threshold(sample_neg, pass_fraction);
 
-  const size_t cap = candidate_cap(side_k);
+  const size_t cap = candidate_cap(info.wanted);
   SideCandidates pos, neg;
   std::vector<NonFinite> odd;
   fused_accumulate(grad, v, n, t_pos, t_neg, pos, neg, odd, cap);
