@@ -55,11 +55,11 @@ EncodeInfo SbcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Bytes&
   neg_.sort_sample();
   const size_t side_k = sbc_side_count(info.wanted, config_.both_sides);
   const double pass_fraction =
-      n ? std::min(1.0, kCandidateHeadroom * double(side_k) / double(n)) : 1.0;
+      n ? std::min(1.0, kCandidateHeadroom * double(info.wanted) / double(n)) : 1.0;  // sbc.cc's
   float t_pos = pos_.sample_threshold(pass_fraction);
   float t_neg = neg_.sample_threshold(pass_fraction);
 
-  const size_t cap = candidate_cap(side_k);
+  const size_t cap = candidate_cap(info.wanted);
   counts_.resize(3);
   odd_.resize(kOddCap);
   check(cudaMemsetAsync(counts_.data(), 0, 3 * sizeof(unsigned long long), s), "cudaMemsetAsync");
