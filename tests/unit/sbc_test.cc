@@ -17,6 +17,16 @@
 namespace compcoll {
 namespace {
 
+// One step of a fresh codec on a Gaussian gradient: its payload.
+Bytes first_payload(const SbcConfig& c, size_t n, uint64_t seed) {
+  SbcCodec codec(c);
+  auto st = codec.make_state(n);
+  const auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, seed);
+  Bytes payload;
+  codec.encode(g.data(), n, *st, payload);
+  return payload;
+}
+
 TEST(Sbc, KeepsTheSideWithTheLargerMeanMagnitude) {
   const size_t n = 100000;
   SbcCodec codec(SbcConfig{0.01, 0.01});
@@ -199,11 +209,7 @@ TEST(Sbc, BothSidesPayloadRejectsBadSignBitsAndStrayMeans) {
   const size_t n = 10000;
   SbcConfig c{0.001, 0.01};  // k = 10: 5 per side, 2 bytes of sign bits
   c.both_sides = true;
-  SbcCodec codec(c);
-  auto st = codec.make_state(n);
-  const auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, 4);
-  Bytes payload;
-  codec.encode(g.data(), n, *st, payload);
+  const Bytes payload = first_payload(c, n, 4);
   const SbcEntries e = decode_sbc(payload, n);
   ASSERT_EQ(e.idx.size(), 10u);
   const size_t bits_at = kPayloadHeaderBytes + 8 + 4;  // header, two means, empty non-finite list
@@ -349,21 +355,12 @@ TEST_P(SbcSides, PayloadIsOverTwoThousandTimesSmallerAtDensityOnePerMille) {
   const size_t n = 4'000'000;
   SbcConfig c{0.001, 0.01};
   c.both_sides = GetParam();
-  SbcCodec codec(c);
-  auto st = codec.make_state(n);
-  const auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, 4);
-  Bytes payload;
-  codec.encode(g.data(), n, *st, payload);
-  EXPECT_GT(double(n * 4) / payload.size(), 2000.0);
+  EXPECT_GT(double(n * 4) / first_payload(c, n, 4).size(), 2000.0);
 }
 
 TEST(Sbc, RejectsCorruptHeadersAndTruncatedMeans) {
   const size_t n = 10000;
-  SbcCodec codec(SbcConfig{0.01, 0.01});
-  auto st = codec.make_state(n);
-  const auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, 4);
-  Bytes payload;
-  codec.encode(g.data(), n, *st, payload);
+  const Bytes payload = first_payload(SbcConfig{0.01, 0.01}, n, 4);
   std::vector<float> out(n, 0.0f);
   Bytes bad = payload;
   bad[5] = 7;  // side flag
