@@ -50,6 +50,7 @@ struct Options {
   size_t chunk;
   size_t block;
   ScaleMode scale;
+  bool sbc_both_sides;
   int iters;
   GradientKind dist;
   uint64_t seed;
@@ -97,6 +98,7 @@ CodecUnderTest make_codec(const Options& o, const float* grad, size_t n) {
     c.density = dens(0.001);
     c.momentum = o.momentum;
     c.nesterov = o.nesterov;
+    c.both_sides = o.sbc_both_sides;
     return make_sparse(std::make_unique<SbcCodec>(c), grad, n, c.density);
   }
   if (o.algo == "csc") {
@@ -245,6 +247,12 @@ ScaleMode parse_scale(const std::string& s) {
   CC_THROW(kInvalidArgument, "--scale: '", s, "' is not one of mean, pair");
 }
 
+bool parse_sbc_sides(const std::string& s) {
+  if (s == "both") return true;
+  if (s == "one") return false;
+  CC_THROW(kInvalidArgument, "--sbc-sides: '", s, "' is not one of both, one");
+}
+
 // Builds every requested codec once on a few elements, so that an unknown
 // name or a bad setting (--density 2, --block 3, ...) fails before anything
 // is printed: stdout stays empty on error instead of carrying a table header
@@ -277,6 +285,8 @@ int codec_main(int argc, char** argv, int first) {
   o.chunk = static_cast<size_t>(args.integer("chunk", 16384, "csc chunk size in elements"));
   o.block = static_cast<size_t>(args.integer("block", 2048, "onebit scale block size"));
   o.scale = parse_scale(args.str("scale", "mean", "onebit reconstruction: mean or pair"));
+  o.sbc_both_sides = parse_sbc_sides(
+      args.str("sbc-sides", "both", "sbc: both signs with a mean each, or one (COMPCOLL_SBC_SIDES)"));
   const long long iters = args.integer("iters", 5, "timed iterations (median reported)");
   o.dist = parse_gradient_kind(args.str("gradient", "gaussian", "input: gaussian, t3, mixed"));
   o.seed = static_cast<uint64_t>(args.integer("seed", 1, "random seed"));
