@@ -135,10 +135,6 @@ __global__ void set_at_kernel(float* v, const uint32_t* idx, size_t k, float val
   for (size_t j = first(); j < k; j += step()) { v[idx[j]] = value; }
 }
 
-__global__ void subtract_at_kernel(float* v, const uint32_t* idx, size_t k, float value) {
-  for (size_t j = first(); j < k; j += step()) { v[idx[j]] = fsub(v[idx[j]], value); }
-}
-
 __global__ void sparse_residual_kernel(float* v, float* u, const uint32_t* idx, const float* sent, size_t k) {
   for (size_t j = first(); j < k; j += step()) {
     const uint32_t i = idx[j];
@@ -230,12 +226,6 @@ void set_at(float* v, const uint32_t* idx, size_t k, float value, cudaStream_t s
   if (k == 0) return;
   set_at_kernel<<<grid_for(k), kThreads, 0, s>>>(v, idx, k, value);
   check(cudaGetLastError(), "set_at");
-}
-
-void subtract_at(float* v, const uint32_t* idx, size_t k, float value, cudaStream_t s) {
-  if (k == 0) return;
-  subtract_at_kernel<<<grid_for(k), kThreads, 0, s>>>(v, idx, k, value);
-  check(cudaGetLastError(), "subtract_at");
 }
 
 void sparse_residual(float* v, float* u, const uint32_t* idx, const float* sent, size_t k, cudaStream_t s) {

@@ -50,8 +50,6 @@ void sbc_fused(const float* g, float* v, size_t n, float t_pos, float t_neg, Sbc
 
 // v[idx[j]] = value.
 void set_at(float* v, const uint32_t* idx, size_t k, float value, cudaStream_t s);
-// v[idx[j]] -= value.
-void subtract_at(float* v, const uint32_t* idx, size_t k, float value, cudaStream_t s);
 // What a sparse payload sent leaves the residual: v[i] -= sent[j] (0 when
 // either is not finite) and u[i] = 0 (momentum factor masking; u may be null).
 void sparse_residual(float* v, float* u, const uint32_t* idx, const float* sent, size_t k, cudaStream_t s);
