@@ -26,6 +26,16 @@ namespace compcoll {
 enum class SparsePattern : uint8_t { kAllgather = 0, kScatter = 1, kAuto = 2 };
 const char* sparse_pattern_name(SparsePattern p);
 
+// What dgc and sdagc (and sbc's exact warm-up) rank the residual by
+// (COMPCOLL_SELECTION, compression/second_moment.h): |v| (magnitude),
+// |v| / sqrt(moving average of g^2) (normalized: what Adam would move), or
+// auto: normalized once Adam's beta1 is moved into compcoll
+// (momentum_handover.h), magnitude otherwise.
+enum class Selection : uint8_t { kMagnitude = 0, kNormalized = 1, kAuto = 2 };
+const char* selection_name(Selection s);
+// The moving average's beta for normalized selection: Adam's default beta2.
+constexpr float kNormalizedSelectionBeta = 0.999f;
+
 // The effective configuration of the compressed algorithms: every knob that
 // changes the math. Ranks must agree on all of it (see agreement.h).
 struct AlgoParams {
@@ -64,6 +74,8 @@ struct AlgoParams {
   bool sbc_both_sides = false;
   std::string auto_algo = "dgc";  // auto: the compressed algorithm it weighs against dense
   SparsePattern sparse_pattern = SparsePattern::kAuto;  // dgc, sdagc
+  // COMPCOLL_SELECTION's default (auto) applies through the configuration.
+  Selection selection = Selection::kMagnitude;
 
   // "key=value;..." of every field: hashed for agreement, shown on mismatch.
   std::string canonical() const;

@@ -72,6 +72,11 @@ AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p,
   if (taken.m == 0.0f) return q;
   q.momentum = taken.m;
   q.momentum_handover = !taken.moved;
+  if (q.selection == Selection::kAuto) {
+    // Adam moves every element by about its learning rate, whatever the
+    // gradient's scale: rank by what Adam would move (second_moment.h).
+    q.selection = taken.moved ? Selection::kNormalized : Selection::kMagnitude;
+  }
   if (q.momentum_masking_density < 0.0) {
     // Masked during the warm-up's dense stages, the velocity restarts at
     // every send and the short horizon loses the optimizer's momentum;

@@ -18,6 +18,12 @@
 namespace compcoll {
 namespace {
 
+// Normalized selection's moving average: Adam's default beta2. auto is
+// magnitude until optimizer_momentum_params resolves it.
+float second_moment_beta(const AlgoParams& p) {
+  return p.selection == Selection::kNormalized ? kNormalizedSelectionBeta : 0.0f;
+}
+
 SparsifyConfig sparsify_config(const AlgoParams& p) {
   SparsifyConfig c;
   c.density = p.density;
@@ -27,6 +33,7 @@ SparsifyConfig sparsify_config(const AlgoParams& p) {
   c.clip = p.clip;
   c.warmup_steps = p.warmup_steps;
   c.encoding = {p.values, p.indices};
+  c.second_moment_beta = second_moment_beta(p);
   return c;
 }
 
@@ -126,7 +133,7 @@ std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const Algo
     return std::make_unique<SbcCodec>(SbcConfig{p.density, p.sample_fraction, p.warmup_steps,
                                                 p.momentum, p.nesterov,
                                                 masking_density_or_always(p), p.sbc_exact_warmup,
-                                                p.sbc_both_sides});
+                                                p.sbc_both_sides, second_moment_beta(p)});
   }
   return nullptr;
 }
@@ -171,9 +178,26 @@ std::string AlgoParams::canonical() const {
      << ";sample_fraction=" << sample_fraction
      << ";sbc_warmup=" << (sbc_exact_warmup ? "exact" : "binary")  // COMPCOLL_SBC_WARMUP's words
      << ";sbc_sides=" << (sbc_both_sides ? "both" : "one")         // COMPCOLL_SBC_SIDES's words
+     << ";selection=" << selection_name(selection)
      << ";auto_algo=" << auto_algo
      << ";sparse_pattern=" << sparse_pattern_name(sparse_pattern);
   return os.str();
+}
+
+bool ranks_a_residual(std::string_view algo, const AlgoParams& p) {
+  if (algo == "dgc" || algo == "sdagc") return true;
+  if (algo == "sbc") return p.sbc_exact_warmup && p.warmup_steps > 0;
+  if (algo == "auto") return p.auto_algo != "auto" && ranks_a_residual(p.auto_algo, p);
+  return false;
+}
+
+const char* selection_name(Selection s) {
+  switch (s) {
+    case Selection::kMagnitude: return "magnitude";
+    case Selection::kNormalized: return "normalized";
+    case Selection::kAuto: return "auto";
+  }
+  return "?";
 }
 
 const char* sparse_pattern_name(SparsePattern p) {

@@ -27,6 +27,11 @@ std::unique_ptr<Algorithm> make_algorithm(std::string_view name, const AlgoParam
 // from the same parameters; null for the others.
 std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const AlgoParams& params);
 
+// Whether COMPCOLL_SELECTION changes what `algo` sends: dgc and sdagc rank
+// their residual, sbc only over its exact warm-up, auto through the
+// algorithm it weighs (p.auto_algo); csc, onebit and dense rank none.
+bool ranks_a_residual(std::string_view algo, const AlgoParams& p);
+
 // "dense, dgc, sbc, sdagc, csc, onebit"
 std::string algorithm_names();
 

@@ -29,10 +29,15 @@ struct CodecState {
   // The scatter pattern's index regions (P+1 boundaries), rebalanced every
   // call from the owners' demand; identical on every rank (collectives/sparse_scatter.h).
   std::vector<size_t> regions;
+  // Normalized selection (SparsifyConfig::second_moment_beta > 0): an
+  // exponential moving average of each element's squared gradient, made at
+  // the first encode that uses it; empty otherwise (second_moment.h).
+  std::vector<float> second_moment;
 
   size_t size() const { return v.size(); }
   size_t memory_bytes() const {
-    return (v.capacity() + u.capacity() + handed.capacity()) * sizeof(float) +
+    return (v.capacity() + u.capacity() + handed.capacity() + second_moment.capacity()) *
+               sizeof(float) +
            regions.capacity() * sizeof(size_t);
   }
 };

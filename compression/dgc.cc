@@ -5,6 +5,7 @@
 
 #include "compcoll/error.h"
 #include "compression/accumulate.h"
+#include "compression/second_moment.h"
 #include "compression/select.h"
 #include "compression/simd.h"
 
@@ -78,6 +79,8 @@ void validate_sparsify_config(const SparsifyConfig& c, const char* codec) {
            " must be >= 1");
   CC_CHECK(c.mask_density >= 0.0 && c.mask_density <= 1.0, kInvalidArgument, codec,
            ": momentum masking density ", c.mask_density, " is outside [0, 1]");
+  CC_CHECK(c.second_moment_beta >= 0.0f && c.second_moment_beta < 1.0f, kInvalidArgument, codec,
+           ": second-moment beta ", c.second_moment_beta, " is outside [0, 1) (0: magnitude selection)");
   CC_CHECK(c.warmup_steps >= 0, kInvalidArgument, codec, ": warm-up steps ", c.warmup_steps,
            " must be >= 0");
 }
@@ -108,33 +111,50 @@ EncodeInfo DgcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
   const float scale = clip_scale(grad, n, config_.clip, config_.world_size);
   float* u = st.u.data();
   float* v = st.v.data();
-
-  // Threshold from a strided sample of what |v| will be after this step.
   const SamplePlan plan = SamplePlan::make(n, config_.sample_fraction, st.steps);
-  std::vector<float> sample;
-  sample.reserve(n / plan.stride + 1);
-  dispatch_momentum(mode, [&](auto mc) {
-    constexpr MomentumMode M = decltype(mc)::value;
-    for (size_t i = plan.offset; i < n; i += plan.stride) {
-      const float ui = M == MomentumMode::kNone ? 0.0f : u[i];
-      sample.push_back(select_key<SelectKey::kMagnitude>(v[i] + momentum_peek<M>(grad[i] * scale, ui, m)));
-    }
-    return 0;
-  });
   const double pass_fraction =
       n ? std::min(1.0, kCandidateHeadroom * double(info.wanted) / double(n)) : 1.0;
-  float t = sample_threshold(sample, pass_fraction);
-
+  std::vector<float> sample;
+  sample.reserve(n / plan.stride + 1);
   std::vector<uint32_t> cand;
   const size_t cap = candidate_cap(info.wanted);
   cand.reserve(std::min(cap, n));
-  const size_t count = dispatch_momentum(mode, [&](auto mc) {
-    return fused_update<decltype(mc)::value>(grad, scale, m, u, v, n, t, cand, cap);
-  });
+  float t = 0.0f;
+  size_t count = 0;
+  // The array the selection ranks: v, or its normalized view.
+  const float* keys = v;
+  std::vector<float> view;
+  if (config_.second_moment_beta > 0.0f) {
+    // Accumulate first (the view needs this step's s), then sample and scan
+    // the view: two passes where the magnitude path fuses them.
+    view.resize(n);
+    accumulate_normalized(mode, grad, scale, m, st, config_.second_moment_beta, view.data(), n);
+    keys = view.data();
+    for (size_t i = plan.offset; i < n; i += plan.stride) {
+      sample.push_back(select_key<SelectKey::kMagnitude>(keys[i]));
+    }
+    t = sample_threshold(sample, pass_fraction);
+    count = scan_candidates(keys, n, t, SelectKey::kMagnitude, cand, cap);
+  } else {
+    // Threshold from a strided sample of what |v| will be after this step.
+    dispatch_momentum(mode, [&](auto mc) {
+      constexpr MomentumMode M = decltype(mc)::value;
+      for (size_t i = plan.offset; i < n; i += plan.stride) {
+        const float ui = M == MomentumMode::kNone ? 0.0f : u[i];
+        sample.push_back(
+            select_key<SelectKey::kMagnitude>(v[i] + momentum_peek<M>(grad[i] * scale, ui, m)));
+      }
+      return 0;
+    });
+    t = sample_threshold(sample, pass_fraction);
+    count = dispatch_momentum(mode, [&](auto mc) {
+      return fused_update<decltype(mc)::value>(grad, scale, m, u, v, n, t, cand, cap);
+    });
+  }
 
   const SelectionTarget target{info.wanted, (info.wanted * 4 + 4) / 5, info.wanted};
-  info.threshold = finalize_selection(v, n, target, SelectKey::kMagnitude, sample, pass_fraction,
-                                      t, count, cand);
+  info.threshold = finalize_selection(keys, n, target, SelectKey::kMagnitude, sample,
+                                      pass_fraction, t, count, cand);
   info.sent = cand.size();
   emit_sparse(cand, st, n, config_.encoding, info.density <= config_.mask_density, payload);
   ++st.steps;

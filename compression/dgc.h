@@ -35,6 +35,11 @@ struct SparsifyConfig {
   int world_size = 1;       // N in the local clipping bound clip / sqrt(N)
   int warmup_steps = 0;     // steps over which density ramps down to its target
   SparseEncoding encoding;  // how values and indices travel
+  // Normalized selection (COMPCOLL_SELECTION, second_moment.h): 0 ranks
+  // elements by |v|; beta in (0, 1) ranks them by |v| / sqrt(s), s the
+  // moving average (this beta) of the element's squared gradient, which is
+  // how far Adam would move it. What is sent is v either way.
+  float second_moment_beta = 0.0f;
 };
 
 struct DgcConfig : SparsifyConfig {

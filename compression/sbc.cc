@@ -72,6 +72,7 @@ DgcConfig sbc_warmup_config(const SbcConfig& config) {
   d.mask_density = config.mask_density;
   d.warmup_steps = config.warmup_steps;
   d.sample_fraction = config.sample_fraction;
+  d.second_moment_beta = config.second_moment_beta;
   return d;
 }
 
@@ -286,14 +287,15 @@ SbcEntries decode_sbc(std::span<const uint8_t> payload, uint64_t n) {
     at += bytes;
   }
   e.idx = rice_decode_positions(payload.subspan(at), h.k, h.aux0, n);
-  if (!both) e.side.assign(e.idx.size(), 0);  // after the stream proved k
-  if (both) {
-    // Canonical: a side no position takes has mean 0 (the encoder's).
-    bool used[2] = {false, false};
-    for (uint8_t x : e.side) used[x] = true;
-    CC_PAYLOAD_CHECK((used[0] || e.means[0] == 0.0f) && (used[1] || e.means[1] == 0.0f),
-                     "sbc mean of a side without positions is not 0");
+  if (!both) {
+    e.side.assign(e.idx.size(), 0);  // after the stream proved k
+    return e;
   }
+  // Canonical: a side no position takes has mean 0 (the encoder's).
+  bool used[2] = {false, false};
+  for (uint8_t x : e.side) used[x] = true;
+  CC_PAYLOAD_CHECK((used[0] || e.means[0] == 0.0f) && (used[1] || e.means[1] == 0.0f),
+                   "sbc mean of a side without positions is not 0");
   return e;
 }
 

@@ -63,6 +63,10 @@ struct SbcConfig {
   // Send both signs, each with its mean (COMPCOLL_SBC_SIDES=both); false =
   // only the side with the larger mean magnitude, as the paper.
   bool both_sides = false;
+  // Normalized selection (second_moment.h) for the exact warm-up only: the
+  // binarised steady state ranks by value, since one mean per side must fit
+  // the entries it stands for, and ranking by normalized value mixes scales.
+  float second_moment_beta = 0.0f;
 };
 
 // The dgc configuration sbc's exact warm-up runs (no clipping, fp32 values,

@@ -5,6 +5,7 @@
 
 #include "compcoll/error.h"
 #include "compression/accumulate.h"
+#include "compression/second_moment.h"
 #include "compression/select.h"
 #include "compression/simd.h"
 
@@ -110,14 +111,31 @@ EncodeInfo SdagcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes
   const float scale = clip_scale(grad, n, config_.clip, config_.world_size);
   float* v = st.v.data();
 
-  Moments mo = dispatch_momentum(mode, [&](auto mc) {
-    return accumulate_moments<decltype(mc)::value>(grad, scale, config_.momentum, st.u.data(), v, n);
-  });
-  double sigma = sigma_of(mo, n);
-  if (!std::isfinite(sigma)) {
+  // The array the selection ranks, and whose sigma sets the threshold: v,
+  // or its normalized view (second_moment.h).
+  const float* keys = v;
+  std::vector<float> view;
+  Moments mo;
+  double sigma = 0.0;
+  if (config_.second_moment_beta > 0.0f) {
+    view.resize(n);
+    accumulate_normalized(mode, grad, scale, config_.momentum, st, config_.second_moment_beta,
+                          view.data(), n);
+    keys = view.data();
     size_t finite = 0;
-    mo = finite_moments(v, n, &finite);
+    mo = finite_moments(keys, n, &finite);
     sigma = sigma_of(mo, finite);
+  } else {
+    mo = dispatch_momentum(mode, [&](auto mc) {
+      return accumulate_moments<decltype(mc)::value>(grad, scale, config_.momentum, st.u.data(), v,
+                                                     n);
+    });
+    sigma = sigma_of(mo, n);
+    if (!std::isfinite(sigma)) {
+      size_t finite = 0;
+      mo = finite_moments(v, n, &finite);
+      sigma = sigma_of(mo, finite);
+    }
   }
   // During warm-up the density changes stage by stage; restart lambda from
   // the Gaussian quantile of the stage's density rather than the last one.
@@ -129,7 +147,7 @@ EncodeInfo SdagcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes
 
   std::vector<uint32_t> cand;
   const size_t cap = candidate_cap(info.wanted);
-  const size_t count = scan_candidates(v, n, t, SelectKey::kMagnitude, cand, cap);
+  const size_t count = scan_candidates(keys, n, t, SelectKey::kMagnitude, cand, cap);
   const SelectionTarget target{info.wanted, (info.wanted * 4 + 4) / 5,
                                (info.wanted * 13 + 9) / 10};
   // Rescans need a sample to pick lower or higher thresholds from; take a
@@ -139,17 +157,17 @@ EncodeInfo SdagcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes
   if (count < target.low || count > cand.size()) {
     const SamplePlan plan = SamplePlan::make(n, 0.01, st.steps);
     for (size_t i = plan.offset; i < n; i += plan.stride) {
-      sample.push_back(select_key<SelectKey::kMagnitude>(v[i]));
+      sample.push_back(select_key<SelectKey::kMagnitude>(keys[i]));
     }
   }
-  info.threshold = finalize_selection(v, n, target, SelectKey::kMagnitude, sample, pass_fraction,
+  info.threshold = finalize_selection(keys, n, target, SelectKey::kMagnitude, sample, pass_fraction,
                                       t, count, cand);
   info.sent = cand.size();
 
   // Next step's lambda: just below the one that would have selected exactly
   // k elements now.
   if (sigma > 0.0 && std::isfinite(sigma)) {
-    const float kth = key_at_rank(cand, v, info.wanted, SelectKey::kMagnitude);
+    const float kth = key_at_rank(cand, keys, info.wanted, SelectKey::kMagnitude);
     const double at_k = kth > 0.0f && std::isfinite(kth) ? kth : info.threshold;
     const double next = kLambdaHeadroom * at_k / sigma;
     if (std::isfinite(next) && next > 0.0) st.lambda = static_cast<float>(next);

@@ -1,6 +1,7 @@
 #include "plugin/communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -79,6 +80,12 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
   }
   log_.info("communicator of ", comm_->size(), " ranks, algo ", cfg_.algo, ", config hash ",
             std::hex, config_hash(description), std::dec, " (", description, ")");
+  static std::atomic<bool> selection_warned{false};
+  if (cfg_.params.selection == Selection::kNormalized && !ranks_a_residual(cfg_.algo, cfg_.params) &&
+      !selection_warned.exchange(true)) {
+    log_.warn("COMPCOLL_SELECTION=normalized changes nothing for COMPCOLL_ALGO=", cfg_.algo,
+              ": only dgc, sdagc and sbc's exact warm-up rank a residual to select from");
+  }
   load_state_dir();
 }
 
@@ -186,7 +193,7 @@ bool Communicator::adopt_optimizer_momentum(OptimizerMomentum taken) {
               " (Adam's beta1) is moved into compcoll on every rank: ", cfg_.algo,
               " applies DGC's momentum correction with it and the optimizer runs with beta1 = 0, "
               "momentum factor masking at densities <= ", p.momentum_masking_density,
-              ", from the next call on");
+              ", selection by ", selection_name(p.selection), " value, from the next call on");
   } else if (taken.m > 0.0f) {
     log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: the optimizer's SGD momentum is ", taken.m,
               " on every rank: ", cfg_.algo, " applies DGC's momentum correction with it and hands "
@@ -235,7 +242,7 @@ bool Communicator::load_state(std::span<const uint8_t> bytes) {
     if (e.key.rfind("key:", 0) != 0 || !seen.insert(e.key).second) {
       why = "entry '" + e.key + "' is not a unique explicit key";
     } else if (!std::isfinite(e.state->lambda) || !all_finite(e.state->v) ||
-               !all_finite(e.state->u)) {
+               !all_finite(e.state->u) || !all_finite(e.state->second_moment)) {
       // Residuals never hold NaN/Inf (DESIGN.md): such a file was not written by compcoll.
       why = e.key + " holds non-finite values";
     } else if (fresh->u.size() != e.state->u.size() &&
@@ -243,6 +250,12 @@ bool Communicator::load_state(std::span<const uint8_t> bytes) {
       why = e.key + " has a momentum/server error of " + std::to_string(e.state->u.size()) +
             " elements where " + cfg_.algo + " keeps " + std::to_string(fresh->u.size()) +
             " for its " + std::to_string(n);
+    } else if (!e.state->second_moment.empty() && e.state->second_moment.size() != n) {
+      why = e.key + " has a second moment of " + std::to_string(e.state->second_moment.size()) +
+            " elements for its " + std::to_string(n);
+    } else if (std::any_of(e.state->second_moment.begin(), e.state->second_moment.end(),
+                           [](float s) { return s < 0.0f; })) {
+      why = e.key + " has a negative second moment";  // a mean of squares never is
     }
   }
   if (!why.empty()) {

@@ -170,6 +170,18 @@ const ConfigVar kTable[] = {
        check_enum(var, value);
        cfg.params.sbc_both_sides = value == "both";
      }},
+    {"COMPCOLL_SELECTION", VarType::kEnum, "auto", "magnitude|normalized|auto",
+     "what dgc and sdagc (and sbc's exact warm-up) rank the residual by: magnitude = |v|; "
+     "normalized = |v| / sqrt(s), s a moving average (beta 0.999) of the element's squared "
+     "gradient, which is how far Adam would move it; auto = normalized once Adam's beta1 is moved "
+     "into compcoll (COMPCOLL_MOMENTUM_HANDOVER=auto under the PyTorch backend), else magnitude "
+     "(docs/convergence.md)",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.params.selection = value == "magnitude"    ? Selection::kMagnitude
+                              : value == "normalized" ? Selection::kNormalized
+                                                      : Selection::kAuto;
+     }},
     {"COMPCOLL_MIN_ELEMS", VarType::kInt, "16384", ">= 0",
      "tensors with fewer elements take the exact dense path",
      CC_APPLY { cfg.min_elems = static_cast<size_t>(int_at_least(var, value, 0)); }},

@@ -108,6 +108,8 @@ Bytes serialize_state_file(const StateFile& file) {
     w.put_bytes(s.u.data(), s.u.size() * sizeof(float));
     for (size_t r : s.regions) w.put(static_cast<uint64_t>(r));
     w.put_bytes(s.handed.data(), s.handed.size() * sizeof(float));
+    w.put(static_cast<uint64_t>(s.second_moment.size()));
+    w.put_bytes(s.second_moment.data(), s.second_moment.size() * sizeof(float));
   }
   w.put(fnv1a(w.out));
   return std::move(w.out);
@@ -167,6 +169,10 @@ StateFile parse_state_file(std::span<const uint8_t> bytes) {
     r.get_array(regions, nr, "the regions");
     e.owned->regions.assign(regions.begin(), regions.end());
     r.get_array(e.owned->handed, nh, "a momentum hand-over mirror");
+    if (version >= 5) {
+      const auto ns = r.get<uint64_t>("an entry's second-moment length");
+      r.get_array(e.owned->second_moment, ns, "a second moment");
+    }
     e.owned->steps = steps;
     e.owned->lambda = lambda;
     e.state = e.owned.get();

@@ -6,19 +6,24 @@
 // order tells a reader of another endianness that it cannot use the file):
 //
 //   "CCSTATE1"                      8-byte magic
-//   u32 version (3; 2 is read too, as optimizer momentum 0)
+//   u32 version (5; 2 to 4 are read too: optimizer momentum 0 before 3,
+//                               its kind "handed over" before 4, no
+//                               second moments before 5)
 //   u64 config hash                 FNV-1a of the description below
 //   u32 n, n bytes                  the agreement description (the math's settings)
 //   i32 rank, i32 world size        state is per rank and shaped by P (onebit)
 //   u64 clock                       the store's call clock (eviction ages)
 //   f32 optimizer momentum          COMPCOLL_MOMENTUM_HANDOVER=auto's m; 0: none
 //                                   (version 3 on)
+//   u8 moved                        1: m was moved out of the optimizer (Adam's
+//                                   beta1), 0: handed over (version 4 on)
 //   u32 entries, then per entry:
 //     u32 n, n bytes                key text ("key:..." as StateKey::str())
 //     u64 idle                      calls since its last use
 //     u64 steps, f32 lambda
 //     u64 |v|, u64 |u|, u64 |regions|, u64 |handed|, then v, u (float32),
 //     regions (u64), handed (float32)
+//     u64 |second moment|, then it (float32)  (version 5 on: normalized selection)
 //   u64 FNV-1a of every byte before it
 //
 // Parsing checks every length against the bytes left before reading, the
@@ -57,7 +62,7 @@ struct StateFile {
 
 // 2: the hand-over mirror; 3: the momentum taken from the optimizer; 4:
 // whether it was moved out of the optimizer (Adam) or handed over (SGD).
-constexpr uint32_t kStateFileVersion = 4;
+constexpr uint32_t kStateFileVersion = 5;
 constexpr uint32_t kOldestStateFileVersion = 2;
 
 // Entries are written in the order given (callers sort them by key so that

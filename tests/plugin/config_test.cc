@@ -202,6 +202,20 @@ TEST(Config, SbcSendsBothSidesByDefaultAndItIsPartOfTheAgreement) {
   EXPECT_NE(e.find("both|one"), std::string::npos) << e;
 }
 
+TEST(Config, SelectionIsAutoByDefaultAndItIsPartOfTheAgreement) {
+  const Config d = load_config(env_of({}));
+  EXPECT_EQ(d.params.selection, Selection::kAuto);
+  EXPECT_NE(d.agreement_description().find("selection=auto;"), std::string::npos);
+  const Config n = load_config(env_of({{"COMPCOLL_SELECTION", "normalized"}}));
+  EXPECT_EQ(n.params.selection, Selection::kNormalized);
+  EXPECT_NE(n.agreement_description().find("selection=normalized;"), std::string::npos);
+  const Config m = load_config(env_of({{"COMPCOLL_SELECTION", "magnitude"}}));
+  EXPECT_EQ(m.params.selection, Selection::kMagnitude);
+  const std::string e = error_of({{"COMPCOLL_SELECTION", "adam"}});
+  EXPECT_NE(e.find("COMPCOLL_SELECTION=adam"), std::string::npos) << e;
+  EXPECT_NE(e.find("magnitude|normalized|auto"), std::string::npos) << e;
+}
+
 std::string suggestion_for(const std::string& entry) {
   const auto u = unknown_variables({entry});
   return u.size() == 1 ? u[0].suggestion : "<not reported>";

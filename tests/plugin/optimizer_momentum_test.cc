@@ -28,6 +28,7 @@ Config auto_config(const std::string& algo) {
   c.params.warmup_steps = 4;  // through the warm-up: masking starts after it
   c.params.momentum_masking_density = -1.0;  // "auto", the default
   c.params.momentum_from_optimizer = true;   // COMPCOLL_MOMENTUM_HANDOVER=auto, the default
+  c.params.selection = Selection::kAuto;     // COMPCOLL_SELECTION's default
   if (algo == "csc") c.params.csc_chunk = 1000;
   return c;
 }
@@ -40,6 +41,8 @@ Config explicit_recipe(const std::string& algo, OptimizerMomentum taken) {
   c.params.momentum_handover = !taken.moved;
   c.params.momentum_masking_density =
       2.0 * (algo == "csc" ? c.params.csc_fraction : c.params.density);
+  // Adam moves every element by about its learning rate: rank by normalized value.
+  c.params.selection = taken.moved ? Selection::kNormalized : Selection::kMagnitude;
   return c;
 }
 
@@ -92,6 +95,14 @@ TEST_P(Adopt, BeforeTheFirstCallEqualsTheExplicitRecipeBitForBit) {
       EXPECT_FALSE(same_bits(other[9], want[9]));
       if (moved) EXPECT_FALSE(same_bits(handed_over[9], want[9]));
       if (!moved) handed_over = want;
+      if (moved && (GetParam() == "dgc" || GetParam() == "sdagc")) {
+        // The moved momentum's recipe ranks by normalized value, and that
+        // changes what is sent.
+        Config by_magnitude = explicit_recipe(GetParam(), taken);
+        by_magnitude.params.selection = Selection::kMagnitude;
+        Communicator magnitude(std::make_unique<LentComm>(comm), by_magnitude);
+        EXPECT_FALSE(same_bits(steps(magnitude, 0, 10)[9], want[9])) << GetParam();
+      }
     }
   });
 }

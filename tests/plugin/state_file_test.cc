@@ -95,15 +95,51 @@ TEST(StateFile, EveryTruncationAndEveryFlippedByteIsAClearError) {
   expect_refused(longer, "a trailing byte");
 }
 
+TEST(StateFile, RoundTripsTheSecondMoment) {
+  StateFile f = sample_file();
+  CodecState a(2);
+  a.second_moment = {0.25f, 4.0f};
+  f.entries[0].state = &a;
+  const StateFile g = parse_state_file(serialize_state_file(f));
+  EXPECT_EQ(g.entries[0].state->second_moment, (std::vector<float>{0.25f, 4.0f}));
+  EXPECT_TRUE(g.entries[1].state->second_moment.empty());
+}
+
+constexpr size_t kVersionAt = 8;
+constexpr size_t kKindAt = 8 + 4 + 8 + 4 + 21 + 4 + 4 + 8 + 4;
+
+// sample_file() as version 4 wrote it: without the entries' second-moment
+// lengths (both 0 here): the first entry's ends after its key, idle, steps,
+// lambda, four lengths, 5 + 5 floats; the second's ends the file.
+Bytes sample_as_version_4() {
+  Bytes b = serialize_state_file(sample_file());
+  const size_t first_entry = kKindAt + 1 + 4;
+  const size_t first_length = first_entry + 9 + 8 + 8 + 4 + 32 + 40;
+  b.erase(b.end() - 16, b.end() - 8);  // the last entry's, before the checksum
+  b.erase(b.begin() + first_length, b.begin() + first_length + 8);
+  const uint32_t v4 = 4;
+  std::memcpy(b.data() + kVersionAt, &v4, 4);
+  reseal(b);
+  return b;
+}
+
+TEST(StateFile, AVersion4FileReadsWithoutSecondMoments) {
+  const StateFile g = parse_state_file(sample_as_version_4());
+  EXPECT_EQ(g.optimizer_momentum, (OptimizerMomentum{0.875f, true}));
+  ASSERT_EQ(g.entries.size(), 2u);
+  EXPECT_EQ(g.entries[0].state->v, (std::vector<float>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(g.entries[1].state->regions, (std::vector<size_t>{0, 2, 3}));
+  EXPECT_TRUE(g.entries[0].state->second_moment.empty());
+}
+
 // Version 3 files (before Adam's moved momentum) carry the momentum without
 // its kind: it was SGD's, handed over.
 TEST(StateFile, AVersion3FileReadsAsAHandedOverMomentum) {
-  Bytes b = serialize_state_file(sample_file());
-  const size_t version_at = 8, kind_at = 8 + 4 + 8 + 4 + 21 + 4 + 4 + 8 + 4;
-  ASSERT_EQ(b[kind_at], 1);
-  b.erase(b.begin() + kind_at);
+  Bytes b = sample_as_version_4();
+  ASSERT_EQ(b[kKindAt], 1);
+  b.erase(b.begin() + kKindAt);
   const uint32_t v3 = 3;
-  std::memcpy(b.data() + version_at, &v3, 4);
+  std::memcpy(b.data() + kVersionAt, &v3, 4);
   reseal(b);
   const StateFile g = parse_state_file(b);
   EXPECT_EQ(g.optimizer_momentum, (OptimizerMomentum{0.875f, false}));

@@ -64,6 +64,9 @@ def test_state_dir_resume_under_adam_is_bit_exact(tmp_path):
     whole, _, second = interrupted_equals_whole(tmp_path, env, explicit=False, ckpt_env=state,
                                                 adam=True)
     assert "(Adam's beta1) is moved into compcoll" in whole[0].stderr, whole[0].stderr
+    # COMPCOLL_SELECTION=auto ranks by normalized value under Adam; its
+    # second moments are in the state file, or the resumed run would differ.
+    assert "selection by normalized value" in whole[0].stderr, whole[0].stderr
     assert "restored the error-feedback state of 1 tensors" in second[0].stderr, second[0].stderr
 
 
