@@ -16,15 +16,22 @@ void accumulate_normalized_impl(const float* g, float scale, float m, float* u, 
                                 float* s, float beta, float* view, size_t n) {
   constexpr float kMax = std::numeric_limits<float>::max();
   const float rest = 1.0f - beta;
-  float dummy_u = 0.0f;
+  // Branch-free and without a pointer chosen per element, so that GCC
+  // vectorises it (sqrt and division included, -fno-math-errno).
   for (size_t i = 0; i < n; ++i) {
     const float gi = g[i] * scale;
-    float& ui = M == MomentumMode::kNone ? dummy_u : u[i];
-    const float x = v[i] + momentum_step<M>(gi, ui, m);
+    float inc = gi;
+    if constexpr (M != MomentumMode::kNone) {
+      float ui = u[i];
+      inc = momentum_step<M>(gi, ui, m);
+      u[i] = ui;
+    }
+    const float x = v[i] + inc;
     v[i] = x;
     // NaN and Inf fail the test and leave s as it was.
-    const bool finite = std::fabs(gi) <= kMax;
-    const float si = finite ? std::min(beta * s[i] + rest * std::min(gi * gi, kMax), kMax) : s[i];
+    const float g2 = std::min(gi * gi, kMax);
+    const float updated = std::min(beta * s[i] + rest * g2, kMax);
+    const float si = std::fabs(gi) <= kMax ? updated : s[i];
     s[i] = si;
     view[i] = x / std::sqrt(si + kTiny);
   }

@@ -6,9 +6,10 @@
 // steps it holds, v_i / sqrt(E[g_i^2]). Ranked by |v_i|, the elements with
 // small gradients (whole layers of them) are almost never sent and are
 // starved; ranked by the normalized value, every element is sent when it
-// has gathered about as many steps' worth as the others. On the convergence
-// suite's language model (Adam) this took dgc from +3.4 % to +1.3 % of dense's
-// loss at 1000 steps over three seeds (docs/convergence.md).
+// has gathered about as many steps' worth as the others. Not the default:
+// on the convergence suite's language model (Adam) it was level with
+// magnitude over six seeds (+2.84 % against +2.70 % of dense's loss at 1000
+// steps) for 3x the encode time (docs/convergence.md).
 //
 // s_i is an exponential moving average of the element's squared gradient
 // (after local clipping, before the momentum correction), as Adam keeps one

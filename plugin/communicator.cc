@@ -193,7 +193,8 @@ bool Communicator::adopt_optimizer_momentum(OptimizerMomentum taken) {
               " (Adam's beta1) is moved into compcoll on every rank: ", cfg_.algo,
               " applies DGC's momentum correction with it and the optimizer runs with beta1 = 0, "
               "momentum factor masking at densities <= ", p.momentum_masking_density,
-              ", selection by ", selection_name(p.selection), " value, from the next call on");
+              ", ranking by ", p.selection == Selection::kNormalized ? "normalized value" : "magnitude",
+              ", from the next call on");
   } else if (taken.m > 0.0f) {
     log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: the optimizer's SGD momentum is ", taken.m,
               " on every rank: ", cfg_.algo, " applies DGC's momentum correction with it and hands "

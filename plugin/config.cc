@@ -170,11 +170,12 @@ const ConfigVar kTable[] = {
        check_enum(var, value);
        cfg.params.sbc_both_sides = value == "both";
      }},
-    {"COMPCOLL_SELECTION", VarType::kEnum, "auto", "magnitude|normalized|auto",
+    {"COMPCOLL_SELECTION", VarType::kEnum, "magnitude", "magnitude|normalized|auto",
      "what dgc and sdagc (and sbc's exact warm-up) rank the residual by: magnitude = |v|; "
      "normalized = |v| / sqrt(s), s a moving average (beta 0.999) of the element's squared "
-     "gradient, which is how far Adam would move it; auto = normalized once Adam's beta1 is moved "
-     "into compcoll (COMPCOLL_MOMENTUM_HANDOVER=auto under the PyTorch backend), else magnitude "
+     "gradient, which is how far Adam would move it (one more float of state per element); "
+     "auto = normalized once Adam's beta1 is moved into compcoll (COMPCOLL_MOMENTUM_HANDOVER=auto "
+     "under the PyTorch backend), else magnitude. Not the default: no gain measured under Adam "
      "(docs/convergence.md)",
      CC_APPLY {
        check_enum(var, value);

@@ -51,6 +51,7 @@ struct Options {
   size_t block;
   ScaleMode scale;
   bool sbc_both_sides;
+  bool normalized;  // COMPCOLL_SELECTION=normalized (dgc, sdagc; sbc's warm-up)
   int iters;
   GradientKind dist;
   uint64_t seed;
@@ -88,6 +89,7 @@ CodecUnderTest make_codec(const Options& o, const float* grad, size_t n) {
     c.momentum = o.momentum;
     c.nesterov = o.nesterov;
     c.encoding = {o.values, o.indices};
+    c.second_moment_beta = o.normalized ? kNormalizedSelectionBeta : 0.0f;
     std::unique_ptr<SparseCodec> codec;
     if (o.algo == "dgc") codec = std::make_unique<DgcCodec>(c);
     else codec = std::make_unique<SdagcCodec>(static_cast<const SparsifyConfig&>(c));
@@ -247,6 +249,12 @@ ScaleMode parse_scale(const std::string& s) {
   CC_THROW(kInvalidArgument, "--scale: '", s, "' is not one of mean, pair");
 }
 
+bool parse_selection(const std::string& s) {
+  if (s == "normalized") return true;
+  if (s == "magnitude") return false;
+  CC_THROW(kInvalidArgument, "--selection: '", s, "' is not one of magnitude, normalized");
+}
+
 bool parse_sbc_sides(const std::string& s) {
   if (s == "both") return true;
   if (s == "one") return false;
@@ -287,6 +295,9 @@ int codec_main(int argc, char** argv, int first) {
   o.scale = parse_scale(args.str("scale", "mean", "onebit reconstruction: mean or pair"));
   o.sbc_both_sides = parse_sbc_sides(
       args.str("sbc-sides", "both", "sbc: both signs with a mean each, or one (COMPCOLL_SBC_SIDES)"));
+  o.normalized = parse_selection(args.str(
+      "selection", "magnitude",
+      "dgc/sdagc: rank by magnitude or by normalized value (COMPCOLL_SELECTION)"));
   const long long iters = args.integer("iters", 5, "timed iterations (median reported)");
   o.dist = parse_gradient_kind(args.str("gradient", "gaussian", "input: gaussian, t3, mixed"));
   o.seed = static_cast<uint64_t>(args.integer("seed", 1, "random seed"));

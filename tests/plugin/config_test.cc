@@ -202,10 +202,12 @@ TEST(Config, SbcSendsBothSidesByDefaultAndItIsPartOfTheAgreement) {
   EXPECT_NE(e.find("both|one"), std::string::npos) << e;
 }
 
-TEST(Config, SelectionIsAutoByDefaultAndItIsPartOfTheAgreement) {
+TEST(Config, SelectionIsMagnitudeByDefaultAndItIsPartOfTheAgreement) {
   const Config d = load_config(env_of({}));
-  EXPECT_EQ(d.params.selection, Selection::kAuto);
-  EXPECT_NE(d.agreement_description().find("selection=auto;"), std::string::npos);
+  EXPECT_EQ(d.params.selection, Selection::kMagnitude);
+  EXPECT_NE(d.agreement_description().find("selection=magnitude;"), std::string::npos);
+  const Config a = load_config(env_of({{"COMPCOLL_SELECTION", "auto"}}));
+  EXPECT_EQ(a.params.selection, Selection::kAuto);
   const Config n = load_config(env_of({{"COMPCOLL_SELECTION", "normalized"}}));
   EXPECT_EQ(n.params.selection, Selection::kNormalized);
   EXPECT_NE(n.agreement_description().find("selection=normalized;"), std::string::npos);

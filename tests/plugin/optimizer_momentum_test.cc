@@ -28,7 +28,7 @@ Config auto_config(const std::string& algo) {
   c.params.warmup_steps = 4;  // through the warm-up: masking starts after it
   c.params.momentum_masking_density = -1.0;  // "auto", the default
   c.params.momentum_from_optimizer = true;   // COMPCOLL_MOMENTUM_HANDOVER=auto, the default
-  c.params.selection = Selection::kAuto;     // COMPCOLL_SELECTION's default
+  c.params.selection = Selection::kAuto;     // COMPCOLL_SELECTION=auto: normalized under Adam
   if (algo == "csc") c.params.csc_chunk = 1000;
   return c;
 }
