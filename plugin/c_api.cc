@@ -136,6 +136,18 @@ compcoll_status_t compcoll_get_stats(const compcoll_comm_t* comm, compcoll_stats
   return COMPCOLL_SUCCESS;
 }
 
+compcoll_status_t compcoll_get_steady_stats(const compcoll_comm_t* comm,
+                                            compcoll_steady_stats_t* stats) {
+  if (!comm || !stats) return null_arg("comm or stats");
+  const compcoll::Stats& s = comm->impl->stats();
+  stats->warmup_dense_calls = s.warmup_dense_calls();
+  stats->steady_calls = s.steady_calls();
+  stats->steady_dense_bytes = s.steady_dense_bytes();
+  stats->steady_wire_bytes = s.steady_wire_bytes();
+  stats->steady_ratio = s.steady_ratio();
+  return COMPCOLL_SUCCESS;
+}
+
 compcoll_status_t compcoll_comm_destroy(compcoll_comm_t* comm) {
   if (!comm) return COMPCOLL_SUCCESS;
   const compcoll_status_t s = guarded([&] { comm->impl->finish(); });

@@ -71,6 +71,18 @@ typedef struct {
   uint64_t state_bytes; /* error-feedback memory held */
 } compcoll_stats_t;
 
+/* The calls after their tensor's warm-up (COMPCOLL_WARMUP_STEPS; dense
+ * routes included): what compression sends in its steady state. A separate
+ * struct, so that compcoll_stats_t keeps its layout for programs built
+ * against an earlier header. */
+typedef struct {
+  uint64_t warmup_dense_calls; /* calls run dense because their tensor was in its warm-up */
+  uint64_t steady_calls;
+  uint64_t steady_dense_bytes;
+  uint64_t steady_wire_bytes;
+  double steady_ratio;         /* steady_dense_bytes / steady_wire_bytes; 0 before any */
+} compcoll_steady_stats_t;
+
 /* Connects using COMPCOLL_RENDEZVOUS, COMPCOLL_RANK, COMPCOLL_WORLD_SIZE
  * (or RANK, WORLD_SIZE) and the other COMPCOLL_* settings. Collective. */
 COMPCOLL_API compcoll_status_t compcoll_comm_create_from_env(compcoll_comm_t** comm);
@@ -88,6 +100,8 @@ COMPCOLL_API compcoll_status_t compcoll_allreduce(compcoll_comm_t* comm, void* b
 COMPCOLL_API compcoll_status_t compcoll_comm_rank(const compcoll_comm_t* comm, int* rank);
 COMPCOLL_API compcoll_status_t compcoll_comm_size(const compcoll_comm_t* comm, int* size);
 COMPCOLL_API compcoll_status_t compcoll_get_stats(const compcoll_comm_t* comm, compcoll_stats_t* stats);
+COMPCOLL_API compcoll_status_t compcoll_get_steady_stats(const compcoll_comm_t* comm,
+                                                         compcoll_steady_stats_t* stats);
 
 /* Writes COMPCOLL_STATS_FILE (if set), logs a summary, frees everything.
  * NULL is accepted. */

@@ -67,6 +67,11 @@ class Comm {
     check(compcoll_get_stats(c_, &s));
     return s;
   }
+  compcoll_steady_stats_t steady_stats() const {
+    compcoll_steady_stats_t s{};
+    check(compcoll_get_steady_stats(c_, &s));
+    return s;
+  }
   compcoll_comm_t* get() { return c_; }
 
  private:

@@ -44,5 +44,20 @@ int main(int argc, char** argv) {
   printf("rank %d: calls %llu compressed %llu wire %llu dense %llu ratio %.1f\n", rank,
          (unsigned long long)st.calls, (unsigned long long)st.compressed_calls,
          (unsigned long long)st.wire_bytes, (unsigned long long)st.dense_bytes, st.ratio);
+  compcoll_steady_stats_t steady;
+  if (compcoll_get_steady_stats(comm, &steady) != COMPCOLL_SUCCESS ||
+      steady.steady_calls > st.calls || steady.warmup_dense_calls > st.calls ||
+      steady.steady_wire_bytes > st.wire_bytes || steady.steady_dense_bytes > st.dense_bytes ||
+      (steady.steady_wire_bytes == 0) != (steady.steady_ratio == 0.0)) {
+    fprintf(stderr, "steady stats inconsistent with the totals\n");
+    return 1;
+  }
+  printf("rank %d: steady calls %llu ratio %.1f, warm-up dense calls %llu\n", rank,
+         (unsigned long long)steady.steady_calls, steady.steady_ratio,
+         (unsigned long long)steady.warmup_dense_calls);
+  if (compcoll_get_steady_stats(comm, NULL) != COMPCOLL_INVALID_ARGUMENT) {
+    fprintf(stderr, "a null stats pointer was accepted\n");
+    return 1;
+  }
   return compcoll_comm_destroy(comm) == COMPCOLL_SUCCESS ? 0 : 1;
 }

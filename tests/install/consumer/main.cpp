@@ -11,8 +11,9 @@ int main(int argc, char** argv) {
     compcoll::Comm comm(argv[1], std::atoi(argv[2]), std::atoi(argv[3]));
     std::vector<float> g(50000, 1.0f);
     comm.allreduce(g.data(), g.size(), COMPCOLL_AVG, "layer0");
-    std::printf("rank %d of %d: ok, compressed calls %llu\n", comm.rank(), comm.size(),
-                static_cast<unsigned long long>(comm.stats().compressed_calls));
+    std::printf("rank %d of %d: ok, compressed calls %llu, steady calls %llu\n", comm.rank(),
+                comm.size(), static_cast<unsigned long long>(comm.stats().compressed_calls),
+                static_cast<unsigned long long>(comm.steady_stats().steady_calls));
   } catch (const compcoll::Exception& e) {
     std::fprintf(stderr, "compcoll error (%d): %s\n", e.status(), e.what());
     return 1;
