@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "compcoll/error.h"
 #include "compression/accumulate.h"
@@ -123,13 +124,13 @@ EncodeInfo DgcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
   size_t count = 0;
   // The array the selection ranks: v, or its normalized view.
   const float* keys = v;
-  std::vector<float> view;
+  std::unique_ptr<float[]> view;  // uninitialised: accumulate_normalized writes every element
   if (config_.second_moment_beta > 0.0f) {
     // Accumulate first (the view needs this step's s), then sample and scan
     // the view: two passes where the magnitude path fuses them.
-    view.resize(n);
-    accumulate_normalized(mode, grad, scale, m, st, config_.second_moment_beta, view.data(), n);
-    keys = view.data();
+    view.reset(new float[n]);
+    accumulate_normalized(mode, grad, scale, m, st, config_.second_moment_beta, view.get(), n);
+    keys = view.get();
     for (size_t i = plan.offset; i < n; i += plan.stride) {
       sample.push_back(select_key<SelectKey::kMagnitude>(keys[i]));
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "compcoll/error.h"
 #include "compression/accumulate.h"
@@ -114,14 +115,14 @@ EncodeInfo SdagcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes
   // The array the selection ranks, and whose sigma sets the threshold: v,
   // or its normalized view (second_moment.h).
   const float* keys = v;
-  std::vector<float> view;
+  std::unique_ptr<float[]> view;  // uninitialised: accumulate_normalized writes every element
   Moments mo;
   double sigma = 0.0;
   if (config_.second_moment_beta > 0.0f) {
-    view.resize(n);
+    view.reset(new float[n]);
     accumulate_normalized(mode, grad, scale, config_.momentum, st, config_.second_moment_beta,
-                          view.data(), n);
-    keys = view.data();
+                          view.get(), n);
+    keys = view.get();
     size_t finite = 0;
     mo = finite_moments(keys, n, &finite);
     sigma = sigma_of(mo, finite);

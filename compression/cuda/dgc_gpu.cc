@@ -15,10 +15,7 @@ constexpr double kCandidateHeadroom = 1.2;  // dgc.cc's
 
 DgcCodecGpu::DgcCodecGpu(const DgcConfig& config) : config_(config) {
   DgcCodec check_config(config);  // the CPU codec's validation
-  // Normalized selection has no GPU kernel yet: refuse it rather than rank
-  // by magnitude where the CPU path would not.
-  CC_CHECK(config.second_moment_beta == 0.0f, kInvalidArgument,
-           "COMPCOLL_SELECTION=normalized is not implemented for GPU tensors (the NCCL interposer)");
+  detail::refuse_normalized_selection(config.second_moment_beta);
 }
 
 GpuState DgcCodecGpu::make_state(size_t n, cudaStream_t s) const {

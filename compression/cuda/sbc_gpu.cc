@@ -27,10 +27,7 @@ SbcCodecGpu::SbcCodecGpu(const SbcConfig& config) : config_(config) {
   // rather than compute other math than the CPU path.
   CC_CHECK(config.momentum == 0.0f, kInvalidArgument,
            "sbc with COMPCOLL_MOMENTUM is not implemented for GPU tensors (the NCCL interposer)");
-  // Normalized selection has no GPU kernel yet: refuse it rather than rank
-  // by magnitude where the CPU path would not.
-  CC_CHECK(config.second_moment_beta == 0.0f, kInvalidArgument,
-           "COMPCOLL_SELECTION=normalized is not implemented for GPU tensors (the NCCL interposer)");
+  detail::refuse_normalized_selection(config.second_moment_beta);
   if (config.exact_warmup && config.warmup_steps > 0) {
     warmup_ = std::make_unique<DgcCodecGpu>(sbc_warmup_config(config));
   }

@@ -30,10 +30,7 @@ double sigma_of(const Moments& mo, size_t n) {  // sdagc.cc's
 
 SdagcCodecGpu::SdagcCodecGpu(const SdagcConfig& config) : config_(config) {
   SdagcCodec check_config(config);
-  // Normalized selection has no GPU kernel yet: refuse it rather than rank
-  // by magnitude where the CPU path would not.
-  CC_CHECK(config.second_moment_beta == 0.0f, kInvalidArgument,
-           "COMPCOLL_SELECTION=normalized is not implemented for GPU tensors (the NCCL interposer)");
+  detail::refuse_normalized_selection(config.second_moment_beta);
 }
 
 GpuState SdagcCodecGpu::make_state(size_t n, cudaStream_t s) const {

@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include "compcoll/error.h"
 #include "compression/cuda/sparse_gpu.h"
 #include "compression/cuda/sparse_kernels.h"
 #include "compression/select.h"
@@ -12,6 +13,11 @@ Strided strided(size_t n, double fraction, uint64_t step) {
   // The CPU's "for (i = offset; i < n; i += stride)".
   const size_t count = n > plan.offset ? (n - plan.offset - 1) / plan.stride + 1 : 0;
   return {plan.offset, plan.stride, count};
+}
+
+void refuse_normalized_selection(float second_moment_beta) {
+  CC_CHECK(second_moment_beta == 0.0f, kInvalidArgument,
+           "COMPCOLL_SELECTION=normalized is not implemented for GPU tensors (the NCCL interposer)");
 }
 
 float clip_scale_gpu(const float* d_grad, size_t n, float clip, int world_size,

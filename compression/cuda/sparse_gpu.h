@@ -93,6 +93,10 @@ namespace detail {
 
 // Shared by the codecs (sparse_common.cc).
 Strided strided(size_t n, double fraction, uint64_t step);
+// Normalized selection (COMPCOLL_SELECTION) has no GPU kernel yet: a beta
+// above 0 is kInvalidArgument rather than a silent rank by magnitude where
+// the CPU path would not.
+void refuse_normalized_selection(float second_moment_beta);
 // compression/accumulate.h's clip_scale with the norm summed on the device.
 float clip_scale_gpu(const float* d_grad, size_t n, float clip, int world_size,
                      DeviceBuffer<double>& partial, cudaStream_t s);
