@@ -124,12 +124,11 @@ EncodeInfo DgcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
   size_t count = 0;
   // The array the selection ranks: v, or its normalized view.
   const float* keys = v;
-  std::unique_ptr<float[]> view;  // uninitialised: accumulate_normalized writes every element
+  std::unique_ptr<float[]> view;
   if (config_.second_moment_beta > 0.0f) {
     // Accumulate first (the view needs this step's s), then sample and scan
     // the view: two passes where the magnitude path fuses them.
-    view.reset(new float[n]);
-    accumulate_normalized(mode, grad, scale, m, st, config_.second_moment_beta, view.get(), n);
+    view = accumulate_normalized(mode, grad, scale, m, st, config_.second_moment_beta, n);
     keys = view.get();
     for (size_t i = plan.offset; i < n; i += plan.stride) {
       sample.push_back(select_key<SelectKey::kMagnitude>(keys[i]));

@@ -115,13 +115,12 @@ EncodeInfo SdagcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes
   // The array the selection ranks, and whose sigma sets the threshold: v,
   // or its normalized view (second_moment.h).
   const float* keys = v;
-  std::unique_ptr<float[]> view;  // uninitialised: accumulate_normalized writes every element
+  std::unique_ptr<float[]> view;
   Moments mo;
   double sigma = 0.0;
   if (config_.second_moment_beta > 0.0f) {
-    view.reset(new float[n]);
-    accumulate_normalized(mode, grad, scale, config_.momentum, st, config_.second_moment_beta,
-                          view.get(), n);
+    view = accumulate_normalized(mode, grad, scale, config_.momentum, st,
+                                 config_.second_moment_beta, n);
     keys = view.get();
     size_t finite = 0;
     mo = finite_moments(keys, n, &finite);

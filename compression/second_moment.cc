@@ -39,16 +39,18 @@ void accumulate_normalized_impl(const float* g, float scale, float m, float* u, 
 
 }  // namespace
 
-void accumulate_normalized(MomentumMode mode, const float* g, float scale, float m,
-                           CodecState& st, float beta, float* view, size_t n) {
+std::unique_ptr<float[]> accumulate_normalized(MomentumMode mode, const float* g, float scale,
+                                               float m, CodecState& st, float beta, size_t n) {
   if (st.second_moment.size() != n) st.second_moment.assign(n, 0.0f);
+  std::unique_ptr<float[]> view(new float[n]);
   float* u = st.u.data();
   float* v = st.v.data();
   float* s = st.second_moment.data();
   dispatch_momentum(mode, [&](auto mc) {
-    accumulate_normalized_impl<decltype(mc)::value>(g, scale, m, u, v, s, beta, view, n);
+    accumulate_normalized_impl<decltype(mc)::value>(g, scale, m, u, v, s, beta, view.get(), n);
     return 0;
   });
+  return view;
 }
 
 }  // namespace compcoll

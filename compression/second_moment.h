@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 #include "compression/accumulate.h"
 #include "compression/codec.h"
@@ -29,9 +30,11 @@ namespace compcoll {
 
 // One pass over n elements: the momentum correction and v's accumulation
 // (as the codecs' fused loops do them), s = beta*s + (1-beta)*g^2, and
-// view_i = v_i / sqrt(s_i + tiny), the key the selection ranks. Makes
-// st.second_moment on first use. g is scaled by `scale` (local clipping).
-void accumulate_normalized(MomentumMode mode, const float* g, float scale, float m,
-                           CodecState& st, float beta, float* view, size_t n);
+// view_i = v_i / sqrt(s_i + tiny), the key the selection ranks, returned as
+// a new n-element array (never zero-filled: the pass writes every element).
+// Makes st.second_moment on first use. g is scaled by `scale` (local
+// clipping).
+std::unique_ptr<float[]> accumulate_normalized(MomentumMode mode, const float* g, float scale,
+                                               float m, CodecState& st, float beta, size_t n);
 
 }  // namespace compcoll
