@@ -54,6 +54,7 @@ std::vector<RankOutcome> run_ranks(int world, const RankBody& body,
   std::mutex m;
   std::condition_variable cv;
   int finished = 0;
+  int connected = 0;  // ranks whose connect returned or threw
 
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(world));
@@ -68,7 +69,25 @@ std::vector<RankOutcome> run_ranks(int world, const RankBody& body,
         o.hostname = options.hostname;
         o.timeout = options.timeout;
         o.prefix = options.prefix;
-        std::unique_ptr<GlooComm> comm = connect_gloo(o);
+        std::unique_ptr<GlooComm> comm;
+        std::exception_ptr connect_error;
+        try {
+          comm = connect_gloo(o);
+        } catch (...) {
+          connect_error = std::current_exception();
+        }
+        // No body before every rank's connect has ended: a rank whose body
+        // makes no call on the world would otherwise close its pairs while a
+        // peer's connect still waits on them ("Connection closed by peer").
+        // Every connect ends by its timeout; past the watchdog the process
+        // aborts (below) before this wait would end.
+        {
+          std::unique_lock<std::mutex> lock(m);
+          ++connected;
+          cv.notify_all();
+          cv.wait_for(lock, options.watchdog, [&] { return connected == world; });
+        }
+        if (connect_error) std::rethrow_exception(connect_error);
         body(*comm);
       } catch (...) {
         out.order = failures.fetch_add(1);
