@@ -52,3 +52,24 @@ def test_rank_killed_mid_training_fails_every_survivor_in_time(algo, tmp_path):
         assert res["calls"] >= 20, res
         assert res["error_after_s"] <= timeout_s + 2, res
         assert "compcoll" in res["error"], res["error"]
+
+
+@pytest.mark.parametrize("algo", ["dgc", "csc"])
+def test_set_timeout_shortens_compcolls_own_waits(algo, tmp_path):
+    """dist.set_timeout() on a live group reaches compcoll's waits, not only
+    Gloo's: created with 600 s, shortened to 3 s, a compressed allreduce
+    whose peer hangs fails within 3 s + 2 s, naming the new timeout."""
+    timeout_s = 3
+    ranks = launch([worker("reliability.py"), "retimed"], 3,
+                   env={"COMPCOLL_ALGO": algo, "TEST_TIMEOUT_S": str(timeout_s),
+                        "TEST_VICTIM": "2", "TEST_KILL_AFTER": "5"},
+                   timeout=120, check=False)
+    for r in ranks:
+        assert r.returncode == 0, r.describe()
+    assert ranks[2].result["victim"], ranks[2].describe()
+    for r in ranks[:2]:
+        res = r.result
+        assert res["backend"] == "compcoll", res
+        assert res["error"] is not None, f"rank {r.rank}: the allreduce did not fail: {res}"
+        assert res["error_after_s"] <= timeout_s + 2, res
+        assert f"{timeout_s * 1000} ms" in res["error"], res["error"]

@@ -80,7 +80,8 @@ std::string op_label(const char* title, const std::vector<at::Tensor>& tensors) 
 // staged result back into t, complete work. Owns what it touches (see
 // worker.h: it may outlive the backend).
 void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<const Config>& cfg,
-                   std::chrono::milliseconds timeout, const c10::intrusive_ptr<CompcollWork>& work,
+                   const std::shared_ptr<const GroupTimeout>& timeout,
+                   const c10::intrusive_ptr<CompcollWork>& work,
                    const at::Tensor& t, const at::Tensor& host, DType dtype, ReduceOp op,
                    const std::string& key, const std::string& dropped,
                    const std::string& context) {
@@ -117,7 +118,7 @@ CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
                                  StatsIdentity stats_id)
     : c10d::Backend(inner->getRank(), inner->getSize()),
       inner_(std::move(inner)),
-      timeout_(timeout),
+      timeout_(std::make_shared<GroupTimeout>(timeout)),
       cfg_(load_config()),
       log_(cfg_.debug, inner_->getRank()),
       stats_id_(stats_id) {
@@ -126,7 +127,7 @@ CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
   // load_config falls back to) describe the world, not this group.
   cfg_.rank = getRank();
   cfg_.world_size = getSize();
-  cfg_.timeout = timeout_;
+  cfg_.timeout = timeout;
   if (stats_id_.rank < 0) stats_id_ = {getRank(), getSize()};
   Config lane_cfg = cfg_;
   lane_cfg.stats_file.clear();  // one file per process, written by finish()
@@ -142,7 +143,7 @@ CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
   worker_ = Worker::start(getRank(), getSize(), timeout_, log_);
   log_.info("torch backend over ", inner_->getBackendName(),
             device_ ? " (" + device_->name() + " tensors: a lane built on first use)" : "", ": ",
-            getSize(), " ranks, algo ", cfg_.algo, ", timeout ", timeout_.count(), " ms");
+            getSize(), " ranks, algo ", cfg_.algo, ", timeout ", timeout.count(), " ms");
 }
 
 CompcollBackend::~CompcollBackend() {
@@ -308,7 +309,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
       // operations are matched by peer and tag, not by order: they stay
       // asynchronous, so a callback may post a receive before its send. A
       // device future completes at issue: NCCL orders it on the stream.)
-      direct->wait(timeout_);
+      direct->wait(timeout_->get());
       // Gloo may finish the work just before it completes the work's
       // future; then() on an incomplete future would run the callback on
       // Gloo's thread. The completion follows at once, so this wait is
@@ -331,7 +332,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
     auto ready = std::make_shared<c10::Event>(device.type());
     ready->record(impl.getStream(device));
     worker_->submit(what, work, [&]() -> Worker::Task {
-      return [lane, work, inner, issue, ready, device, timeout = timeout_]() mutable {
+      return [lane, work, inner, issue, ready, device, timeout = timeout_->get()]() mutable {
         try {
           const std::optional<c10::Stream> stream = lane->worker_stream(device);
           c10::OptionalStreamGuard guard(stream);
@@ -678,10 +679,17 @@ void CompcollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
 }
 
 void CompcollBackend::setTimeout(std::chrono::milliseconds timeout) {
-  // The inner backends' (a device lane's when it is built); compcoll's own
-  // waits keep the timeout the group was created with.
+  // torch.distributed.set_timeout(): "for all future operations". compcoll's
+  // own waits (the worker's deadlines, the compressed algorithms' waits on
+  // the inner backend) read the shared value at submission; the inner
+  // backends (a device lane's when it is built) get it too.
+  const std::chrono::milliseconds before = timeout_->get();
+  timeout_->set(timeout);  // refuses a timeout <= 0 and keeps the old one
+  worker_->timeout_changed();
   host_->set_timeout(timeout);
   if (device_) device_->set_timeout(timeout);
+  log_.info("group '", getGroupUid(), "': timeout ", before.count(), " -> ", timeout.count(),
+            " ms, for the operations submitted from now on");
 }
 
 void CompcollBackend::setGroupUid(const std::string& pg_uid) {

@@ -87,6 +87,7 @@
 
 #include "integration/pytorch/csrc/buffer_slots.h"
 #include "integration/pytorch/csrc/group_stats.h"
+#include "integration/pytorch/csrc/group_timeout.h"
 #include "integration/pytorch/csrc/lane.h"
 #include "integration/pytorch/csrc/work.h"
 #include "integration/pytorch/csrc/worker.h"
@@ -117,7 +118,8 @@ class CompcollBackend final : public c10d::Backend {
   // Collective over inner: reads the COMPCOLL_* configuration (rank and size
   // are inner's) and builds the host lane's Communicator, which agrees on
   // it. timeout: the process group's timeout; every inner wait honours it,
-  // and every queued operation settles within it.
+  // and every queued operation settles within it (setTimeout() changes it
+  // for the operations submitted after).
   CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
                   DeviceLaneSpec device_lane = {}, StatsIdentity stats_id = {});
   ~CompcollBackend() override;
@@ -267,7 +269,9 @@ class CompcollBackend final : public c10d::Backend {
   GroupStats group_stats_skeleton() const;
 
   c10::intrusive_ptr<c10d::Backend> inner_;  // the host lane's (Gloo)
-  std::chrono::milliseconds timeout_;
+  // The group's timeout, shared with the worker and the lanes' TorchComms
+  // so that setTimeout() reaches every wait (group_timeout.h).
+  std::shared_ptr<GroupTimeout> timeout_;
   Config cfg_;
   // cfg_ for the lanes' Communicators (no stats file: the backend writes
   // it), shared with the worker's tasks.

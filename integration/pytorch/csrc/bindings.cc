@@ -77,7 +77,8 @@ py::dict exercise_torch_comm(const c10::intrusive_ptr<c10d::Backend>& inner,
   uint64_t bytes = 0;
   {
     py::gil_scoped_release nogil;
-    compcoll::torch_integration::TorchComm comm(inner, timeout, staging);
+    compcoll::torch_integration::TorchComm comm(
+        inner, std::make_shared<compcoll::torch_integration::GroupTimeout>(timeout), staging);
     const int rank = comm.rank(), P = comm.size();
     const auto parts = [](const compcoll::Gathered& g) {
       std::vector<Bytes> out;

@@ -109,7 +109,8 @@ void Lane::set_bound_device(std::optional<at::Device> device) {
   if (inner_) inner_->setBoundDeviceId(device);
 }
 
-Communicator& Lane::ensure_comm(const Config& cfg, std::chrono::milliseconds timeout,
+Communicator& Lane::ensure_comm(const Config& cfg,
+                                const std::shared_ptr<const GroupTimeout>& timeout,
                                 std::optional<c10::Device> staging) {
   if (comm_) return *comm_;
   CC_CHECK(comm_error_.empty(), kTransport, "the compcoll communicator for ", name_,

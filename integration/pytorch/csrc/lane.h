@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "integration/pytorch/csrc/buffer_slots.h"
+#include "integration/pytorch/csrc/group_timeout.h"
 #include "plugin/communicator.h"
 #include "plugin/config.h"
 
@@ -81,7 +82,7 @@ class Lane {
   // with TorchComm's staging device `staging` (collective). A failed
   // creation is remembered: later calls rethrow it instead of starting a
   // collective the other ranks are not in.
-  Communicator& ensure_comm(const Config& cfg, std::chrono::milliseconds timeout,
+  Communicator& ensure_comm(const Config& cfg, const std::shared_ptr<const GroupTimeout>& timeout,
                             std::optional<c10::Device> staging);
   Communicator* comm() { return comm_.get(); }
   const Communicator* comm() const { return comm_.get(); }

@@ -66,7 +66,7 @@ OptimizerMomentum CompcollBackend::agree_optimizer_momentum(OptimizerMomentum pr
   worker_->run_and_wait("the agreement on the optimizer's momentum (COMPCOLL_MOMENTUM_HANDOVER=auto)",
                         [=, this] {
     const auto ext = extremes_over_group(*inner_, {proposal.m, proposal.moved ? 1.0 : 0.0},
-                                         timeout_);
+                                         timeout_->get());
     const auto [lowest, highest] = ext[0];
     const bool same = highest == lowest && ext[1].first == ext[1].second;
     if (same && highest > 0.0) *agreed = {static_cast<float>(highest), ext[1].second > 0.0};
@@ -115,7 +115,7 @@ void CompcollBackend::check_one_allreduce_per_step() {
   const double excess = static_cast<double>(calls) - static_cast<double>(buffers);
   worker_->run_and_wait("the check of one allreduce per optimizer step (COMPCOLL_MOMENTUM_HANDOVER=auto)",
                         [=, this] {
-    const double highest = extremes_over_group(*inner_, {excess}, timeout_)[0].second;
+    const double highest = extremes_over_group(*inner_, {excess}, timeout_->get())[0].second;
     if (highest <= 0.0) return;
     for (const std::shared_ptr<Lane>& lane : {host_, device_}) {
       if (lane != nullptr) lane->adopt_optimizer_momentum({});

@@ -68,10 +68,12 @@ uint64_t tree_broadcast_bytes(int rank, int size, int root, uint64_t bytes) {
   return children * bytes;
 }
 
-TorchComm::TorchComm(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
+TorchComm::TorchComm(c10::intrusive_ptr<c10d::Backend> inner,
+                     std::shared_ptr<const GroupTimeout> timeout,
                      std::optional<c10::Device> staging)
-    : inner_(std::move(inner)), timeout_(timeout), staging_(staging) {
+    : inner_(std::move(inner)), timeout_(std::move(timeout)), staging_(staging) {
   CC_CHECK(inner_, kInvalidArgument, "TorchComm needs an inner backend");
+  CC_CHECK(timeout_, kInvalidArgument, "TorchComm needs the group's timeout");
   rank_ = inner_->getRank();
   size_ = inner_->getSize();
   inner_name_ = inner_->getBackendName();
@@ -103,13 +105,14 @@ void TorchComm::check_usable(const char* what) const {
 }
 
 void TorchComm::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  const std::chrono::milliseconds timeout = timeout_->get();
   try {
-    work->wait(timeout_);
+    work->wait(timeout);
   } catch (const std::exception& e) {
     broken_ = std::string(what) + ": " + e.what();
     CC_THROW(kTransport, "rank ", rank_, "/", size_, ": ", what,
              " through the inner ", inner_name_, " process group failed (timeout ",
-             timeout_.count(), " ms): ", e.what());
+             timeout.count(), " ms): ", e.what());
   }
 }
 
@@ -237,7 +240,7 @@ void TorchComm::allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   std::vector<at::Tensor> t{to_inner(host)};
   c10d::AllreduceOptions opts;
   opts.reduceOp = top;
-  opts.timeout = timeout_;
+  opts.timeout = timeout_->get();
   run("allreduce", [&] { return inner_->allreduce(t, opts); });
   if (staging_) host.copy_(t[0]);
   bytes_sent_ += ring_allreduce_bytes(count * dtype_size(dtype), size_);
@@ -253,7 +256,7 @@ void TorchComm::broadcast(void* buf, size_t bytes, int root) {
   std::vector<at::Tensor> t{to_inner(host)};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
-  opts.timeout = timeout_;
+  opts.timeout = timeout_->get();
   run("broadcast", [&] { return inner_->broadcast(t, opts); });
   if (staging_) host.copy_(t[0]);
   bytes_sent_ += tree_broadcast_bytes(rank_, size_, root, bytes);
@@ -265,12 +268,12 @@ void TorchComm::barrier() {
     // pick its own device (NCCL guesses one when none is bound).
     std::vector<at::Tensor> t{inner_empty(1, at::kInt).zero_()};
     c10d::AllreduceOptions opts;
-    opts.timeout = timeout_;
+    opts.timeout = timeout_->get();
     run("barrier", [&] { return inner_->allreduce(t, opts); });
     return;
   }
   c10d::BarrierOptions opts;
-  opts.timeout = timeout_;
+  opts.timeout = timeout_->get();
   run("barrier", [&] { return inner_->barrier(opts); });
 }
 

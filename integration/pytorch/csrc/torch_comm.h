@@ -46,21 +46,24 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "collectives/comm.h"
+#include "integration/pytorch/csrc/group_timeout.h"
 
 namespace compcoll::torch_integration {
 
 class TorchComm final : public Comm {
  public:
-  TorchComm(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
+  // timeout: the group's, read at each wait (it follows dist.set_timeout).
+  TorchComm(c10::intrusive_ptr<c10d::Backend> inner, std::shared_ptr<const GroupTimeout> timeout,
             std::optional<c10::Device> staging = std::nullopt);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::chrono::milliseconds timeout() const override { return timeout_; }
+  std::chrono::milliseconds timeout() const override { return timeout_->get(); }
 
   Gathered allgatherv(std::span<const uint8_t> send, size_t max_part) override;
   std::vector<Bytes> alltoallv(const std::vector<Bytes>& send, size_t max_part) override;
@@ -93,7 +96,7 @@ class TorchComm final : public Comm {
   c10::intrusive_ptr<c10d::Backend> inner_;
   int rank_;
   int size_;
-  std::chrono::milliseconds timeout_;
+  std::shared_ptr<const GroupTimeout> timeout_;
   std::optional<c10::Device> staging_;
   std::string inner_name_;  // "gloo", "nccl": for messages
   uint64_t bytes_sent_ = 0;

@@ -27,14 +27,15 @@ constexpr std::chrono::seconds kStopGrace{2};
 
 }  // namespace
 
-Worker::Worker(int rank, int size, std::chrono::milliseconds timeout, const Logger& log)
-    : rank_(rank), size_(size), timeout_(timeout), log_(log) {}
+Worker::Worker(int rank, int size, std::shared_ptr<const GroupTimeout> timeout,
+               const Logger& log)
+    : rank_(rank), size_(size), timeout_(std::move(timeout)), log_(log) {}
 
-std::shared_ptr<Worker> Worker::start(int rank, int size, std::chrono::milliseconds timeout,
+std::shared_ptr<Worker> Worker::start(int rank, int size,
+                                      std::shared_ptr<const GroupTimeout> timeout,
                                       const Logger& log) {
-  CC_CHECK(timeout.count() > 0, kInvalidArgument, "the torch backend needs a positive timeout, not ",
-           timeout.count(), " ms");
-  std::shared_ptr<Worker> w(new Worker(rank, size, timeout, log));
+  CC_CHECK(timeout, kInvalidArgument, "the torch backend's worker needs the group's timeout");
+  std::shared_ptr<Worker> w(new Worker(rank, size, std::move(timeout), log));
   std::lock_guard<std::mutex> lock(w->mu_);  // no task before worker_id_ is known
   w->worker_ = std::thread([w] { w->worker_loop(); });
   w->worker_id_ = w->worker_.get_id();
@@ -52,6 +53,11 @@ Worker::~Worker() {
 void Worker::set_group(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   group_ = name;
+}
+
+void Worker::timeout_changed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  watchdog_cv_.notify_all();
 }
 
 bool Worker::on_worker_thread() const { return std::this_thread::get_id() == worker_id_; }
@@ -82,7 +88,11 @@ uint64_t Worker::track(const std::string& what, const c10::intrusive_ptr<Compcol
   e.what = what;
   e.work = work;
   e.submitted = now;
-  e.deadline = now + timeout_;
+  e.timeout = timeout_->get();
+  e.deadline = now + e.timeout;
+  // Only after a shortened timeout can a new entry fall due before the
+  // watchdog wakes; then it must wake now and take this deadline.
+  if (e.deadline < watchdog_wakes_) watchdog_cv_.notify_all();
   e.started = now;
   e.state = state;
   std::weak_ptr<Worker> self = weak_from_this();
@@ -156,12 +166,13 @@ void Worker::run_and_wait(const std::string& what, std::function<void()> fn) {
   without_gil([&] {
     // The watchdog fails the work at its deadline; the margin only bounds
     // this wait should the watchdog itself be held up.
+    const std::chrono::milliseconds bound = timeout_->get() + kStopGrace;
     try {
-      work->wait(timeout_ + kStopGrace);
+      work->wait(bound);
     } catch (const c10::Error&) {
       if (!work->settled()) {
-        CC_THROW(kTransport, where(), ": ", what, " did not finish within ",
-                 (timeout_ + kStopGrace).count(), " ms");
+        CC_THROW(kTransport, where(), ": ", what, " did not finish within ", bound.count(),
+                 " ms");
       }
       throw;
     }
@@ -229,7 +240,7 @@ std::string Worker::expire(uint64_t id, const Entry& e, Clock::time_point now) {
   }
   const std::string msg = detail::concat(
       where(), ": ", e.what, " (operation #", id, ") did not finish within the group's timeout of ",
-      timeout_.count(), " ms: ", reason,
+      e.timeout.count(), " ms: ", reason,
       ". The group cannot be used on this rank any more: destroy it and create a new one");
   broken_ = msg;
   return msg;
@@ -239,25 +250,32 @@ void Worker::watchdog_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!watchdog_stop_) {
     if (pending_.empty() || !broken_.empty()) {
-      // Nothing can fall due before a new entry's deadline, a timeout away.
-      watchdog_cv_.wait_for(lock, timeout_);
+      // Nothing can fall due before a new entry's deadline, a timeout away
+      // (timeout_changed() wakes this wait when the timeout shrinks).
+      watchdog_wakes_ = Clock::now() + timeout_->get();
+      watchdog_cv_.wait_until(lock, watchdog_wakes_);
       continue;
     }
-    // Ids rise with submission time and every deadline is submission +
-    // timeout, so the first entry falls due first.
-    const auto first = pending_.begin();
+    // The earliest deadline (the oldest entry's, unless the timeout was
+    // shortened since it was submitted); the oldest of those on a tie.
+    auto first = pending_.begin();
+    for (auto it = std::next(first); it != pending_.end(); ++it) {
+      if (it->second.deadline < first->second.deadline) first = it;
+    }
     const Clock::time_point now = Clock::now();
     if (now < first->second.deadline) {
       // A copy: wait_until reads its argument again after waking, and the
       // entry may have settled (been erased) while the lock was released.
       const Clock::time_point due = first->second.deadline;
+      watchdog_wakes_ = due;
       watchdog_cv_.wait_until(lock, due);
       continue;
     }
     std::vector<std::pair<c10::intrusive_ptr<CompcollWork>, std::string>> fail;
     const std::string msg = expire(first->first, first->second, now);
     fail.emplace_back(first->second.work, msg);
-    for (auto it = std::next(first); it != pending_.end(); ++it) {
+    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+      if (it == first) continue;
       fail.emplace_back(it->second.work,
                         detail::concat(where(), ": ", it->second.what, " (operation #", it->first,
                                        ") cancelled: an earlier operation timed out (", msg, ")"));
@@ -308,7 +326,8 @@ void Worker::stop() {
       bool exited = false;
       without_gil([&] {
         std::unique_lock<std::mutex> lock(mu_);
-        exited = exit_cv_.wait_for(lock, timeout_ + kStopGrace, [&] { return worker_exited_; });
+        exited = exit_cv_.wait_for(lock, timeout_->get() + kStopGrace,
+                                   [&] { return worker_exited_; });
       });
       if (exited) {
         worker_.join();

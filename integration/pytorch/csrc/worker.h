@@ -24,7 +24,7 @@
 // issue, so their callbacks run at once.)
 //
 // Deadlines. Every submitted operation must settle by its deadline,
-// submission + the group's timeout. A watchdog thread fails the first one
+// submission + the group's timeout at submission. A watchdog thread fails the first one
 // that does not, whether it was queued (waiting for the worker), running on
 // the worker, or issued to an inner backend and not yet completed, with a
 // compcoll error naming the operation, the group and where it was stuck.
@@ -55,6 +55,7 @@
 #include <utility>
 #include <vector>
 
+#include "integration/pytorch/csrc/group_timeout.h"
 #include "integration/pytorch/csrc/work.h"
 #include "plugin/logging.h"
 
@@ -66,7 +67,10 @@ class Worker : public std::enable_shared_from_this<Worker> {
   using Clock = std::chrono::steady_clock;
 
   // A started worker for rank `rank` of a group of `size`.
-  static std::shared_ptr<Worker> start(int rank, int size, std::chrono::milliseconds timeout,
+  // timeout: the group's, read at each submission (dist.set_timeout moves
+  // it; call timeout_changed() after).
+  static std::shared_ptr<Worker> start(int rank, int size,
+                                       std::shared_ptr<const GroupTimeout> timeout,
                                        const Logger& log);
   ~Worker();
   Worker(const Worker&) = delete;
@@ -74,6 +78,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
 
   // The group's name, for messages (torch sets it after creation).
   void set_group(const std::string& name);
+  // The group's timeout changed: operations submitted from now on get the
+  // new deadline; the watchdog re-reads it (it may have to wake sooner).
+  void timeout_changed();
 
   // Queues an operation. make() runs under the queue lock (whatever it
   // records, such as error-feedback keys, is in submission order) and
@@ -113,10 +120,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
     std::string what;
     c10::intrusive_ptr<CompcollWork> work;
     Clock::time_point submitted, deadline, started;
+    std::chrono::milliseconds timeout;  // the group's when it was submitted
     enum State { kQueued, kRunning, kIssued } state = kQueued;
   };
 
-  Worker(int rank, int size, std::chrono::milliseconds timeout, const Logger& log);
+  Worker(int rank, int size, std::shared_ptr<const GroupTimeout> timeout, const Logger& log);
   void worker_loop();
   void watchdog_loop();
   // Under mu_: a new entry for work, which forgets it when it settles.
@@ -135,7 +143,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
 
   const int rank_;
   const int size_;
-  const std::chrono::milliseconds timeout_;
+  const std::shared_ptr<const GroupTimeout> timeout_;
   const Logger log_;
 
   mutable std::mutex mu_;  // guards everything below
@@ -143,7 +151,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
   std::condition_variable watchdog_cv_;
   std::condition_variable exit_cv_;
   std::deque<std::pair<uint64_t, Task>> queue_;
-  std::map<uint64_t, Entry> pending_;  // unsettled operations; ids rise with deadlines
+  // Unsettled operations; ids rise with submission (and with deadlines,
+  // unless the timeout was shortened in between).
+  std::map<uint64_t, Entry> pending_;
   uint64_t next_id_ = 1;
   bool busy_ = false;
   // The task the worker thread is running (outermost), for messages.
@@ -155,6 +165,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   bool stopping_ = false;
   bool worker_exited_ = false;
   bool watchdog_stop_ = false;
+  Clock::time_point watchdog_wakes_ = Clock::time_point::max();  // its next wake-up
   std::thread::id worker_id_;
   std::thread worker_;
   std::thread watchdog_;

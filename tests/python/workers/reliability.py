@@ -10,6 +10,11 @@ usage: reliability.py MODE
              SIGKILLs itself after TEST_KILL_AFTER allreduces; survivors
              report how long after their last completed call the error came
              and what it said
+  retimed    COMPCOLL_ALGO on the default group created with a 600 s
+             timeout, shortened to TEST_TIMEOUT_S by dist.set_timeout after
+             TEST_KILL_AFTER allreduces; then rank TEST_VICTIM hangs (stops
+             calling, alive, its connections open) and the survivors report
+             how long their next allreduce took to fail and what it said
 """
 import os
 import signal
@@ -95,4 +100,32 @@ def killed():
     emit({"rank": rank, "backend": backend, "calls": calls, "error": None})
 
 
-{"nonfinite": nonfinite, "killed": killed}[MODE]()
+def retimed():
+    timeout_s = float(os.environ["TEST_TIMEOUT_S"])
+    victim = int(os.environ["TEST_VICTIM"])
+    calls_before = int(os.environ["TEST_KILL_AFTER"])
+    dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=600))
+    rank = dist.get_rank()
+    backend = dist.group.WORLD._get_backend(torch.device("cpu")).name()
+    for step in range(calls_before):
+        dist.all_reduce(gradient(rank, step))
+    dist.set_timeout(timedelta(seconds=timeout_s))
+    if rank == victim:
+        # Hung, not dead: a dead peer's closed connections fail the others
+        # at once, whatever the timeout; a hung one is found by the timeout
+        # alone. Bounded: long enough for the survivors to give up.
+        time.sleep(4 * timeout_s + 10)
+        emit({"rank": rank, "backend": backend, "victim": True})
+        os._exit(0)  # the survivors have left; skip the teardown
+    start = time.monotonic()
+    try:
+        dist.all_reduce(gradient(rank, calls_before))
+        error = None
+    except Exception as e:  # noqa: BLE001  the error is the result
+        error = str(e)[:2000]
+    emit({"rank": rank, "backend": backend, "error": error,
+          "error_after_s": time.monotonic() - start})
+    os._exit(0)  # the group is broken; skip its teardown
+
+
+{"nonfinite": nonfinite, "killed": killed, "retimed": retimed}[MODE]()
