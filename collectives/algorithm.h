@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,11 +93,11 @@ struct CostShape {
 struct CallInfo {
   size_t payload_bytes = 0;  // this rank's compressed contribution
   size_t selected = 0;       // elements this rank contributed
-  // Filled by allreduce_listing_support() where the algorithm knows it
-  // without a pass over the result: every index in [0, n) where the result
-  // can be nonzero (by bits), possibly repeated, in no particular order.
-  bool support_known = false;
-  std::vector<uint32_t> support{};
+  // Set by allreduce_listing_support() where the algorithm knows it without
+  // a pass over the result: every index in [0, n) where the result can be
+  // nonzero (by bits), possibly repeated, in no particular order. Unset:
+  // not known (an empty list is known: the result is all zero words).
+  std::optional<std::vector<uint32_t>> support{};
 };
 
 class Algorithm {
@@ -115,7 +116,7 @@ class Algorithm {
   // be nonzero (the sparse patterns' decoded indices, csc's chosen chunks),
   // lists that in the CallInfo's support. The host hierarchy's leaders call this to
   // share a sparse result without scanning the tensor for it. Default: lists
-  // nothing (support_known stays false).
+  // nothing (support stays unset).
   virtual CallInfo allreduce_listing_support(Comm& comm, float* buf, size_t n, bool average,
                                              CodecState& state) const {
     return allreduce(comm, buf, n, average, state);

@@ -57,11 +57,11 @@ CallInfo ChunkedNormAllreduce::run(Comm& comm, float* buf, size_t n, bool averag
   // Outside the selected chunks the result is zero. A longer list than n/8
   // would cost more than the scan it saves (and is never shared sparse).
   if (list_support && packed.size() <= n / 8) {
-    info.support_known = true;
-    info.support.reserve(packed.size());
+    std::vector<uint32_t>& support = info.support.emplace();
+    support.reserve(packed.size());
     for (const uint32_t c : selected) {
       const size_t begin = size_t{c} * config_.chunk, end = std::min(n, begin + config_.chunk);
-      for (size_t i = begin; i < end; ++i) info.support.push_back(static_cast<uint32_t>(i));
+      for (size_t i = begin; i < end; ++i) support.push_back(static_cast<uint32_t>(i));
     }
   }
   return info;

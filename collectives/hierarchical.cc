@@ -77,7 +77,7 @@ CallInfo Hierarchy::allreduce(const Algorithm& algo, float* buf, size_t n, bool 
     });
     if (local_) {
       local_->broadcast_from_leader(buf, n, timeout,
-                                    info.support_known ? &info.support : nullptr);
+                                    info.support ? &*info.support : nullptr);
     }
   } catch (const std::exception& e) {
     fail_now(e.what());

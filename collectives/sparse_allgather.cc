@@ -21,12 +21,12 @@ CallInfo sparse_allgather(Comm& comm, const char* name, const SparseCodec& codec
   CC_CHECK_EQ(all.parts(), comm.size(), kInternal, "allgatherv returned the wrong number of parts");
   std::fill(buf, buf + n, 0.0f);
   CallInfo call{payload.size(), info.sent};
-  call.support_known = list_support;
+  if (list_support) call.support.emplace();
   for (int r = 0; r < all.parts(); ++r) {
     try {
       decode_accumulate(all.part(r), buf, n);
       // Validated by the decode above; a second pass over k entries, not n.
-      if (list_support) append_payload_indices(all.part(r), n, call.support);
+      if (call.support) append_payload_indices(all.part(r), n, *call.support);
     } catch (const Error& e) {
       reject_peer_payload(name, comm, r, e);
     }

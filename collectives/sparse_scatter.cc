@@ -238,7 +238,7 @@ CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
   std::vector<uint64_t> demands(p);
   std::vector<std::vector<uint32_t>> selections(p);
   CallInfo call;
-  call.support_known = list_support;
+  if (list_support) call.support.emplace();
   for (size_t j = 0; j < p; ++j) {
     OwnerResult owner;
     try {
@@ -249,8 +249,8 @@ CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
     demands[j] = owner.demand;
     const auto& sel = owner.entries.idx;
     for (size_t t = 0; t < sel.size(); ++t) buf[regions[j] + sel[t]] = owner.entries.values[t];
-    if (list_support) {
-      for (const uint32_t i : sel) call.support.push_back(static_cast<uint32_t>(regions[j] + i));
+    if (call.support) {
+      for (const uint32_t i : sel) call.support->push_back(static_cast<uint32_t>(regions[j] + i));
     }
     // 5. return: what this rank sent to owner j and j did not select.
     size_t s = 0;

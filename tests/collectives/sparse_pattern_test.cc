@@ -141,7 +141,9 @@ TEST_P(ScatterTest, IdenticalEverywhereEqualToTheOwnersSelectionAndNothingLost) 
       }
     }
     EXPECT_EQ(returned_or_kept + delivered, n);
-    if (n >= 100) EXPECT_TRUE(std::any_of(buf.begin(), buf.end(), [](float x) { return x != 0.0f; }));
+    if (n >= 100) {
+      EXPECT_TRUE(std::any_of(buf.begin(), buf.end(), [](float x) { return x != 0.0f; }));
+    }
   });
 }
 
@@ -188,7 +190,9 @@ TEST_P(ScatterNonFiniteTest, ReachesTheOutputAsTheDenseSumWouldAndLeavesResidual
     if (world > 1) EXPECT_EQ(g[n / 2], INFINITY);
     else EXPECT_EQ(g[n / 2], 3e38f);
     for (size_t i = 1; i + 1 < n; ++i) {
-      if (i != n / 2) ASSERT_TRUE(std::isfinite(g[i])) << "index " << i << " became non-finite";
+      if (i != n / 2) {
+        ASSERT_TRUE(std::isfinite(g[i])) << "index " << i << " became non-finite";
+      }
     }
     for (float x : state->v) ASSERT_TRUE(std::isfinite(x)) << "residual poisoned";
   });
@@ -378,7 +382,9 @@ TEST(SparsePattern, AutoTakesOnePatternEverywhereAndSaysWhich) {
       const std::string decision = algo->last_decision();
       const bool scatter = decision.rfind("scatter", 0) == 0;
       EXPECT_TRUE(scatter || decision.rfind("allgather", 0) == 0) << decision;
-      if (world == 2) EXPECT_FALSE(scatter) << decision;
+      if (world == 2) {
+        EXPECT_FALSE(scatter) << decision;
+      }
       if (comm.rank() == 0) {
         const auto g = gradients_of(world, n);
         AlgoParams as_run = params;

@@ -105,7 +105,9 @@ TEST(Communicator, SaysOnceAtTheEndWhenNothingWasCompressedAndWhy) {
       for (int step = 0; step < 3; ++step) {
         std::fill(big.begin(), big.end(), 1.0f);
         cc.allreduce(big.data(), big.size(), DType::kFloat32, ReduceOp::kSum, "g");
-        if (dense_warmup) EXPECT_EQ(big[7], 2.0f);  // exact: the warm-up is dense
+        if (dense_warmup) {
+          EXPECT_EQ(big[7], 2.0f);  // exact: the warm-up is dense
+        }
       }
       std::vector<float> small(100, 1.0f);  // below min_elems
       cc.allreduce(small.data(), small.size(), DType::kFloat32, ReduceOp::kSum);

@@ -93,7 +93,9 @@ TEST_P(Adopt, BeforeTheFirstCallEqualsTheExplicitRecipeBitForBit) {
       Communicator plain(std::make_unique<LentComm>(comm), auto_config(GetParam()));
       const auto other = steps(plain, 0, 10);
       EXPECT_FALSE(same_bits(other[9], want[9]));
-      if (moved) EXPECT_FALSE(same_bits(handed_over[9], want[9]));
+      if (moved) {
+        EXPECT_FALSE(same_bits(handed_over[9], want[9]));
+      }
       if (!moved) handed_over = want;
       if (moved && (GetParam() == "dgc" || GetParam() == "sdagc")) {
         // The moved momentum's recipe ranks by normalized value, and that
