@@ -80,3 +80,27 @@ def test_suite_over_seeds_reports_mean_and_range(tmp_path):
     bad = subprocess.run(cmd[:-2] + ["--seeds", "1,1"], env=base_env(), capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode != 0 and "names a seed twice" in bad.stderr, bad.stderr
+
+
+REGIMES = os.path.join(REPO, "integration", "pytorch", "convergence", "regimes.py")
+
+
+def test_regime_detector_reports_where_accordion_would_switch(tmp_path):
+    """regimes.py: the norm of each interval's summed gradient, and the
+    intervals whose norm changed by eta or more from the previous one."""
+    out = tmp_path / "regimes.json"
+    cmd = [sys.executable, REGIMES, "--tasks", "mixed", "--steps", "20", "--ranks", "2",
+           "--intervals", "2,5", "--eta", "0.1", "--json", str(out)]
+    proc = subprocess.run(cmd, env=base_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["task"], r["interval"]) for r in runs] == [("mixed", 2), ("mixed", 5)]
+    for r in runs:
+        n, i = r["norms"], r["interval"]
+        assert len(n) == 20 // i and all(x > 0 for x in n)
+        expected = [(j + 1) * i for j in range(1, len(n)) if abs(n[j - 1] - n[j]) >= 0.1 * n[j - 1]]
+        assert r["critical_ends"] == expected
+        assert f"| mixed | 1 | {i} |" in proc.stdout
+    bad = subprocess.run(cmd[:2] + ["--tasks", "nope"], env=base_env(), capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode != 0 and "unknown ['nope']" in bad.stderr, bad.stderr

@@ -684,8 +684,10 @@ void CompcollBackend::setTimeout(std::chrono::milliseconds timeout) {
   // the inner backend) read the shared value at submission; the inner
   // backends (a device lane's when it is built) get it too.
   const std::chrono::milliseconds before = timeout_->get();
-  timeout_->set(timeout);  // refuses a timeout <= 0 and keeps the old one
-  worker_->timeout_changed();
+  // Refuses a timeout <= 0 and keeps the old one. The worker's watchdog
+  // needs no nudge: the first operation submitted after a shortening wakes
+  // it when its deadline falls before the watchdog's next wake-up.
+  timeout_->set(timeout);
   host_->set_timeout(timeout);
   if (device_) device_->set_timeout(timeout);
   log_.info("group '", getGroupUid(), "': timeout ", before.count(), " -> ", timeout.count(),

@@ -55,11 +55,6 @@ void Worker::set_group(const std::string& name) {
   group_ = name;
 }
 
-void Worker::timeout_changed() {
-  std::lock_guard<std::mutex> lock(mu_);
-  watchdog_cv_.notify_all();
-}
-
 bool Worker::on_worker_thread() const { return std::this_thread::get_id() == worker_id_; }
 
 std::string Worker::broken() const {
@@ -81,15 +76,14 @@ void Worker::check_usable(const std::string& what) const {
 }
 
 uint64_t Worker::track(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
-                       Entry::State state) {
+                       Entry::State state, std::chrono::milliseconds timeout) {
   const uint64_t id = next_id_++;
   const Clock::time_point now = Clock::now();
   Entry& e = pending_[id];
   e.what = what;
   e.work = work;
   e.submitted = now;
-  e.timeout = timeout_->get();
-  e.deadline = now + e.timeout;
+  e.deadline = now + timeout;
   // Only after a shortened timeout can a new entry fall due before the
   // watchdog wakes; then it must wake now and take this deadline.
   if (e.deadline < watchdog_wakes_) watchdog_cv_.notify_all();
@@ -113,23 +107,26 @@ void Worker::finished_running(uint64_t id) {
   if (it != pending_.end()) it->second.state = Entry::kIssued;  // completes asynchronously
 }
 
-void Worker::submit(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
-                    const std::function<Task()>& make) {
+std::chrono::milliseconds Worker::submit(const std::string& what,
+                                         const c10::intrusive_ptr<CompcollWork>& work,
+                                         const std::function<Task()>& make) {
   std::unique_lock<std::mutex> lock(mu_);
   check_usable(what);
   Task task = make();
+  const std::chrono::milliseconds timeout = timeout_->get();
   if (on_worker_thread()) {
     // Issued by a future callback the worker is running: now, here.
-    const uint64_t id = track(what, work, Entry::kRunning);
+    const uint64_t id = track(what, work, Entry::kRunning, timeout);
     lock.unlock();
     task();
     finished_running(id);
-    return;
+    return timeout;
   }
-  const uint64_t id = track(what, work, Entry::kQueued);
+  const uint64_t id = track(what, work, Entry::kQueued, timeout);
   queue_.emplace_back(id, std::move(task));
   lock.unlock();
   work_cv_.notify_one();
+  return timeout;
 }
 
 bool Worker::run_now_if_idle(const std::string& what, const std::function<void()>& issue) {
@@ -152,7 +149,7 @@ void Worker::run_and_wait(const std::string& what, std::function<void()> fn) {
   }
   auto work = c10::make_intrusive<CompcollWork>(rank_, c10d::OpType::UNKNOWN, "compcoll:internal",
                                                 std::vector<at::Tensor>{});
-  submit(what, work, [&] {
+  const std::chrono::milliseconds timeout = submit(what, work, [&] {
     return [work, fn = std::move(fn)] {
       try {
         fn();
@@ -166,7 +163,7 @@ void Worker::run_and_wait(const std::string& what, std::function<void()> fn) {
   without_gil([&] {
     // The watchdog fails the work at its deadline; the margin only bounds
     // this wait should the watchdog itself be held up.
-    const std::chrono::milliseconds bound = timeout_->get() + kStopGrace;
+    const std::chrono::milliseconds bound = timeout + kStopGrace;
     try {
       work->wait(bound);
     } catch (const c10::Error&) {
@@ -240,7 +237,8 @@ std::string Worker::expire(uint64_t id, const Entry& e, Clock::time_point now) {
   }
   const std::string msg = detail::concat(
       where(), ": ", e.what, " (operation #", id, ") did not finish within the group's timeout of ",
-      e.timeout.count(), " ms: ", reason,
+      std::chrono::duration_cast<std::chrono::milliseconds>(e.deadline - e.submitted).count(),
+      " ms: ", reason,
       ". The group cannot be used on this rank any more: destroy it and create a new one");
   broken_ = msg;
   return msg;
@@ -251,7 +249,7 @@ void Worker::watchdog_loop() {
   while (!watchdog_stop_) {
     if (pending_.empty() || !broken_.empty()) {
       // Nothing can fall due before a new entry's deadline, a timeout away
-      // (timeout_changed() wakes this wait when the timeout shrinks).
+      // (track() wakes this wait when the timeout has shrunk since).
       watchdog_wakes_ = Clock::now() + timeout_->get();
       watchdog_cv_.wait_until(lock, watchdog_wakes_);
       continue;

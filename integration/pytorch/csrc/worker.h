@@ -68,7 +68,8 @@ class Worker : public std::enable_shared_from_this<Worker> {
 
   // A started worker for rank `rank` of a group of `size`.
   // timeout: the group's, read at each submission (dist.set_timeout moves
-  // it; call timeout_changed() after).
+  // it; an operation submitted after a shortening wakes the watchdog when
+  // its deadline falls before the watchdog's next wake-up).
   static std::shared_ptr<Worker> start(int rank, int size,
                                        std::shared_ptr<const GroupTimeout> timeout,
                                        const Logger& log);
@@ -78,17 +79,14 @@ class Worker : public std::enable_shared_from_this<Worker> {
 
   // The group's name, for messages (torch sets it after creation).
   void set_group(const std::string& name);
-  // The group's timeout changed: operations submitted from now on get the
-  // new deadline; the watchdog re-reads it (it may have to wake sooner).
-  void timeout_changed();
-
   // Queues an operation. make() runs under the queue lock (whatever it
   // records, such as error-feedback keys, is in submission order) and
   // returns the task; the task must settle work. On the worker thread the
   // task runs now instead (see "Callbacks"). Throws, without calling make(),
   // when the worker is broken or stopped; `what` names the operation in
-  // messages ("all_reduce (float32, 1000 elements)").
-  void submit(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
+  // messages ("all_reduce (float32, 1000 elements)"). Returns the timeout
+  // the operation got (the group's at submission).
+  std::chrono::milliseconds submit(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
               const std::function<Task()>& make);
 
   // Runs issue() now and returns true when the worker is idle with nothing
@@ -119,17 +117,18 @@ class Worker : public std::enable_shared_from_this<Worker> {
   struct Entry {
     std::string what;
     c10::intrusive_ptr<CompcollWork> work;
+    // deadline - submitted: the group's timeout when it was submitted.
     Clock::time_point submitted, deadline, started;
-    std::chrono::milliseconds timeout;  // the group's when it was submitted
     enum State { kQueued, kRunning, kIssued } state = kQueued;
   };
 
   Worker(int rank, int size, std::shared_ptr<const GroupTimeout> timeout, const Logger& log);
   void worker_loop();
   void watchdog_loop();
-  // Under mu_: a new entry for work, which forgets it when it settles.
+  // Under mu_: a new entry for work, due a timeout from now, which forgets
+  // it when it settles.
   uint64_t track(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
-                 Entry::State state);
+                 Entry::State state, std::chrono::milliseconds timeout);
   void forget(uint64_t id);
   void finished_running(uint64_t id);
   void check_usable(const std::string& what) const;  // under mu_
