@@ -104,3 +104,6 @@ def test_regime_detector_reports_where_accordion_would_switch(tmp_path):
     bad = subprocess.run(cmd[:2] + ["--tasks", "nope"], env=base_env(), capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode != 0 and "unknown ['nope']" in bad.stderr, bad.stderr
+    bad = subprocess.run(cmd[:2] + ["--seeds", "one"], env=base_env(), capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode != 0 and "comma-separated integers" in bad.stderr, bad.stderr

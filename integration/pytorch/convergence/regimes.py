@@ -78,7 +78,13 @@ def main(argv=None):
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         p.error(f"--tasks: unknown {unknown}; the tasks are {sorted(TASKS)}")
-    intervals = sorted({int(i) for i in args.intervals.split(",") if i})
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s]
+        intervals = sorted({int(i) for i in args.intervals.split(",") if i})
+    except ValueError as e:
+        p.error(f"--seeds and --intervals take comma-separated integers ({e})")
+    if not seeds:
+        p.error("--seeds names no seed")
     if not intervals or intervals[0] < 1 or intervals[-1] * 2 > args.steps:
         p.error(f"--intervals {args.intervals}: each must be >= 1 and fit twice in --steps {args.steps}")
     if args.ranks < 1 or not args.eta > 0:
@@ -90,7 +96,7 @@ def main(argv=None):
     print("| task | seed | interval | critical intervals end at | last |")
     print("|---|---|---|---|---|")
     for task in tasks:
-        for seed in [int(s) for s in args.seeds.split(",") if s]:
+        for seed in seeds:
             norms = interval_norms(task, seed, args.steps, args.ranks, intervals)
             for i in intervals:
                 ends = critical_ends(norms[i], i, args.eta)
