@@ -16,9 +16,10 @@ that its schedule can be set against the fixed warm-up compcoll has
 
 One process per task and seed computes each step's gradient the way dense
 DDP does at --ranks ranks: the mean of the ranks' gradients on the same
-batches (tasks.batch_at) as the suite's runs, then the task's optimizer. The
-losses equal the suite's dense runs up to float rounding; no process group is
-needed, since only the averaged gradient matters to the detector.
+batches (tasks.batch_at) as the suite's runs, then the task's optimizer: the
+update dense DDP makes, with the sum taken in another order (so the rounding
+differs). No process group is needed, since only the averaged gradient
+matters to the detector.
 """
 import argparse
 import json
