@@ -86,8 +86,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // when the worker is broken or stopped; `what` names the operation in
   // messages ("all_reduce (float32, 1000 elements)"). Returns the timeout
   // the operation got (the group's at submission).
-  std::chrono::milliseconds submit(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
-              const std::function<Task()>& make);
+  std::chrono::milliseconds submit(const std::string& what,
+                                   const c10::intrusive_ptr<CompcollWork>& work,
+                                   const std::function<Task()>& make);
 
   // Runs issue() now and returns true when the worker is idle with nothing
   // queued (under the queue lock), or when called on the worker thread;
