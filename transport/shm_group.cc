@@ -20,6 +20,7 @@
 #include "collectives/agreement.h"
 #include "compcoll/error.h"
 #include "transport/nonzero_pack.h"
+#include "transport/stream_copy.h"
 
 namespace compcoll {
 
@@ -361,7 +362,7 @@ void ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds 
       // The slot still holds the previous round until the leader took it.
       if (k > 0) await(&h->taken, round - 1, 0, "take the previous round", deadline, timeout);
       me.count.store(n, std::memory_order_relaxed);
-      if (len) std::memcpy(data(local_rank_), buf + off, len * sizeof(float));
+      stream_copy(data(local_rank_), buf + off, len * sizeof(float));
       publish(&me.arrive, round);
       continue;
     }
@@ -410,7 +411,7 @@ void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::millisec
           packed = pack_nonzeros(buf + off, len, pairs_out, cap);
         }
         if (packed == kNotSparse) {
-          std::memcpy(r, buf + off, len * sizeof(float));
+          stream_copy(r, buf + off, len * sizeof(float));
         } else {
           pairs = packed;
         }
@@ -422,7 +423,7 @@ void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::millisec
       await(&h->result, round, 0, "share the result", deadline, timeout);
       const uint64_t pairs = h->result_pairs.load(std::memory_order_relaxed);
       if (pairs == kDenseResult) {
-        if (len) std::memcpy(buf + off, r, len * sizeof(float));
+        stream_copy(buf + off, r, len * sizeof(float));
       } else {
         CC_CHECK_LE(pairs, len / kSparseResultDivisor, kInternal, "world rank ",
                     world_ranks_[size_t(local_rank_)], ": the host's shared result announces ",
