@@ -70,6 +70,9 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
   CC_CHECK(comm_ != nullptr, kInvalidArgument, "a communicator needs a transport");
   // A misspelt COMPCOLL_* name is otherwise silently ignored (once per process).
   for (const std::string& w : unknown_variable_warnings_once()) log_.warn(w);
+  if (cfg_.report_inert_settings) {
+    for (const std::string& w : inert_setting_warnings_once(cfg_)) log_.warn(w);
+  }
   const std::string description = cfg_.agreement_description();
   ensure_agreement(*comm_, description);
   setup_hierarchy();
@@ -80,11 +83,15 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
   }
   log_.info("communicator of ", comm_->size(), " ranks, algo ", cfg_.algo, ", config hash ",
             std::hex, config_hash(description), std::dec, " (", description, ")");
+  // Settings the algorithm does not read at all are reported above; sbc
+  // reads COMPCOLL_SELECTION only while its exact warm-up runs.
   static std::atomic<bool> selection_warned{false};
-  if (cfg_.params.selection == Selection::kNormalized && !ranks_a_residual(cfg_.algo, cfg_.params) &&
-      !selection_warned.exchange(true)) {
-    log_.warn("COMPCOLL_SELECTION=normalized changes nothing for COMPCOLL_ALGO=", cfg_.algo,
-              ": only dgc, sdagc and sbc's exact warm-up rank a residual to select from");
+  const bool sbc = cfg_.algo == "sbc" || (cfg_.algo == "auto" && cfg_.params.auto_algo == "sbc");
+  if (sbc && cfg_.params.selection == Selection::kNormalized &&
+      !ranks_a_residual(cfg_.algo, cfg_.params) && !selection_warned.exchange(true)) {
+    log_.warn("COMPCOLL_SELECTION=normalized changes nothing for sbc without its exact warm-up "
+              "(COMPCOLL_SBC_WARMUP=binary or COMPCOLL_WARMUP_STEPS=0): its binarised steps "
+              "fit one mean per side to what they send and do not rank a residual");
   }
   load_state_dir();
 }

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <string_view>
 
@@ -111,17 +113,21 @@ const ConfigVar kTable[] = {
        }
        if (!known) reject(var, value, "not a compressed algorithm; registered: " + algorithm_names());
        cfg.params.auto_algo = value;
-     }},
+     },
+     "auto"},
     {"COMPCOLL_DENSITY", VarType::kDouble, "0.001", "(0, 1]",
      "fraction of elements sent per step by dgc, sbc and sdagc",
-     CC_APPLY { cfg.params.density = fraction_in_unit(var, value); }},
+     CC_APPLY { cfg.params.density = fraction_in_unit(var, value); },
+     "dgc,sbc,sdagc"},
     {"COMPCOLL_MOMENTUM", VarType::kDouble, "0", "[0, 1)",
      "momentum correction factor (dgc, sdagc, sbc, csc); it replaces the optimizer's momentum, "
      "so set the optimizer's momentum to 0 when you set this (or keep it equal and set "
      "COMPCOLL_MOMENTUM_HANDOVER=1)",
-     CC_APPLY { cfg.params.momentum = static_cast<float>(double_in_range(var, value, 0.0, 1.0, false)); }},
+     CC_APPLY { cfg.params.momentum = static_cast<float>(double_in_range(var, value, 0.0, 1.0, false)); },
+     "dgc,sdagc,sbc,csc"},
     {"COMPCOLL_NESTEROV", VarType::kBool, "0", "0|1", "Nesterov form of the momentum correction",
-     CC_APPLY { cfg.params.nesterov = parse_bool(var, value); }},
+     CC_APPLY { cfg.params.nesterov = parse_bool(var, value); },
+     "dgc,sdagc,sbc,csc"},
     {"COMPCOLL_MOMENTUM_MASKING_DENSITY", VarType::kDouble, "auto", "auto or [0, 1]",
      "with a momentum correction: momentum factor masking (the velocity restarts at zero where a "
      "value was sent) applies at steps whose density, warm-up included, is at most this (csc: its "
@@ -131,7 +137,8 @@ const ConfigVar kTable[] = {
      CC_APPLY {
        cfg.params.momentum_masking_density =
            value == "auto" ? -1.0 : double_in_range(var, value, 0.0, 1.0, true);
-     }},
+     },
+     "dgc,sdagc,sbc,csc"},
     {"COMPCOLL_MOMENTUM_HANDOVER", VarType::kEnum, "auto", "0|1|auto",
      "keep the optimizer's SGD momentum m and hand it s_t - m*s_(t-1), so that its buffer equals "
      "DGC's corrected velocity (dgc, sdagc, sbc, csc). 1: with COMPCOLL_MOMENTUM=m. auto: under the "
@@ -144,16 +151,19 @@ const ConfigVar kTable[] = {
      CC_APPLY {
        cfg.params.momentum_from_optimizer = value == "auto";
        cfg.params.momentum_handover = value != "auto" && parse_bool(var, value);
-     }},
+     },
+     "dgc,sdagc,sbc,csc"},
     {"COMPCOLL_CLIP", VarType::kDouble, "0", ">= 0",
      "local gradient clipping: each rank clips its gradient's L2 norm to CLIP/sqrt(world size); "
      "0 = off",
-     CC_APPLY { cfg.params.clip = static_cast<float>(non_negative(var, value)); }},
+     CC_APPLY { cfg.params.clip = static_cast<float>(non_negative(var, value)); },
+     "dgc,sdagc"},
     {"COMPCOLL_WARMUP_STEPS", VarType::kInt, "500", ">= 0",
      "warm-up of each tensor: over its first STEPS calls dgc, sdagc and sbc density falls from 25% "
      "to COMPCOLL_DENSITY (x1/4 per stage, DGC's schedule), csc sends every chunk and onebit runs "
      "dense",
-     CC_APPLY { cfg.params.warmup_steps = static_cast<int>(int_at_least(var, value, 0, kIntMax)); }},
+     CC_APPLY { cfg.params.warmup_steps = static_cast<int>(int_at_least(var, value, 0, kIntMax)); },
+     "dgc,sdagc,sbc,csc,onebit"},
     {"COMPCOLL_SBC_WARMUP", VarType::kEnum, "exact", "exact|binary",
      "what sbc sends over its warm-up (COMPCOLL_WARMUP_STEPS): exact = dgc's top-k with their "
      "values at the same densities, binarised (positions and one mean) only after it; binary = "
@@ -161,7 +171,8 @@ const ConfigVar kTable[] = {
      CC_APPLY {
        check_enum(var, value);
        cfg.params.sbc_exact_warmup = value == "exact";
-     }},
+     },
+     "sbc"},
     {"COMPCOLL_SBC_SIDES", VarType::kEnum, "both", "both|one",
      "what sbc's binarised steps send: both = the top density/2 of the positive and of the "
      "negative entries, each sign with its own mean (one more bit per position); one = only the "
@@ -169,7 +180,8 @@ const ConfigVar kTable[] = {
      CC_APPLY {
        check_enum(var, value);
        cfg.params.sbc_both_sides = value == "both";
-     }},
+     },
+     "sbc"},
     {"COMPCOLL_SELECTION", VarType::kEnum, "magnitude", "magnitude|normalized|auto",
      "what dgc and sdagc (and sbc's exact warm-up) rank the residual by: magnitude = |v|; "
      "normalized = |v| / sqrt(s), s a moving average (beta 0.999) of the element's squared "
@@ -182,15 +194,19 @@ const ConfigVar kTable[] = {
        cfg.params.selection = value == "magnitude"    ? Selection::kMagnitude
                               : value == "normalized" ? Selection::kNormalized
                                                       : Selection::kAuto;
-     }},
+     },
+     "dgc,sdagc,sbc"},
     {"COMPCOLL_MIN_ELEMS", VarType::kInt, "16384", ">= 0",
      "tensors with fewer elements take the exact dense path",
-     CC_APPLY { cfg.min_elems = static_cast<size_t>(int_at_least(var, value, 0)); }},
+     CC_APPLY { cfg.min_elems = static_cast<size_t>(int_at_least(var, value, 0)); },
+     kTunesCompressed},
     {"COMPCOLL_CSC_CHUNK", VarType::kInt, "16384", ">= 1", "csc chunk size in elements",
-     CC_APPLY { cfg.params.csc_chunk = static_cast<size_t>(int_at_least(var, value, 1)); }},
+     CC_APPLY { cfg.params.csc_chunk = static_cast<size_t>(int_at_least(var, value, 1)); },
+     "csc"},
     {"COMPCOLL_CSC_FRACTION", VarType::kDouble, "0.01", "(0, 1]",
      "fraction of chunks csc sends per step",
-     CC_APPLY { cfg.params.csc_fraction = fraction_in_unit(var, value); }},
+     CC_APPLY { cfg.params.csc_fraction = fraction_in_unit(var, value); },
+     "csc"},
     {"COMPCOLL_ONEBIT_BLOCK", VarType::kInt, "2048", "power of two in [8, 16777216]",
      "elements per onebit scale",
      CC_APPLY {
@@ -199,18 +215,21 @@ const ConfigVar kTable[] = {
          reject(var, value, "not a power of two in range");
        }
        cfg.params.onebit_block = static_cast<size_t>(b);
-     }},
+     },
+     "onebit"},
     {"COMPCOLL_ONEBIT_SCALE", VarType::kEnum, "mean", "mean|pair",
      "onebit reconstruction: mean magnitude per block, or Seide's mean-of-positives / "
      "mean-of-negatives pair",
      CC_APPLY {
        check_enum(var, value);
        cfg.params.onebit_scale = value == "pair" ? ScaleMode::kSignedMeans : ScaleMode::kMeanMagnitude;
-     }},
+     },
+     "onebit"},
     {"COMPCOLL_ONEBIT_RESIDUAL_BOUND", VarType::kDouble, "0.5", ">= 0",
      "onebit: each element's error-feedback residual is kept within this many times its block's "
      "scale (the excess is dropped: no wind-up of elements above the scale); 0 = unbounded",
-     CC_APPLY { cfg.params.onebit_residual_bound = static_cast<float>(non_negative(var, value)); }},
+     CC_APPLY { cfg.params.onebit_residual_bound = static_cast<float>(non_negative(var, value)); },
+     "onebit"},
     {"COMPCOLL_VALUE_DTYPE", VarType::kEnum, "fp32", "fp32|fp16|bf16",
      "how dgc/sdagc values travel (rounding error stays in the residual)",
      CC_APPLY {
@@ -218,16 +237,19 @@ const ConfigVar kTable[] = {
        cfg.params.values = value == "fp16"   ? ValueType::kFp16
                            : value == "bf16" ? ValueType::kBf16
                                              : ValueType::kFp32;
-     }},
+     },
+     "dgc,sdagc"},
     {"COMPCOLL_INDEX_CODING", VarType::kEnum, "u32", "u32|varint",
      "how dgc/sdagc indices travel: raw 32-bit or LEB128 gaps",
      CC_APPLY {
        check_enum(var, value);
        cfg.params.indices = value == "varint" ? IndexType::kVarintGap : IndexType::kU32;
-     }},
+     },
+     "dgc,sdagc"},
     {"COMPCOLL_SAMPLE_FRACTION", VarType::kDouble, "0.01", "(0, 1]",
      "share of elements dgc and sbc sample to set their threshold",
-     CC_APPLY { cfg.params.sample_fraction = fraction_in_unit(var, value); }},
+     CC_APPLY { cfg.params.sample_fraction = fraction_in_unit(var, value); },
+     "dgc,sbc"},
     {"COMPCOLL_SPARSE_PATTERN", VarType::kEnum, "auto", "allgather|scatter|auto",
      "how dgc/sdagc payloads move: allgather (every rank receives all P payloads), scatter "
      "(index-region owners reduce and re-select; O(k) bytes per rank whatever P; "
@@ -238,7 +260,8 @@ const ConfigVar kTable[] = {
        cfg.params.sparse_pattern = value == "scatter"     ? SparsePattern::kScatter
                                    : value == "allgather" ? SparsePattern::kAllgather
                                                           : SparsePattern::kAuto;
-     }},
+     },
+     "dgc,sdagc,sbc"},
     {"COMPCOLL_TRANSPORT", VarType::kEnum, "tcp", "tcp",
      "Gloo device. ibverbs (RDMA) is refused: Debian's Gloo has no unbound buffers on its "
      "ibverbs device, and compcoll's collectives need them",
@@ -283,7 +306,8 @@ const ConfigVar kTable[] = {
      CC_APPLY {
        check_enum(var, value);
        cfg.hierarchy = value;
-     }},
+     },
+     kTunesCompressed},
     {"COMPCOLL_HOST_ID", VarType::kString, "", "a string of 1 to 256 bytes",
      "this rank's host for COMPCOLL_HIERARCHY; ranks with equal ids must share /dev/shm; unset = "
      "the kernel's boot id and the network namespace (hostnames are not enough: namespaces "
@@ -291,7 +315,8 @@ const ConfigVar kTable[] = {
      CC_APPLY {
        if (value.size() > kMaxHostIdBytes) reject(var, value, "longer than 256 bytes");
        cfg.host_id = value;
-     }},
+     },
+     kTunesCompressed},
     {"COMPCOLL_DEBUG", VarType::kEnum, "WARN", "WARN|INFO|TRACE",
      "log level of 'compcoll INFO ...' lines on stderr (like NCCL_DEBUG)",
      CC_APPLY {
@@ -356,6 +381,83 @@ Config load_config(const EnvLookup& env) {
   CC_CHECK(cfg.rank < 0 || cfg.world_size < 0 || cfg.rank < cfg.world_size, kInvalidArgument,
            "COMPCOLL_RANK=", cfg.rank, " is not below COMPCOLL_WORLD_SIZE=", cfg.world_size);
   return cfg;
+}
+
+namespace {
+
+// The algorithms whose variables cfg's communicator reads: none for dense,
+// auto's own and its COMPCOLL_AUTO_ALGO's for auto.
+std::vector<std::string_view> algorithms_in_use(const Config& cfg) {
+  if (!cfg.compression_enabled()) return {};
+  if (cfg.algo == "auto") return {"auto", cfg.params.auto_algo};
+  return {cfg.algo};
+}
+
+std::vector<std::string_view> tuned_names(const ConfigVar& var) {
+  std::vector<std::string_view> names;
+  std::string_view list = var.tunes;
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    names.push_back(list.substr(0, comma));
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+  }
+  return names;
+}
+
+}  // namespace
+
+bool tunes(const ConfigVar& var, const Config& cfg) {
+  if (!*var.tunes) return true;  // a setting of the communicator itself
+  const auto in_use = algorithms_in_use(cfg);
+  if (std::string_view(var.tunes) == kTunesCompressed) return !in_use.empty();
+  for (const std::string_view name : tuned_names(var)) {
+    if (std::find(in_use.begin(), in_use.end(), name) != in_use.end()) return true;
+  }
+  return false;
+}
+
+std::string tunes_in_words(const ConfigVar& var) {
+  if (std::string_view(var.tunes) == kTunesCompressed) return "every algorithm but dense";
+  std::string words;
+  for (const std::string_view name : tuned_names(var)) {
+    if (!words.empty()) words += ", ";
+    words += name;
+  }
+  return words;
+}
+
+std::vector<std::string> inert_settings(const Config& cfg, const EnvLookup& env) {
+  std::vector<std::string> out;
+  for (const ConfigVar& var : kTable) {
+    const std::optional<std::string> value = env(var.name);
+    if (!value || value->empty() || tunes(var, cfg)) continue;
+    std::string m = std::string(var.name) + "=" + *value + " changes nothing ";
+    if (!cfg.compression_enabled()) {
+      m += "while COMPCOLL_ALGO is dense or unset: nothing is compressed";
+    } else {
+      m += "for COMPCOLL_ALGO=" + cfg.algo;
+      if (cfg.algo == "auto") m += " with COMPCOLL_AUTO_ALGO=" + cfg.params.auto_algo;
+    }
+    // "dense or unset: nothing is compressed" already says why for the
+    // variables of every compressed algorithm.
+    if (cfg.compression_enabled() || std::string_view(var.tunes) != kTunesCompressed) {
+      m += " (it tunes " + tunes_in_words(var) + ")";
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::vector<std::string> inert_setting_warnings_once(const Config& cfg) {
+  static std::mutex mu;
+  static std::set<std::string> reported;
+  std::vector<std::string> fresh;
+  const std::vector<std::string> all = inert_settings(cfg, process_env());
+  std::lock_guard<std::mutex> lock(mu);
+  for (const std::string& m : all) {
+    if (reported.insert(m).second) fresh.push_back(m);
+  }
+  return fresh;
 }
 
 std::string Config::agreement_description() const {

@@ -41,6 +41,11 @@ struct Config {
   std::string state_tag;
   std::string nccl_library = "libnccl.so.2";  // the NCCL interposer's real NCCL
   std::string cuda_library = "libcuda.so.1";  // and the CUDA driver it uses
+  // Not a variable: whether a communicator made with this configuration
+  // warns about COMPCOLL_* variables set in the environment that its
+  // algorithm does not read (inert_settings). Off only where a tool runs
+  // several algorithms from one environment (the benchmark's dense row).
+  bool report_inert_settings = true;
 
   bool compression_enabled() const { return algo != "dense"; }
   // "algo=...;" + params.canonical() + the other settings that change the
@@ -59,7 +64,15 @@ struct ConfigVar {
   const char* doc;
   // Parses value (never empty) into cfg; throws kInvalidArgument.
   void (*apply)(const ConfigVar& var, const std::string& value, Config& cfg);
+  // The algorithms whose behaviour the variable changes: registered names,
+  // comma-separated ("dgc,sdagc"), kTunesCompressed for every algorithm but
+  // dense, or "" for a setting of the communicator itself (transport,
+  // rendezvous, logging). A variable set for an algorithm it does not tune
+  // changes nothing, and the communicator says so (inert_settings).
+  const char* tunes = "";
 };
+
+inline constexpr const char* kTunesCompressed = "compressed";
 
 std::span<const ConfigVar> config_table();
 
@@ -71,6 +84,24 @@ EnvLookup process_env();
 // COMPCOLL_RANK / COMPCOLL_WORLD_SIZE fall back to torchrun's RANK /
 // WORLD_SIZE.
 Config load_config(const EnvLookup& env = process_env());
+
+// Whether var changes anything for cfg's algorithm; COMPCOLL_ALGO=auto reads
+// its own variables and those of COMPCOLL_AUTO_ALGO.
+bool tunes(const ConfigVar& var, const Config& cfg);
+
+// "dgc, sbc, sdagc", "every algorithm but dense", or "" (var.tunes in words).
+std::string tunes_in_words(const ConfigVar& var);
+
+// One message per variable that env sets (non-empty) and that cfg's
+// algorithm does not read: "COMPCOLL_DENSITY=0.01 changes nothing for
+// COMPCOLL_ALGO=onebit (it tunes dgc, sbc, sdagc)".
+std::vector<std::string> inert_settings(const Config& cfg, const EnvLookup& env);
+
+// inert_settings(cfg, process_env())'s messages that this process has not
+// reported yet: every communicator calls it at creation, and a process that
+// creates several (PyTorch's groups and lanes, NCCL communicators) says each
+// once.
+std::vector<std::string> inert_setting_warnings_once(const Config& cfg);
 
 // Variables of the project's own scripts and tests (COMPCOLL_VENV, ...):
 // not settings of the library, so never reported as unknown.

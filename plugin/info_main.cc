@@ -22,7 +22,8 @@ constexpr const char* kUsage =
     "values, meaning) and the registered algorithms, then checks the current environment.\n"
     "Exit status: 0 when the environment is valid; 1, with only the error on stderr, when a\n"
     "variable has a bad value; 2 on bad arguments. COMPCOLL_* names that are not variables\n"
-    "are reported on stderr with the nearest known name (and otherwise ignored).\n"
+    "are reported on stderr with the nearest known name (and otherwise ignored), and so are\n"
+    "variables that the configured algorithm does not read.\n"
     "\n"
     "  --markdown  print the table as Markdown (docs/configuration.md is this output)\n"
     "  --help, -h  this help\n";
@@ -48,12 +49,19 @@ void print_markdown() {
               "error naming the variable, the value and what is allowed, before any traffic.\n"
               "A `COMPCOLL_*` name that is in neither table below is ignored and reported with\n"
               "the nearest known name: by `compcoll-info` on stderr, and at WARN by the first\n"
-              "communicator each process creates (any integration: C API, PyTorch, NCCL).\n\n");
-  std::printf("| variable | type | default | allowed | meaning |\n|---|---|---|---|---|\n");
+              "communicator each process creates (any integration: C API, PyTorch, NCCL).\n"
+              "\"read by\" names the algorithms whose behaviour a variable changes (\"-\": a\n"
+              "setting of the communicator itself). A variable set for an algorithm that does\n"
+              "not read it changes nothing, and is reported the same ways, once per process:\n"
+              "`COMPCOLL_DENSITY=0.01 changes nothing for COMPCOLL_ALGO=onebit (it tunes dgc,\n"
+              "sbc, sdagc)`.\n\n");
+  std::printf("| variable | type | default | allowed | read by | meaning |\n"
+              "|---|---|---|---|---|---|\n");
   for (const ConfigVar& v : config_table()) {
-    std::printf("| `%s` | %s | %s | %s | %s |\n", v.name, var_type_name(v.type),
+    const std::string read_by = tunes_in_words(v);
+    std::printf("| `%s` | %s | %s | %s | %s | %s |\n", v.name, var_type_name(v.type),
                 *v.default_value ? v.default_value : "(unset)", md_cell(v.allowed).c_str(),
-                md_cell(v.doc).c_str());
+                read_by.empty() ? "-" : read_by.c_str(), md_cell(v.doc).c_str());
   }
   std::printf("\n## Algorithms (`COMPCOLL_ALGO`)\n\n| name | what it does |\n|---|---|\n");
   for (const AlgorithmDescriptor& a : algorithm_table()) {
@@ -96,8 +104,11 @@ void print_table() {
   std::printf("%-*s %-*s %-*s %-*s %s\n", n, "variable", t, "type", d, "default", c, "current",
               "allowed / meaning");
   for (const ConfigVar& v : config_table()) {
-    std::printf("%-*s %-*s %-*s %-*s %s\n%*s %s\n", n, v.name, t, var_type_name(v.type), d,
-                default_text(v).c_str(), c, current(v).c_str(), v.allowed, indent, "", v.doc);
+    const std::string read_by = tunes_in_words(v);
+    std::printf("%-*s %-*s %-*s %-*s %s%s\n%*s %s\n", n, v.name, t, var_type_name(v.type), d,
+                default_text(v).c_str(), c, current(v).c_str(), v.allowed,
+                read_by.empty() ? "" : ("   (read by " + read_by + ")").c_str(), indent, "",
+                v.doc);
   }
   std::printf("\nalgorithms (COMPCOLL_ALGO)\n\n");
   size_t w_algo = 0;
@@ -146,6 +157,9 @@ int main(int argc, char** argv) {
     // Alone: a 65-line table before it would bury the one line that matters.
     std::fprintf(stderr, "compcoll-info: %s\n", without_library_prefix(e.what()).c_str());
     return 1;
+  }
+  for (const std::string& m : inert_settings(cfg, process_env())) {
+    std::fprintf(stderr, "compcoll-info: warning: %s\n", m.c_str());
   }
   print_table();
   std::printf("\nthe current environment is valid: algo %s, %s\n", cfg.algo.c_str(),

@@ -233,6 +233,9 @@ int worker_main(int argc, char** argv, int first) {
         dcfg.algo = "dense";
         dcfg.hierarchy = "off";
         dcfg.stats_file.clear();
+        // The ranks run every algorithm from one environment: a variable
+        // that tunes another algorithm is not inert for the run.
+        dcfg.report_inert_settings = false;
         row.communicator = std::make_unique<Communicator>(std::make_unique<LentComm>(*comm), dcfg);
       } else {
         ensure_agreement(*comm, "algo=" + name + ";hierarchy=" + row.hierarchy + ";" +

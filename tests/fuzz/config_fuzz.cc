@@ -119,6 +119,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(cfg.rank < 0 || cfg.world_size < 0 || cfg.rank < cfg.world_size, "rank >= world size accepted");
   FUZZ_CHECK(cfg.timeout.count() >= 1, "non-positive timeout accepted");
 
+  // A variable reported as changing nothing is one that is set and that a
+  // compressed algorithm reads (never a communicator setting).
+  for (const std::string& m : inert_settings(cfg, lookup)) {
+    const std::string name = m.substr(0, m.find('='));
+    const auto v = lookup(name.c_str());
+    FUZZ_CHECK(v && !v->empty(), "an unset variable was reported as changing nothing");
+    bool algorithm_variable = false;
+    for (const ConfigVar& var : config_table()) {
+      algorithm_variable = algorithm_variable || (name == var.name && *var.tunes);
+    }
+    FUZZ_CHECK(algorithm_variable, "a communicator setting was reported as changing nothing");
+  }
+
   // Integers keep their value. The value that was in effect: COMPCOLL_X,
   // else the torchrun fallback for rank and world size.
   auto effective = [&](const char* name, const char* fallback) -> std::optional<std::string> {

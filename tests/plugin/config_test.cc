@@ -8,17 +8,10 @@
 
 #include "compcoll/error.h"
 #include "plugin/config.h"
+#include "tests/plugin/env_of.h"
 
 namespace compcoll {
 namespace {
-
-EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const char* name) -> std::optional<std::string> {
-    const auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
 
 std::string error_of(std::map<std::string, std::string> vars) {
   try {

@@ -191,9 +191,15 @@ TEST(CommunicatorWarning, UnknownNamesAreWarnedOncePerProcess) {
   const Output o = run({kTwoComms, dir.path()}, {"COMPCOLL_ALGOO=dgc", "COMPCOLL_MIN_ELEMS=1"});
   ASSERT_EQ(o.code, 0) << o.err;
   EXPECT_EQ(o.out, "ok\n");
-  EXPECT_EQ(occurrences(o.err, "compcoll WARN"), 1u) << o.err;
+  // The typo leaves the algorithm dense, so COMPCOLL_MIN_ELEMS changes
+  // nothing either: each said once for the process's two communicators.
+  EXPECT_EQ(occurrences(o.err, "compcoll WARN"), 2u) << o.err;
   EXPECT_EQ(occurrences(o.err, "COMPCOLL_ALGOO is not a compcoll variable and is ignored; did you "
                                "mean COMPCOLL_ALGO?"),
+            1u)
+      << o.err;
+  EXPECT_EQ(occurrences(o.err, "COMPCOLL_MIN_ELEMS=1 changes nothing while COMPCOLL_ALGO is dense "
+                               "or unset: nothing is compressed"),
             1u)
       << o.err;
 
@@ -203,6 +209,37 @@ TEST(CommunicatorWarning, UnknownNamesAreWarnedOncePerProcess) {
       run({kTwoComms, clean_dir.path()}, {"COMPCOLL_ALGO=dgc", "COMPCOLL_MIN_ELEMS=1"});
   ASSERT_EQ(clean.code, 0) << clean.err;
   EXPECT_EQ(occurrences(clean.err, "WARN"), 0u) << clean.err;
+}
+
+// A variable the algorithm does not read: one WARN per process naming what
+// it tunes, however many communicators the process creates; compcoll-info
+// says the same on stderr.
+TEST(CommunicatorWarning, SettingsTheAlgorithmDoesNotReadAreWarnedOncePerProcess) {
+  TempDir dir;
+  const std::vector<std::string> env = {"COMPCOLL_ALGO=onebit", "COMPCOLL_DENSITY=0.01",
+                                        "COMPCOLL_CSC_CHUNK=1024", "COMPCOLL_MIN_ELEMS=1",
+                                        "COMPCOLL_ONEBIT_BLOCK=64", "COMPCOLL_WARMUP_STEPS=0"};
+  const Output o = run({kTwoComms, dir.path()}, env);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out, "ok\n");
+  EXPECT_EQ(occurrences(o.err, "compcoll WARN"), 2u) << o.err;
+  EXPECT_EQ(occurrences(o.err, "COMPCOLL_DENSITY=0.01 changes nothing for COMPCOLL_ALGO=onebit (it "
+                               "tunes dgc, sbc, sdagc)"),
+            1u)
+      << o.err;
+  EXPECT_EQ(occurrences(o.err, "COMPCOLL_CSC_CHUNK=1024 changes nothing for COMPCOLL_ALGO=onebit "
+                               "(it tunes csc)"),
+            1u)
+      << o.err;
+
+  const Output i = info(env);
+  EXPECT_EQ(i.code, 0) << i.err;
+  EXPECT_EQ(lines_of(i.err),
+            (std::vector<std::string>{
+                "compcoll-info: warning: COMPCOLL_DENSITY=0.01 changes nothing for "
+                "COMPCOLL_ALGO=onebit (it tunes dgc, sbc, sdagc)",
+                "compcoll-info: warning: COMPCOLL_CSC_CHUNK=1024 changes nothing for "
+                "COMPCOLL_ALGO=onebit (it tunes csc)"}));
 }
 
 // Two communicators of one process whose calls were all too small to
