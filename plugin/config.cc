@@ -393,24 +393,25 @@ std::vector<std::string_view> algorithms_in_use(const Config& cfg) {
   return {cfg.algo};
 }
 
-std::vector<std::string_view> tuned_names(const ConfigVar& var) {
-  std::vector<std::string_view> names;
-  std::string_view list = var.tunes;
-  while (!list.empty()) {
-    const size_t comma = list.find(',');
-    names.push_back(list.substr(0, comma));
-    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-  }
-  return names;
-}
-
 }  // namespace
+
+std::vector<std::string_view> tuned_algorithms(const ConfigVar& var) {
+  const std::string_view list = var.tunes;
+  if (list.empty() || list == kTunesCompressed) return {};
+  std::vector<std::string_view> names;
+  for (size_t start = 0;;) {  // every comma splits, so "dgc," lists an empty name
+    const size_t comma = list.find(',', start);
+    names.push_back(list.substr(start, comma - start));
+    if (comma == std::string_view::npos) return names;
+    start = comma + 1;
+  }
+}
 
 bool tunes(const ConfigVar& var, const Config& cfg) {
   if (!*var.tunes) return true;  // a setting of the communicator itself
   const auto in_use = algorithms_in_use(cfg);
   if (std::string_view(var.tunes) == kTunesCompressed) return !in_use.empty();
-  for (const std::string_view name : tuned_names(var)) {
+  for (const std::string_view name : tuned_algorithms(var)) {
     if (std::find(in_use.begin(), in_use.end(), name) != in_use.end()) return true;
   }
   return false;
@@ -419,7 +420,7 @@ bool tunes(const ConfigVar& var, const Config& cfg) {
 std::string tunes_in_words(const ConfigVar& var) {
   if (std::string_view(var.tunes) == kTunesCompressed) return "every algorithm but dense";
   std::string words;
-  for (const std::string_view name : tuned_names(var)) {
+  for (const std::string_view name : tuned_algorithms(var)) {
     if (!words.empty()) words += ", ";
     words += name;
   }

@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/algorithm.h"
@@ -84,6 +85,10 @@ EnvLookup process_env();
 // COMPCOLL_RANK / COMPCOLL_WORLD_SIZE fall back to torchrun's RANK /
 // WORLD_SIZE.
 Config load_config(const EnvLookup& env = process_env());
+
+// The algorithm names var.tunes lists; none for kTunesCompressed and for a
+// communicator setting.
+std::vector<std::string_view> tuned_algorithms(const ConfigVar& var);
 
 // Whether var changes anything for cfg's algorithm; COMPCOLL_ALGO=auto reads
 // its own variables and those of COMPCOLL_AUTO_ALGO.

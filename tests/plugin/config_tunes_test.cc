@@ -76,15 +76,9 @@ TEST(InertSettings, WithoutCompressionEveryAlgorithmVariableIsInert) {
 
 TEST(InertSettings, EveryListedNameIsARegisteredAlgorithm) {
   for (const ConfigVar& v : config_table()) {
-    if (!*v.tunes || std::strcmp(v.tunes, kTunesCompressed) == 0) continue;
-    std::string list = v.tunes;
-    size_t start = 0;
-    while (start <= list.size()) {
-      const size_t comma = std::min(list.find(',', start), list.size());
-      const std::string name = list.substr(start, comma - start);
+    for (const std::string_view name : tuned_algorithms(v)) {
       EXPECT_NO_THROW(find_algorithm(name)) << v.name << " lists '" << name << "'";
       EXPECT_NE(name, "dense") << v.name;
-      start = comma + 1;
     }
   }
 }
