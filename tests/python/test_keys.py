@@ -21,6 +21,14 @@ def test_buffer_slot_rules(tmp_path):
     keys = [k for k, _, _ in s["reallocated"]]
     assert events == ["new", "fresh", "carried", "carried"]
     assert keys[0] != keys[1] and keys[1] == keys[2] == keys[3]
+    # a tensor reallocated every call while the previous one is alive: two
+    # slots alternate (keys A B A B ...), and each takeover is recognised
+    slot_ids = [k.split(".")[0] for k, _, _ in s["overlapping"]]  # "t<slot>.<generation>"
+    assert slot_ids[0] != slot_ids[1], slot_ids
+    assert slot_ids[0::2] == [slot_ids[0]] * 3 and slot_ids[1::2] == [slot_ids[1]] * 3, slot_ids
+    assert sorted(x["overlapped"] for x in s["overlapping_slots"]) == [2, 2]
+    # ...and nothing else in this script was
+    assert all(x["overlapped"] == 0 for x in r["slots"] if x["numel"] != 20_007)
     # 2c: another size takes over a dead slot; the Communicator replaces the state
     assert s["other_size_takes_dead_slot"][0][2] == "resized"
     assert s["small_dense_no_slot"] is True

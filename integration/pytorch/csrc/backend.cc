@@ -460,7 +460,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
       ++step_calls_;
       step_keys_.insert(lane->name() + "/" + a.key);
     }
-    log_drop(*lane, a, t.numel());
+    log_slot_event(*lane, a, t.numel());
     return [lane, cfg = lane_cfg_, timeout = timeout_, work, t, host, dtype, op, key = a.key,
             dropped = a.dropped_key,
             context = detail::concat("rank ", getRank(), "/", getSize(), ", group '",
@@ -471,7 +471,19 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
   return work;
 }
 
-void CompcollBackend::log_drop(const Lane& lane, const SlotAssignment& a, int64_t numel) {
+void CompcollBackend::log_slot_event(const Lane& lane, const SlotAssignment& a, int64_t numel) {
+  // Overlapping reallocation (buffer_slots.h): one takeover can be a
+  // coincidence (a model replaced while the next was already built), the
+  // third is a pattern. Said once per lane, by the group's rank 0.
+  constexpr uint64_t kOverlapsToWarn = 3;
+  if (a.overlapped && lane.slots.overlapped_takeovers() == kOverlapsToWarn && getRank() == 0) {
+    log_.warn("error-feedback state ", a.key, " (", lane.name(), ", ", numel,
+              " elements): every call reduces a newly allocated tensor while the previous one is "
+              "still alive (e.g. a DDP comm hook that allreduces a fresh tensor and returns it), so "
+              "its state alternates between slots, each with half the calls: the momentum and "
+              "COMPCOLL_WARMUP_STEPS see every other step. Reduce a buffer that is reused call "
+              "after call (in a comm hook, bucket.buffer() in place) to keep one state");
+  }
   if (a.event != SlotEvent::kFresh && a.event != SlotEvent::kResized) {
     if (a.event != SlotEvent::kSame) {
       log_.trace("error-feedback state ", a.key, " for ", numel, " elements: ",

@@ -258,6 +258,7 @@ PYBIND11_MODULE(_C, m) {
       d["live"] = s.live;
       d["replacements"] = s.replacements;
       d["uses"] = s.uses;
+      d["overlapped"] = s.overlapped;
       out.append(d);
     }
     return out;

@@ -40,6 +40,26 @@ SlotAssignment BufferSlots::record(Slot& s, SlotEvent e, int64_t dropped) {
   return {s.key(), e, dropped};
 }
 
+void BufferSlots::note_follows(Slot& s) {
+  const Slot* last = nullptr;  // the slot of this shape reduced most recently
+  for (const Slot& o : slots_) {
+    if (&o == &s || o.numel != s.numel || o.dtype != s.dtype) continue;
+    if (last == nullptr || o.last_use > last->last_use) last = &o;
+  }
+  const bool follows = last != nullptr && last->live();
+  s.follows = follows ? last->id : -1;
+  s.follows_use = follows ? last->last_use : 0;
+}
+
+bool BufferSlots::followed_since_last_use(const Slot& taken) const {
+  for (const Slot& o : slots_) {
+    if (&o != &taken && o.live() && o.follows == taken.id && o.follows_use == taken.last_use) {
+      return true;
+    }
+  }
+  return false;
+}
+
 SlotAssignment BufferSlots::assign(const at::Tensor& t) {
   const c10::Storage& storage = t.storage();
   const BufferId id{storage.unsafeGetStorageImpl(), t.storage_offset(), t.numel(),
@@ -67,9 +87,13 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
   int64_t dropped = 0;
   int before = 0;
   std::string dropped_key;
+  bool overlapped = false;
   if (pick != nullptr) {
     by_buffer_.erase(id_of(*pick));
     if (pick == same) {
+      overlapped = followed_since_last_use(*pick);
+      overlapped_ += overlapped ? 1 : 0;
+      pick->overlapped += overlapped ? 1 : 0;
       if (pick->replacements == 0) {
         dropped_key = pick->key();
         ++pick->generation;  // new key: the Communicator makes a fresh state
@@ -83,6 +107,7 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
       // (the Communicator would replace one of another count by itself, but
       // not one of the same count in another dtype).
       event = SlotEvent::kResized;
+      pick->overlapped = 0;  // counted per shape: the slot now serves another tensor
       dropped = pick->numel;
       dropped_key = pick->key();
     }
@@ -96,10 +121,12 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
   pick->offset = t.storage_offset();
   pick->numel = t.numel();
   pick->dtype = t.scalar_type();
+  note_follows(*pick);
   by_buffer_[id_of(*pick)] = static_cast<size_t>(pick - slots_.data());
   SlotAssignment a = record(*pick, event, dropped);
   a.dropped_key = std::move(dropped_key);
   a.replacements = before;
+  a.overlapped = overlapped;
   return a;
 }
 
@@ -108,7 +135,7 @@ std::vector<SlotInfo> BufferSlots::slots() const {
   out.reserve(slots_.size());
   for (const Slot& s : slots_) {
     out.push_back({s.key(), s.numel, std::string(c10::toString(s.dtype)), s.live(),
-                   s.replacements, s.uses});
+                   s.replacements, s.uses, s.overlapped});
   }
   return out;
 }

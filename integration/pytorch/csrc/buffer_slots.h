@@ -33,6 +33,18 @@
 //         same element count); reported as a drop.
 //   3. Otherwise a new slot.
 //
+// Overlapping reallocation: a program that reduces a new tensor every call
+// while the previous one is still alive (a DDP comm hook that allreduces a
+// fresh tensor and returns it: DDP holds the returned tensor until the next
+// step) gets two slots that alternate, each with half the calls, its own
+// warm-up count and its own part of the residual (nothing is lost, but the
+// momentum and warm-up see every other step). When the second buffer
+// arrives, rule 3 cannot tell that from a second tensor of the same shape,
+// so the pattern is recognised afterwards: a slot S taken over by rule 2
+// whose buffer was never reduced again after another live slot L got a new
+// buffer, when S's call was the last of that shape before it (L "follows"
+// S), is an overlapped takeover. The backend warns once the pattern repeats.
+//
 // Limits: a residual never moves between buffers of different shapes, so at
 // DDP's bucket rebuild one step's residual is dropped (reported at INFO); a
 // program that reduces the same live buffer for different purposes shares one
@@ -59,6 +71,7 @@ struct SlotAssignment {
   int64_t dropped_elems = 0;  // residual elements dropped (kFresh, kResized)
   std::string dropped_key;    // kFresh, kResized: the key whose state is to be freed
   int replacements = 0;       // how often the slot was taken over before this time
+  bool overlapped = false;    // rule 2 took over a slot another live slot follows (above)
 };
 
 struct SlotInfo {
@@ -68,6 +81,7 @@ struct SlotInfo {
   bool live;
   int replacements;
   uint64_t uses;
+  int overlapped;  // takeovers of this slot that were overlapped ones (above)
 };
 
 class BufferSlots {
@@ -76,6 +90,8 @@ class BufferSlots {
   SlotAssignment assign(const at::Tensor& t);
 
   std::vector<SlotInfo> slots() const;
+  // Takeovers so far that continued an overlapping reallocation (above).
+  uint64_t overlapped_takeovers() const { return overlapped_; }
   // The last `kTraceLength` assignments, oldest first: (key, numel, event).
   struct TraceEntry {
     std::string key;
@@ -96,6 +112,12 @@ class BufferSlots {
     int replacements = 0;
     uint64_t last_use = 0;
     uint64_t uses = 0;
+    // The slot whose call of this shape came last before this slot got its
+    // current buffer, when that slot's buffer was still alive then (-1:
+    // none), and that slot's last_use at the time.
+    int follows = -1;
+    uint64_t follows_use = 0;
+    int overlapped = 0;
 
     bool live() const { return !storage.expired(); }
     std::string key() const;
@@ -113,10 +135,15 @@ class BufferSlots {
   static BufferId id_of(const Slot& s);
 
   SlotAssignment record(Slot& s, SlotEvent e, int64_t dropped);
+  // Sets s.follows for the buffer s is getting now (before it is recorded).
+  void note_follows(Slot& s);
+  // Whether some live slot follows `taken` and `taken` was not used since.
+  bool followed_since_last_use(const Slot& taken) const;
 
   std::vector<Slot> slots_;
   std::unordered_map<BufferId, size_t, BufferIdHash> by_buffer_;
   uint64_t clock_ = 0;
+  uint64_t overlapped_ = 0;
   std::deque<TraceEntry> trace_;
 };
 

@@ -38,6 +38,19 @@ for _ in range(4):
     del g
     gc.collect()
 steps["reallocated"] = realloc
+# reallocated every call, the previous tensor still alive during the next
+# call (a comm hook returning the tensor it reduced): two slots alternate,
+# and every takeover after the first cycle is an overlapped one.
+M = N + 7  # a shape no other step uses
+prev, overlap = None, []
+for _ in range(6):
+    g = torch.randn(M)
+    overlap.append(ar(g))
+    prev = g  # noqa: F841 (held until the next call has reduced its tensor)
+del prev, g
+gc.collect()
+steps["overlapping"] = overlap
+steps["overlapping_slots"] = [s for s in compcoll.slots() if s["numel"] == M]
 del persistent
 gc.collect()
 steps["other_size_takes_dead_slot"] = [ar(torch.randn(N + 1))]
