@@ -393,6 +393,23 @@ bool Communicator::drop_state(const std::string& key) {
   return dropped;
 }
 
+void Communicator::merge_state(const std::string& from, const std::string& into) {
+  const StateKey f{from, 0, 0, DType::kFloat32}, t{into, 0, 0, DType::kFloat32};
+  switch (states_.merge(f, t)) {
+    case StateStore::Merge::kNoSource: break;
+    case StateStore::Merge::kMoved:
+      log_.trace("moved the error-feedback state of key:", from, " to key:", into);
+      break;
+    case StateStore::Merge::kMerged:
+      log_.trace("merged the error-feedback state of key:", from, " into key:", into);
+      break;
+    case StateStore::Merge::kSizeMismatch:
+      log_.info("the error-feedback state of key:", from, " could not be merged into key:", into,
+                " (another element count): its residual is dropped");
+      break;
+  }
+}
+
 void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, const char* key) {
   CC_CHECK(broken_.empty(), kTransport, "rank ", comm_->rank(),
            ": this communicator failed earlier and must be rebuilt; first error: ", broken_);

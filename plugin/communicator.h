@@ -58,6 +58,12 @@ class Communicator {
   // (the PyTorch backend after DDP's bucket rebuild), instead of waiting for
   // eviction. Returns whether there was one.
   bool drop_state(const std::string& key);
+  // Merges the error-feedback state of explicit key `from` into that of
+  // `into` and frees from's (the PyTorch backend, when one tensor's calls
+  // turn out to have been split between two keys: buffer_slots.h). Nothing
+  // from's residual holds is lost, unless the sizes differ (then it is
+  // dropped, and logged at INFO).
+  void merge_state(const std::string& from, const std::string& into);
 
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }

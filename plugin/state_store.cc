@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <sstream>
+#include <utility>
+
+#include "compression/state_merge.h"
 
 namespace compcoll {
 
@@ -38,6 +41,20 @@ size_t StateStore::tick() {
     }
   }
   return dropped;
+}
+
+StateStore::Merge StateStore::merge(const StateKey& from, const StateKey& into) {
+  const auto src = entries_.find(from.str());
+  if (src == entries_.end()) return Merge::kNoSource;
+  Entry older = std::move(src->second);
+  entries_.erase(src);
+  const auto dst = entries_.find(into.str());
+  if (dst == entries_.end()) {
+    entries_[into.str()] = std::move(older);
+    return Merge::kMoved;
+  }
+  return merge_codec_state(*older.state, *dst->second.state) ? Merge::kMerged
+                                                             : Merge::kSizeMismatch;
 }
 
 const CodecState* StateStore::find(const StateKey& key) const {

@@ -43,6 +43,12 @@ class StateStore {
   // Drops one entry now (its owner knows it is gone); false if absent.
   bool erase(const StateKey& key) { return entries_.erase(key.str()) > 0; }
 
+  // Merges the entry of `from` into the entry of `into` (merge_codec_state)
+  // and erases `from`; with no entry for `into`, from's entry is moved there.
+  // Returns what happened, for the log.
+  enum class Merge { kNoSource, kMoved, kMerged, kSizeMismatch };
+  Merge merge(const StateKey& from, const StateKey& into);
+
   // The entry of key, or null; never creates one.
   const CodecState* find(const StateKey& key) const;
 

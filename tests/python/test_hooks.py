@@ -102,27 +102,36 @@ def test_clean_ddp_run_prints_no_warn(tmp_path):
                 assert drops, r.describe()
 
 
-def test_a_hook_reducing_a_fresh_tensor_each_step_is_warned_once():
+def test_a_hook_reducing_a_fresh_tensor_each_step_keeps_one_state():
     """A comm hook that allreduces a new tensor every step while DDP still
-    holds the previous one splits its error-feedback state between two
-    alternating slots: rank 0 says so once (and how to fix it). PyTorch's
-    own hooks, which reduce the bucket in place or free the previous tensor
-    first, get no such warning."""
+    holds the previous one would split its error-feedback state between two
+    alternating slots: the backend recognises it, merges the two states into
+    one, says so once at INFO (rank 0), and every later step continues that
+    one state. PyTorch's own hooks, which reduce the bucket in place or free
+    the previous tensor first, never meet it. No WARN either way."""
     phrase = "newly allocated tensor while the previous one is still alive"
-    env = {"TEST_ALGOS": "dgc", "TEST_STEPS": "10", "TEST_GLOO_REFERENCE": "0",
-           "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    env = {"TEST_ALGOS": "dgc", "TEST_STEPS": "12", "TEST_GLOO_REFERENCE": "0",
+           "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "COMPCOLL_DEBUG": "INFO"}
     fresh = launch([worker("hooks.py")], 2, env=dict(env, TEST_HOOKS="fresh_allreduce"),
                    timeout=180)
     for r in fresh:
-        warns = [ln for ln in r.stderr.splitlines() if "compcoll WARN" in ln and phrase in ln]
-        assert len(warns) == (1 if r.rank == 0 else 0), r.describe()
-        assert r.result["fresh_allreduce"]["dgc"]["identical"], r.describe()
+        lines = r.stderr.splitlines()
+        merged = [ln for ln in lines if "compcoll INFO" in ln and phrase in ln]
+        assert len(merged) == (1 if r.rank == 0 else 0), r.describe()
+        assert not [ln for ln in lines if "compcoll WARN" in ln], r.describe()
+        run = r.result["fresh_allreduce"]["dgc"]
+        assert run["identical"], r.describe()
+        # the bucket's chain slot carries every step after the merge
+        chain = [s for s in run["slots"] if s["chain"]]
+        assert len(chain) == 1 and chain[0]["uses"] >= 12 - 5, run["slots"]
     if fresh[0].rank == 0:
         print(next(ln for ln in fresh[0].stderr.splitlines() if phrase in ln))
     own = launch([worker("hooks.py")], 2, env=dict(env, TEST_HOOKS="fp16_compress,allreduce"),
                  timeout=180)
     for r in own:
         assert not [ln for ln in r.stderr.splitlines() if phrase in ln], r.describe()
+        for hook in ("fp16_compress", "allreduce"):
+            assert not [s for s in r.result[hook]["dgc"]["slots"] if s["overlapped"]], hook
 
 
 def test_powersgd_with_several_buckets_keeps_one_order():

@@ -84,7 +84,7 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
                    const c10::intrusive_ptr<CompcollWork>& work,
                    const at::Tensor& t, const at::Tensor& host, DType dtype, ReduceOp op,
                    const std::string& key, const std::string& dropped,
-                   const std::string& context) {
+                   const std::string& merged, const std::string& context) {
   try {
     const std::optional<c10::Stream> stream =
         lane->staged() ? lane->worker_stream(t.device()) : std::nullopt;
@@ -95,6 +95,7 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
       Communicator& comm =
           lane->ensure_comm(*cfg, timeout, lane->staged() ? lane->device : std::nullopt);
       if (!dropped.empty()) comm.drop_state(dropped);  // free it now, not at eviction
+      if (!merged.empty()) comm.merge_state(merged, key);  // buffer_slots.h
       const at::Tensor& buf = lane->staged() ? host : t;
       comm.allreduce(buf.data_ptr(), static_cast<size_t>(t.numel()), dtype, op,
                      key.empty() ? nullptr : key.c_str());
@@ -462,27 +463,23 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     }
     log_slot_event(*lane, a, t.numel());
     return [lane, cfg = lane_cfg_, timeout = timeout_, work, t, host, dtype, op, key = a.key,
-            dropped = a.dropped_key,
+            dropped = a.dropped_key, merged = a.merged_key,
             context = detail::concat("rank ", getRank(), "/", getSize(), ", group '",
                                      getGroupUid(), "': ", what)] {
-      run_candidate(lane, cfg, timeout, work, t, host, dtype, op, key, dropped, context);
+      run_candidate(lane, cfg, timeout, work, t, host, dtype, op, key, dropped, merged, context);
     };
   });
   return work;
 }
 
 void CompcollBackend::log_slot_event(const Lane& lane, const SlotAssignment& a, int64_t numel) {
-  // Overlapping reallocation (buffer_slots.h): one takeover can be a
-  // coincidence (a model replaced while the next was already built), the
-  // third is a pattern. Said once per lane, by the group's rank 0.
-  constexpr uint64_t kOverlapsToWarn = 3;
-  if (a.overlapped && lane.slots.overlapped_takeovers() == kOverlapsToWarn && getRank() == 0) {
-    log_.warn("error-feedback state ", a.key, " (", lane.name(), ", ", numel,
+  if (!a.merged_key.empty() && getRank() == 0) {
+    // The pattern is handled, so INFO: said once per shape, by rank 0.
+    log_.info("error-feedback state ", a.key, " (", lane.name(), ", ", numel,
               " elements): every call reduces a newly allocated tensor while the previous one is "
-              "still alive (e.g. a DDP comm hook that allreduces a fresh tensor and returns it), so "
-              "its state alternates between slots, each with half the calls: the momentum and "
-              "COMPCOLL_WARMUP_STEPS see every other step. Reduce a buffer that is reused call "
-              "after call (in a comm hook, bucket.buffer() in place) to keep one state");
+              "still alive (e.g. a DDP comm hook that allreduces a fresh tensor and returns it); "
+              "its calls had alternated between two states, now merged into one (", a.merged_key,
+              " into ", a.key, "), which every new tensor of this shape continues");
   }
   if (a.event != SlotEvent::kFresh && a.event != SlotEvent::kResized) {
     if (a.event != SlotEvent::kSame) {

@@ -260,8 +260,7 @@ class CompcollBackend final : public c10d::Backend {
   const std::shared_ptr<Lane>& lane_named(const std::string& name) const;
   bool is_candidate(const Lane& lane, const std::vector<at::Tensor>& tensors,
                     const c10d::AllreduceOptions& opts, DType* dtype, ReduceOp* op) const;
-  // Reports a dropped residual, and an overlapping reallocation once (under
-  // the queue lock).
+  // Reports a dropped residual, and merged states (under the queue lock).
   void log_slot_event(const Lane& lane, const SlotAssignment& a, int64_t numel);
   // Counts a delegated reduce-scatter of elems input elements; the FSDP
   // warning (see the top of this file).

@@ -259,6 +259,8 @@ PYBIND11_MODULE(_C, m) {
       d["replacements"] = s.replacements;
       d["uses"] = s.uses;
       d["overlapped"] = s.overlapped;
+      d["chain"] = s.chain;
+      d["retired"] = s.retired;
       out.append(d);
     }
     return out;

@@ -51,13 +51,13 @@ void BufferSlots::note_follows(Slot& s) {
   s.follows_use = follows ? last->last_use : 0;
 }
 
-bool BufferSlots::followed_since_last_use(const Slot& taken) const {
-  for (const Slot& o : slots_) {
+BufferSlots::Slot* BufferSlots::follower_since_last_use(const Slot& taken) {
+  for (Slot& o : slots_) {
     if (&o != &taken && o.live() && o.follows == taken.id && o.follows_use == taken.last_use) {
-      return true;
+      return &o;
     }
   }
-  return false;
+  return nullptr;
 }
 
 SlotAssignment BufferSlots::assign(const at::Tensor& t) {
@@ -72,28 +72,60 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
     if (s.live()) return record(s, SlotEvent::kSame, 0);
     by_buffer_.erase(it);
   }
+  const auto same_shape = [&](const Slot& s) {
+    return s.numel == t.numel() && s.dtype == t.scalar_type();
+  };
+
+  // A reallocated tensor's chain (see the top of buffer_slots.h): a new
+  // buffer of its shape continues it, whether the previous buffer is still
+  // alive or not.
+  Slot* chain = nullptr;
+  for (Slot& s : slots_) {
+    if (!s.chain || s.retired || !same_shape(s)) continue;
+    if (chain == nullptr || s.last_use < chain->last_use) chain = &s;
+  }
+  if (chain != nullptr) {
+    by_buffer_.erase(id_of(*chain));
+    const int before = chain->replacements++;
+    SlotAssignment a = attach(*chain, storage, t, SlotEvent::kCarried, 0);
+    a.replacements = before;
+    return a;
+  }
 
   // 2. Take over the least recently used dead slot, same shape first.
   Slot* same = nullptr;
   Slot* other = nullptr;
   for (Slot& s : slots_) {
-    if (s.live()) continue;
-    const bool same_shape = s.numel == t.numel() && s.dtype == t.scalar_type();
-    Slot*& best = same_shape ? same : other;
+    if (s.live() || s.retired) continue;
+    Slot*& best = same_shape(s) ? same : other;
     if (best == nullptr || s.last_use < best->last_use) best = &s;
   }
   Slot* pick = same ? same : other;
   SlotEvent event = SlotEvent::kNew;
   int64_t dropped = 0;
   int before = 0;
-  std::string dropped_key;
+  std::string dropped_key, merged_key;
   bool overlapped = false;
   if (pick != nullptr) {
     by_buffer_.erase(id_of(*pick));
-    if (pick == same) {
-      overlapped = followed_since_last_use(*pick);
-      overlapped_ += overlapped ? 1 : 0;
-      pick->overlapped += overlapped ? 1 : 0;
+    Slot* follower = pick == same ? follower_since_last_use(*pick) : nullptr;
+    overlapped = follower != nullptr;
+    if (overlapped) {
+      ++overlapped_;
+      ++pick->overlapped;
+    }
+    if (overlapped && ++overlaps_by_shape_[{t.numel(), static_cast<int>(t.scalar_type())}] ==
+                          kOverlapsToMerge) {
+      // The pattern is confirmed: the follower (the most recent call's slot)
+      // becomes the chain and takes this buffer; the slot it alternated with
+      // hands over its state and is retired.
+      merged_key = pick->key();
+      pick->retired = true;
+      follower->chain = true;
+      by_buffer_.erase(id_of(*follower));
+      pick = follower;
+      event = SlotEvent::kCarried;
+    } else if (pick == same) {
       if (pick->replacements == 0) {
         dropped_key = pick->key();
         ++pick->generation;  // new key: the Communicator makes a fresh state
@@ -107,7 +139,8 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
       // (the Communicator would replace one of another count by itself, but
       // not one of the same count in another dtype).
       event = SlotEvent::kResized;
-      pick->overlapped = 0;  // counted per shape: the slot now serves another tensor
+      pick->overlapped = 0;  // the slot now serves another tensor
+      pick->chain = false;
       dropped = pick->numel;
       dropped_key = pick->key();
     }
@@ -117,17 +150,23 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
     pick = &slots_.back();
     pick->id = static_cast<int>(slots_.size()) - 1;
   }
-  pick->storage = storage.getWeakStorageImpl();
-  pick->offset = t.storage_offset();
-  pick->numel = t.numel();
-  pick->dtype = t.scalar_type();
-  note_follows(*pick);
-  by_buffer_[id_of(*pick)] = static_cast<size_t>(pick - slots_.data());
-  SlotAssignment a = record(*pick, event, dropped);
+  SlotAssignment a = attach(*pick, storage, t, event, dropped);
   a.dropped_key = std::move(dropped_key);
+  a.merged_key = std::move(merged_key);
   a.replacements = before;
   a.overlapped = overlapped;
   return a;
+}
+
+SlotAssignment BufferSlots::attach(Slot& s, const c10::Storage& storage, const at::Tensor& t,
+                                   SlotEvent event, int64_t dropped) {
+  s.storage = storage.getWeakStorageImpl();
+  s.offset = t.storage_offset();
+  s.numel = t.numel();
+  s.dtype = t.scalar_type();
+  note_follows(s);
+  by_buffer_[id_of(s)] = static_cast<size_t>(&s - slots_.data());
+  return record(s, event, dropped);
 }
 
 std::vector<SlotInfo> BufferSlots::slots() const {
@@ -135,7 +174,7 @@ std::vector<SlotInfo> BufferSlots::slots() const {
   out.reserve(slots_.size());
   for (const Slot& s : slots_) {
     out.push_back({s.key(), s.numel, std::string(c10::toString(s.dtype)), s.live(),
-                   s.replacements, s.uses, s.overlapped});
+                   s.replacements, s.uses, s.overlapped, s.chain, s.retired});
   }
   return out;
 }

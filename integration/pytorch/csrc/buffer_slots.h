@@ -36,14 +36,20 @@
 // Overlapping reallocation: a program that reduces a new tensor every call
 // while the previous one is still alive (a DDP comm hook that allreduces a
 // fresh tensor and returns it: DDP holds the returned tensor until the next
-// step) gets two slots that alternate, each with half the calls, its own
-// warm-up count and its own part of the residual (nothing is lost, but the
-// momentum and warm-up see every other step). When the second buffer
-// arrives, rule 3 cannot tell that from a second tensor of the same shape,
-// so the pattern is recognised afterwards: a slot S taken over by rule 2
-// whose buffer was never reduced again after another live slot L got a new
-// buffer, when S's call was the last of that shape before it (L "follows"
-// S), is an overlapped takeover. The backend warns once the pattern repeats.
+// step; a functional collective whose result is kept) would get two slots
+// that alternate, each with half the calls, its own warm-up count and its
+// own part of the residual. When the second buffer arrives, rule 3 cannot
+// tell that from a second tensor of the same shape, so the pattern is
+// recognised afterwards: a slot S taken over by rule 2 whose buffer was
+// never reduced again after another live slot L got a new buffer, when S's
+// call was the last of that shape before it (L "follows" S), is an
+// overlapped takeover. At the kOverlapsToMerge-th of one shape (a pattern,
+// not a coincidence such as one model built before the previous was freed)
+// the new buffer takes L instead, S's state is merged into L's
+// (merge_codec_state: residuals and velocities add, nothing is lost) and S
+// is retired; L becomes a chain, and from then on every new buffer of that
+// shape continues the least recently used chain slot of its shape, alive or
+// not, before rules 2 and 3 are tried.
 //
 // Limits: a residual never moves between buffers of different shapes, so at
 // DDP's bucket rebuild one step's residual is dropped (reported at INFO); a
@@ -56,8 +62,10 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace compcoll::torch_integration {
@@ -72,6 +80,7 @@ struct SlotAssignment {
   std::string dropped_key;    // kFresh, kResized: the key whose state is to be freed
   int replacements = 0;       // how often the slot was taken over before this time
   bool overlapped = false;    // rule 2 took over a slot another live slot follows (above)
+  std::string merged_key;     // the key whose state is to be merged into this one first
 };
 
 struct SlotInfo {
@@ -82,6 +91,8 @@ struct SlotInfo {
   int replacements;
   uint64_t uses;
   int overlapped;  // takeovers of this slot that were overlapped ones (above)
+  bool chain;      // continues a reallocated tensor (above)
+  bool retired;    // its state was merged into a chain; never taken over again
 };
 
 class BufferSlots {
@@ -92,6 +103,8 @@ class BufferSlots {
   std::vector<SlotInfo> slots() const;
   // Takeovers so far that continued an overlapping reallocation (above).
   uint64_t overlapped_takeovers() const { return overlapped_; }
+  // Overlapped takeovers of one shape that confirm the pattern (above).
+  static constexpr int kOverlapsToMerge = 3;
   // The last `kTraceLength` assignments, oldest first: (key, numel, event).
   struct TraceEntry {
     std::string key;
@@ -118,6 +131,8 @@ class BufferSlots {
     int follows = -1;
     uint64_t follows_use = 0;
     int overlapped = 0;
+    bool chain = false;
+    bool retired = false;
 
     bool live() const { return !storage.expired(); }
     std::string key() const;
@@ -137,13 +152,18 @@ class BufferSlots {
   SlotAssignment record(Slot& s, SlotEvent e, int64_t dropped);
   // Sets s.follows for the buffer s is getting now (before it is recorded).
   void note_follows(Slot& s);
-  // Whether some live slot follows `taken` and `taken` was not used since.
-  bool followed_since_last_use(const Slot& taken) const;
+  // The live slot that follows `taken`, when `taken` was not used since;
+  // null if none.
+  Slot* follower_since_last_use(const Slot& taken);
+  // Gives s the buffer of t and records the call.
+  SlotAssignment attach(Slot& s, const c10::Storage& storage, const at::Tensor& t,
+                        SlotEvent event, int64_t dropped);
 
   std::vector<Slot> slots_;
   std::unordered_map<BufferId, size_t, BufferIdHash> by_buffer_;
   uint64_t clock_ = 0;
   uint64_t overlapped_ = 0;
+  std::map<std::pair<int64_t, int>, int> overlaps_by_shape_;  // (numel, dtype)
   std::deque<TraceEntry> trace_;
 };
 

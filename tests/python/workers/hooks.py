@@ -139,6 +139,7 @@ def main():
             runs[algo] = {"losses": losses, "identical": identical_everywhere(flat),
                           "equal_to_gloo": ref is not None and bool(torch.equal(flat, ref)),
                           "calls": st["calls"], "compressed_calls": st["compressed_calls"],
+                          "slots": compcoll.slots(group),
                           "seconds": time.monotonic() - t0}
             dist.destroy_process_group(group)
         out[hook_name] = runs

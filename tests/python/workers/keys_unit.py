@@ -39,16 +39,21 @@ for _ in range(4):
     gc.collect()
 steps["reallocated"] = realloc
 # reallocated every call, the previous tensor still alive during the next
-# call (a comm hook returning the tensor it reduced): two slots alternate,
-# and every takeover after the first cycle is an overlapped one.
+# call (a comm hook returning the tensor it reduced): two slots alternate
+# until the third overlapped takeover, whose slot's state is merged into
+# the other, which every later call continues.
 M = N + 7  # a shape no other step uses
 prev, overlap = None, []
-for _ in range(6):
+for _ in range(9):
     g = torch.randn(M)
     overlap.append(ar(g))
     prev = g  # noqa: F841 (held until the next call has reduced its tensor)
 del prev, g
 gc.collect()
+# and once the previous tensor is freed first: the chain goes on
+for _ in range(2):
+    overlap.append(ar(torch.randn(M)))
+    gc.collect()
 steps["overlapping"] = overlap
 steps["overlapping_slots"] = [s for s in compcoll.slots() if s["numel"] == M]
 del persistent
