@@ -6,13 +6,15 @@ namespace compcoll {
 
 namespace {
 
-void add_into(const std::vector<float>& from, std::vector<float>& into) {
+// into = into + from (weight 1) or (into + from) / 2 (weight 0.5); an empty
+// side contributes nothing and the other is kept as it is.
+void combine_into(const std::vector<float>& from, std::vector<float>& into, float weight) {
   if (from.empty()) return;
   if (into.empty()) {
     into = from;
     return;
   }
-  for (size_t i = 0; i < into.size(); ++i) into[i] += from[i];
+  for (size_t i = 0; i < into.size(); ++i) into[i] = (into[i] + from[i]) * weight;
 }
 
 template <typename T>
@@ -27,8 +29,8 @@ bool merge_codec_state(CodecState& older, CodecState& newer) {
   // Optional vectors are either empty or of the tensor's size.
   if (!older.u.empty() && !newer.u.empty() && older.u.size() != newer.u.size()) return false;
   const bool newer_unused = newer.steps == 0;
-  add_into(older.v, newer.v);
-  add_into(older.u, newer.u);
+  combine_into(older.v, newer.v, 1.0f);
+  combine_into(older.u, newer.u, 0.5f);
   newer.steps += older.steps;
   keep_newer(older.handed, newer.handed);
   keep_newer(older.second_moment, newer.second_moment);

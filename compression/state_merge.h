@@ -17,8 +17,10 @@ namespace compcoll {
 //   v (residual)     the sum: what either has not sent is sent later, so the
 //                    invariant "sent + residual = accumulated" holds for the
 //                    merged history;
-//   u (velocity)     the sum: each is a momentum over its own calls, and the
-//                    tensor's momentum is over all of them;
+//   u (velocity)     the mean: each is a momentum over every other call,
+//                    and for a steady gradient g each has reached the
+//                    g / (1 - m) a single state would hold (a sum would
+//                    double it);
 //   steps            the sum: the warm-up counts the tensor's calls;
 //   handed, second_moment, lambda, regions
 //                    newer's, the more recent estimate; older's where newer

@@ -68,7 +68,7 @@ TEST_P(StateMergeTest, SentPlusTheMergedResidualIsEverythingAccumulated) {
 
 INSTANTIATE_TEST_SUITE_P(Codecs, StateMergeTest, ::testing::Values("dgc", "sdagc", "sbc"));
 
-TEST(StateMerge, VelocitiesAddAndNewerEstimatesWin) {
+TEST(StateMerge, ResidualsAddVelocitiesAverageAndNewerEstimatesWin) {
   CodecState older(3), newer(3);
   older.v = {1, 2, 3};
   older.u = {0.5f, 0, 0};
@@ -85,6 +85,11 @@ TEST(StateMerge, VelocitiesAddAndNewerEstimatesWin) {
   EXPECT_EQ(newer.steps, 9u);
   EXPECT_EQ(newer.lambda, 3.0f);
   EXPECT_EQ(newer.second_moment, (std::vector<float>{1, 1, 1}));
+
+  CodecState again(3);
+  again.u = {1.5f, 2, -4};
+  ASSERT_TRUE(merge_codec_state(again, newer));
+  EXPECT_EQ(newer.u, (std::vector<float>{1, 1, -2}));  // both had one: the mean
 }
 
 TEST(StateMerge, DifferentSizesAreRefusedAndLeftAlone) {
