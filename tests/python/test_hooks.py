@@ -107,8 +107,10 @@ def test_a_hook_reducing_a_fresh_tensor_each_step_keeps_one_state():
     holds the previous one would split its error-feedback state between two
     alternating slots: the backend recognises it, merges the two states into
     one, says so once at INFO (rank 0), and every later step continues that
-    one state. PyTorch's own hooks, which reduce the bucket in place or free
-    the previous tensor first, never meet it. No WARN either way."""
+    one state. PyTorch's allreduce_hook, which reduces the bucket in place,
+    never meets it. No WARN either way. (fp16_compress_hook's float16 copy
+    may or may not be freed before the next step's, depending on when the
+    backend's worker drops it; where it is not, it is this pattern too.)"""
     phrase = "newly allocated tensor while the previous one is still alive"
     env = {"TEST_ALGOS": "dgc", "TEST_STEPS": "12", "TEST_GLOO_REFERENCE": "0",
            "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "COMPCOLL_DEBUG": "INFO"}
@@ -126,12 +128,10 @@ def test_a_hook_reducing_a_fresh_tensor_each_step_keeps_one_state():
         assert len(chain) == 1 and chain[0]["uses"] >= 12 - 5, run["slots"]
     if fresh[0].rank == 0:
         print(next(ln for ln in fresh[0].stderr.splitlines() if phrase in ln))
-    own = launch([worker("hooks.py")], 2, env=dict(env, TEST_HOOKS="fp16_compress,allreduce"),
-                 timeout=180)
+    own = launch([worker("hooks.py")], 2, env=dict(env, TEST_HOOKS="allreduce"), timeout=180)
     for r in own:
         assert not [ln for ln in r.stderr.splitlines() if phrase in ln], r.describe()
-        for hook in ("fp16_compress", "allreduce"):
-            assert not [s for s in r.result[hook]["dgc"]["slots"] if s["overlapped"]], hook
+        assert not [s for s in r.result["allreduce"]["dgc"]["slots"] if s["overlapped"]]
 
 
 def test_powersgd_with_several_buckets_keeps_one_order():

@@ -32,6 +32,8 @@ def test_buffer_slot_rules(tmp_path):
     assert shaped[a]["retired"] and not shaped[a]["chain"], shaped
     assert shaped[b]["chain"] and not shaped[b]["retired"] and shaped[b]["uses"] == 9, shaped
     assert sum(x["overlapped"] for x in shaped.values()) == 3, shaped
+    # two tensors of one shape reallocated so are left to alternate, never merged
+    assert not [x for x in s["two_overlapping"] if x["overlapped"] or x["chain"] or x["retired"]]
     # ...and nothing else in this script was
     assert all(x["overlapped"] == 0 and not x["chain"] and not x["retired"]
                for x in r["slots"] if x["numel"] != 20_007)

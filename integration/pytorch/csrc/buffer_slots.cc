@@ -34,6 +34,7 @@ BufferSlots::BufferId BufferSlots::id_of(const Slot& s) {
 
 SlotAssignment BufferSlots::record(Slot& s, SlotEvent e, int64_t dropped) {
   s.last_use = ++clock_;
+  s.shape_call = ++shape_calls_[{s.numel, static_cast<int>(s.dtype)}];
   ++s.uses;
   trace_.push_back({s.key(), s.numel, e});
   if (trace_.size() > kTraceLength) trace_.pop_front();
@@ -52,6 +53,12 @@ void BufferSlots::note_follows(Slot& s) {
 }
 
 BufferSlots::Slot* BufferSlots::follower_since_last_use(const Slot& taken) {
+  // Exactly one call of this shape since taken's last: the follower's. With
+  // more (m tensors of one shape, each reallocated with overlap), the slot
+  // attached after taken's call belongs to another tensor.
+  if (shape_calls_[{taken.numel, static_cast<int>(taken.dtype)}] != taken.shape_call + 1) {
+    return nullptr;
+  }
   for (Slot& o : slots_) {
     if (&o != &taken && o.live() && o.follows == taken.id && o.follows_use == taken.last_use) {
       return &o;

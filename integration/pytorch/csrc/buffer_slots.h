@@ -42,8 +42,10 @@
 // tell that from a second tensor of the same shape, so the pattern is
 // recognised afterwards: a slot S taken over by rule 2 whose buffer was
 // never reduced again after another live slot L got a new buffer, when S's
-// call was the last of that shape before it (L "follows" S), is an
-// overlapped takeover. At the kOverlapsToMerge-th of one shape (a pattern,
+// call was the last of that shape before it (L "follows" S) and L's was the
+// only call of that shape since, is an overlapped takeover (with m tensors
+// of one shape each reallocated so, m calls come between, and they are left
+// to alternate: a merge there would mix different tensors' states). At the kOverlapsToMerge-th of one shape (a pattern,
 // not a coincidence such as one model built before the previous was freed)
 // the new buffer takes L instead, S's state is merged into L's
 // (merge_codec_state: residuals and velocities add, nothing is lost) and S
@@ -131,6 +133,7 @@ class BufferSlots {
     int follows = -1;
     uint64_t follows_use = 0;
     int overlapped = 0;
+    uint64_t shape_call = 0;  // calls of its shape so far, at its last use
     bool chain = false;
     bool retired = false;
 
@@ -163,7 +166,9 @@ class BufferSlots {
   std::unordered_map<BufferId, size_t, BufferIdHash> by_buffer_;
   uint64_t clock_ = 0;
   uint64_t overlapped_ = 0;
-  std::map<std::pair<int64_t, int>, int> overlaps_by_shape_;  // (numel, dtype)
+  // Per shape (numel, dtype): overlapped takeovers, and calls.
+  std::map<std::pair<int64_t, int>, int> overlaps_by_shape_;
+  std::map<std::pair<int64_t, int>, uint64_t> shape_calls_;
   std::deque<TraceEntry> trace_;
 };
 

@@ -56,6 +56,17 @@ for _ in range(2):
     gc.collect()
 steps["overlapping"] = overlap
 steps["overlapping_slots"] = [s for s in compcoll.slots() if s["numel"] == M]
+# two tensors of one shape, each reallocated every step with the previous
+# step's pair still alive: never merged (that would mix the two tensors)
+M2 = N + 11
+prev2, pairs = None, []
+for _ in range(8):
+    pair = [torch.randn(M2), torch.randn(M2)]
+    pairs.append([ar(pair[0]), ar(pair[1])])
+    prev2 = pair  # noqa: F841
+del prev2, pair
+gc.collect()
+steps["two_overlapping"] = [s for s in compcoll.slots() if s["numel"] == M2]
 del persistent
 gc.collect()
 steps["other_size_takes_dead_slot"] = [ar(torch.randn(N + 1))]
