@@ -114,7 +114,8 @@ CostShape sparse_pattern_cost(SparsePattern pattern, size_t n, int world_size, d
       return {peers * (kAnnounce + kHeader + k * bytes_per_entry), 2, false};
     case SparsePattern::kScatter: {
       const double b = double(scatter_owner_budget(size_t(k), world_size));
-      const double to_owners = peers / world_size * k * bytes_per_entry;
+      // Every part to an owner starts with the sender's regions tag.
+      const double to_owners = peers / world_size * k * bytes_per_entry + peers * kScatterTagBytes;
       // Each owner's part carries its 8-byte demand count too.
       const double from_owner = peers * (b * bytes_per_entry + kScatterDemandBytes);
       return {to_owners + from_owner + 2 * peers * (kAnnounce + kHeader), 4, false};

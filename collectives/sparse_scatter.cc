@@ -85,6 +85,18 @@ OwnerResult parse_owner_result(std::span<const uint8_t> part, size_t len, int wo
   return r;
 }
 
+// FNV-1a over the boundaries: equal on two ranks when their regions are.
+uint64_t regions_tag(const std::vector<size_t>& regions) {
+  uint64_t h = 1469598103934665603ull;
+  for (const size_t b : regions) {
+    for (int byte = 0; byte < 8; ++byte) {
+      h ^= (uint64_t(b) >> (8 * byte)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
+
 }  // namespace
 
 size_t scatter_owner_budget(size_t k, int world_size) {
@@ -180,31 +192,62 @@ CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
   }
   cut[p] = mine.idx.size();
 
-  // 2. scatter.
+  // 2. scatter. Every part starts with this rank's regions tag.
+  const uint64_t tag = regions_tag(regions);
   std::vector<Bytes> to_owner(p);
   size_t sent_bytes = 0;
   std::vector<uint32_t> rel;
   std::vector<float> values;
+  Bytes body;
   for (size_t j = 0; j < p; ++j) {
-    if (cut[j] == cut[j + 1]) continue;
-    rel.clear();
-    for (size_t t = cut[j]; t < cut[j + 1]; ++t) rel.push_back(uint32_t(mine.idx[t] - regions[j]));
-    values.assign(mine.values.begin() + cut[j], mine.values.begin() + cut[j + 1]);
-    // The values are already what a receiver decodes: re-encoding is exact.
-    encode_sparse(rel, values, regions[j + 1] - regions[j], encoding, to_owner[j]);
+    to_owner[j].resize(kScatterTagBytes);
+    store_le<uint64_t>(to_owner[j].data(), tag);
+    if (cut[j] != cut[j + 1]) {
+      rel.clear();
+      for (size_t t = cut[j]; t < cut[j + 1]; ++t) rel.push_back(uint32_t(mine.idx[t] - regions[j]));
+      values.assign(mine.values.begin() + cut[j], mine.values.begin() + cut[j + 1]);
+      // The values are already what a receiver decodes: re-encoding is exact.
+      encode_sparse(rel, values, regions[j + 1] - regions[j], encoding, body);
+      to_owner[j].insert(to_owner[j].end(), body.begin(), body.end());
+    }
     if (j != size_t(me)) sent_bytes += to_owner[j].size();
   }
-  const std::vector<Bytes> received = comm.alltoallv(to_owner, max_part);
+  const std::vector<Bytes> received = comm.alltoallv(to_owner, kScatterTagBytes + max_part);
   CC_CHECK_EQ(received.size(), p, kInternal, "alltoallv returned the wrong number of parts");
+
+  // Regions live in each rank's state. If two ranks' states for this tensor
+  // have not seen the same calls, they cut the index space differently and
+  // every entry would land in the wrong place. Every rank has every other
+  // rank's tag now, so if any two differ, every rank stops here, with the
+  // same cause, before decoding anything; what it selected goes back into
+  // its residual (nothing is lost).
+  for (int r = 0; r < world; ++r) {
+    const Bytes& part = received[size_t(r)];
+    if (part.size() >= kScatterTagBytes && load_le<uint64_t>(part.data()) == tag) continue;
+    if (part.size() < kScatterTagBytes) {
+      reject_peer_payload(name, comm, r, Error(ErrorKind::kMalformedPayload,
+          detail::concat("a scatter part of ", part.size(), " bytes has no regions tag")));
+    }
+    for (size_t t = 0; t < mine.idx.size(); ++t) {
+      if (std::isfinite(mine.values[t])) state.v[mine.idx[t]] += mine.values[t];
+    }
+    CC_CHECK(false, kMismatch, name, ": rank ", me, " and rank ", r,
+             " used different index regions for this tensor in the scatter pattern: their "
+             "error-feedback states for it have not seen the same calls (under PyTorch: a tensor "
+             "reallocated while the previous one was still referenced can get a different slot "
+             "on each rank). Reduce a buffer that is reused call after call, or set "
+             "COMPCOLL_SPARSE_PATTERN=allgather");
+  }
 
   // 3. reduce (this rank as the owner of region `me`).
   const size_t base = regions[size_t(me)], len = regions[size_t(me) + 1] - base;
   std::vector<Entry> incoming;
   for (int r = 0; r < world; ++r) {
-    if (received[size_t(r)].empty()) continue;
+    const Bytes& part = received[size_t(r)];
+    if (part.size() == kScatterTagBytes) continue;  // no entries for this owner
     SparseEntries e;
     try {
-      e = decode_sparse(received[size_t(r)], len);
+      e = decode_sparse(std::span<const uint8_t>(part).subspan(kScatterTagBytes), len);
     } catch (const Error& err) {
       reject_peer_payload(name, comm, r, err);
     }

@@ -85,6 +85,10 @@ namespace compcoll {
 
 // Bytes of the demand count that prefixes each owner's result.
 constexpr size_t kScatterDemandBytes = 8;
+// Bytes of the fingerprint of the sender's index regions that prefixes every
+// part sent to an owner (even one with no entries, so that every rank sees
+// every rank's regions before it decodes anything).
+constexpr size_t kScatterTagBytes = 8;
 
 // Entries an owner keeps of its region's sum: ceil(F k / P), F below.
 inline constexpr size_t kScatterBudgetFactor = 2;

@@ -231,8 +231,10 @@ class TamperingComm final : public Comm {
   std::vector<Bytes> alltoallv(const std::vector<Bytes>& s, size_t max_part) override {
     if (rank() != bad_ || target_ != Target::kToOwner) return c_.alltoallv(s, max_part);
     std::vector<Bytes> bad = s;
-    for (Bytes& part : bad) {
-      if (part.size() >= kPayloadHeaderBytes) store_le<uint64_t>(part.data() + 8, 1u << 31);  // n
+    for (Bytes& part : bad) {  // [regions tag][payload: ..., n at offset 8, ...]
+      if (part.size() >= kScatterTagBytes + kPayloadHeaderBytes) {
+        store_le<uint64_t>(part.data() + kScatterTagBytes + 8, 1u << 31);  // n
+      }
     }
     return c_.alltoallv(bad, max_part);
   }
@@ -264,6 +266,46 @@ TEST(SparsePattern, AnImpossibleOwnerResultIsRejectedByEveryRankNamingTheOwner) 
     const std::string what = testing::what(errors[r]);
     EXPECT_NE(what.find("payload from rank 2 rejected"), std::string::npos) << "rank " << r << ": " << what;
     EXPECT_NE(what.find("owner claims"), std::string::npos) << "rank " << r << ": " << what;
+  }
+}
+
+// The index regions live in each rank's state. If the states of one tensor
+// have not seen the same calls (under PyTorch, a reallocated tensor that got
+// a different slot on one rank), the ranks would cut the index space
+// differently: every rank fails with that cause instead of summing entries
+// at the wrong places, and what it selected goes back into its residual.
+TEST(SparsePattern, RanksWhoseRegionsDifferAllFailNamingTheCauseAndLoseNothing) {
+  AlgoParams params;
+  params.density = 0.01;
+  params.sparse_pattern = SparsePattern::kScatter;
+  const size_t n = 50000;
+  const int world = 4;
+  testing::HarnessOptions opts;
+  opts.timeout = std::chrono::seconds(10);
+  std::vector<double> lost(world, 0.0);
+  const auto errors = testing::run_gloo_ranks_collect(world, [&](Comm& comm) {
+    const auto algo = make_algorithm("dgc", params);
+    auto state = algo->make_state(n, world);
+    std::vector<float> g = gradient_of(comm.rank(), n);
+    state->regions = equal_regions(n, world);
+    if (comm.rank() == 3) {  // valid, but not the others' regions
+      state->regions[1] += 7;
+      state->regions[2] -= 5;
+    }
+    const std::vector<float> input = g;
+    try {
+      algo->allreduce(comm, g.data(), n, false, *state);
+    } catch (...) {
+      double worst = 0.0;  // a first call, momentum 0: the residual must hold the whole input
+      for (size_t i = 0; i < n; ++i) worst = std::max(worst, double(std::fabs(state->v[i] - input[i])));
+      lost[size_t(comm.rank())] = worst;
+      throw;
+    }
+  }, opts);
+  for (int r = 0; r < world; ++r) {
+    const std::string what = testing::what(errors[r]);
+    EXPECT_NE(what.find("used different index regions"), std::string::npos) << "rank " << r << ": " << what;
+    EXPECT_LT(lost[size_t(r)], 1e-6) << "rank " << r << " lost part of its input";
   }
 }
 
@@ -358,7 +400,8 @@ TEST(SparsePattern, ScatterTrafficIsBoundedByThreeKAndMatchesTheCostModel) {
       const double model = sparse_pattern_cost(pattern, n, world, params.density, 8.0).wire_bytes;
       EXPECT_NEAR(bytes[int(pattern)], model, 0.35 * model) << sparse_pattern_name(pattern);
     }
-    const double headers = 2.0 * (world - 1) * (8 + kPayloadHeaderBytes + kScatterDemandBytes);
+    const double headers = 2.0 * (world - 1) * (8 + kPayloadHeaderBytes + kScatterDemandBytes) +
+                           (world - 1) * double(kScatterTagBytes);
     const double most = 8.0 * (1.3 * k + (world - 1) * scatter_owner_budget(k, world)) + headers;
     EXPECT_LE(bytes[1], most);
     EXPECT_LT(bytes[1], 0.5 * bytes[0]);
