@@ -117,10 +117,7 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
     by_buffer_.erase(id_of(*pick));
     Slot* follower = pick == same ? follower_since_last_use(*pick) : nullptr;
     overlapped = follower != nullptr;
-    if (overlapped) {
-      ++overlapped_;
-      ++pick->overlapped;
-    }
+    if (overlapped) ++pick->overlapped;
     if (overlapped && ++overlaps_by_shape_[{t.numel(), static_cast<int>(t.scalar_type())}] ==
                           kOverlapsToMerge) {
       // The pattern is confirmed: the follower (the most recent call's slot)

@@ -103,8 +103,6 @@ class BufferSlots {
   SlotAssignment assign(const at::Tensor& t);
 
   std::vector<SlotInfo> slots() const;
-  // Takeovers so far that continued an overlapping reallocation (above).
-  uint64_t overlapped_takeovers() const { return overlapped_; }
   // Overlapped takeovers of one shape that confirm the pattern (above).
   static constexpr int kOverlapsToMerge = 3;
   // The last `kTraceLength` assignments, oldest first: (key, numel, event).
@@ -165,7 +163,6 @@ class BufferSlots {
   std::vector<Slot> slots_;
   std::unordered_map<BufferId, size_t, BufferIdHash> by_buffer_;
   uint64_t clock_ = 0;
-  uint64_t overlapped_ = 0;
   // Per shape (numel, dtype): overlapped takeovers, and calls.
   std::map<std::pair<int64_t, int>, int> overlaps_by_shape_;
   std::map<std::pair<int64_t, int>, uint64_t> shape_calls_;
