@@ -122,6 +122,17 @@ class Algorithm {
     return allreduce(comm, buf, n, average, state);
   }
 
+  // allreduce_listing_support() of buf + addends: the host hierarchy's leader
+  // passes its host's other ranks' parts of the local reduce's last round
+  // (Addends, in shared memory) for the algorithm to add in its own first
+  // pass over buf. The same bits as adding them into buf first, which is
+  // the default.
+  virtual CallInfo allreduce_host_sum(Comm& comm, float* buf, const Addends& addends, size_t n,
+                                      bool average, CodecState& state) const {
+    add_addends(buf, addends);
+    return allreduce_listing_support(comm, buf, n, average, state);
+  }
+
   // Communication of an n-element call on world_size ranks.
   virtual CostShape cost_shape(size_t n, int world_size) const = 0;
 

@@ -67,11 +67,15 @@ CallInfo Hierarchy::allreduce(const Algorithm& algo, float* buf, size_t n, bool 
   const auto timeout = world_.timeout();
   CallInfo info;
   try {
-    if (local_) local_->reduce_to_leader(buf, n, timeout);
+    Addends last_round;
+    // The leader's algorithm adds the last round itself (allreduce_host_sum).
+    if (local_) {
+      last_round = local_->reduce_to_leader(buf, n, timeout, LocalGroup::LastRound::kReturn);
+    }
     leader_phase([&](Comm& leaders) {
       // SUM between hosts: the world size, not the number of hosts, divides.
       // Scaling keeps zero words zero, so the support stays true.
-      info = local_ ? algo.allreduce_listing_support(leaders, buf, n, false, *state)
+      info = local_ ? algo.allreduce_host_sum(leaders, buf, last_round, n, false, *state)
                     : algo.allreduce(leaders, buf, n, false, *state);
       if (average) scale_in_place(buf, n, world_.size());
     });

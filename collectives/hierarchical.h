@@ -58,10 +58,18 @@ class LocalGroup {
   virtual ~LocalGroup() = default;
   virtual int local_rank() const = 0;
   virtual int local_size() const = 0;
+  // What the leader does with the last round of reduce_to_leader (a call
+  // moves its buffer in rounds): add it into buf, or return where the other
+  // ranks' parts of it lie, for its algorithm to add in its own first pass
+  // over buf (Algorithm::allreduce_host_sum): one write and one read of the
+  // tensor fewer. The parts stay valid until broadcast_from_leader.
+  enum class LastRound { kAdd, kReturn };
   // The leader's (local rank 0's) buf becomes the sum of every local rank's
-  // buf, added in local-rank order; the others' buf is left as it was. All
-  // local ranks pass the same n (a different n is kMismatch).
-  virtual void reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout) = 0;
+  // buf, added in local-rank order (with kReturn: buf plus the returned
+  // addends is that sum); the others' buf is left as it was, and they get
+  // no addends. All local ranks pass the same n (a different n is kMismatch).
+  virtual Addends reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout,
+                                   LastRound last) = 0;
   // Every local rank's buf becomes the leader's buf. support (the leader's;
   // null where unknown) lists every index where the leader's buf can be
   // nonzero, so that it need not be scanned for them (CallInfo::support).

@@ -14,9 +14,10 @@ void reject_peer_payload(const char* name, const Comm& comm, int peer, const std
 }
 
 CallInfo sparse_allgather(Comm& comm, const char* name, const SparseCodec& codec, float* buf,
-                          size_t n, bool average, CodecState& state, bool list_support) {
+                          size_t n, bool average, CodecState& state, bool list_support,
+                          const Addends& addends) {
   Bytes payload;
-  const EncodeInfo info = codec.encode(buf, n, state, payload);
+  const EncodeInfo info = encode_with_addends(codec, buf, addends, n, state, payload);
   const Gathered all = comm.allgatherv(payload, max_payload_bytes(n));
   CC_CHECK_EQ(all.parts(), comm.size(), kInternal, "allgatherv returned the wrong number of parts");
   std::fill(buf, buf + n, 0.0f);

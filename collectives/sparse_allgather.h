@@ -18,9 +18,11 @@ namespace compcoll {
 
 // In-place allreduce of n float32 through codec (SUM, or AVG when average).
 // With list_support, the CallInfo lists the indices of every payload it
-// decoded (Algorithm::allreduce_listing_support).
+// decoded (Algorithm::allreduce_listing_support). addends: added to buf
+// before it is encoded (Algorithm::allreduce_host_sum).
 CallInfo sparse_allgather(Comm& comm, const char* name, const SparseCodec& codec, float* buf,
-                          size_t n, bool average, CodecState& state, bool list_support = false);
+                          size_t n, bool average, CodecState& state, bool list_support = false,
+                          const Addends& addends = {});
 
 // Rethrows a decoder's error as kMalformedPayload naming the algorithm, this
 // rank and the peer whose payload it was. Shared by both patterns.

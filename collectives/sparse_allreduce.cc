@@ -54,8 +54,13 @@ CallInfo SparseAllreduce::allreduce_listing_support(Comm& comm, float* buf, size
   return run(comm, buf, n, average, state, true);
 }
 
+CallInfo SparseAllreduce::allreduce_host_sum(Comm& comm, float* buf, const Addends& addends,
+                                             size_t n, bool average, CodecState& state) const {
+  return run(comm, buf, n, average, state, true, addends);
+}
+
 CallInfo SparseAllreduce::run(Comm& comm, float* buf, size_t n, bool average, CodecState& state,
-                              bool list_support) const {
+                              bool list_support, const Addends& addends) const {
   const SparsePattern p = pattern_for(n, comm.size());
   if (pattern_ == SparsePattern::kAuto) {
     char text[160];
@@ -70,9 +75,10 @@ CallInfo SparseAllreduce::run(Comm& comm, float* buf, size_t n, bool average, Co
     last_decision_ = text;
   }
   if (p == SparsePattern::kScatter) {
-    return sparse_scatter(comm, name_, *codec_, encoding_, buf, n, average, state, list_support);
+    return sparse_scatter(comm, name_, *codec_, encoding_, buf, n, average, state, list_support,
+                          addends);
   }
-  return sparse_allgather(comm, name_, *codec_, buf, n, average, state, list_support);
+  return sparse_allgather(comm, name_, *codec_, buf, n, average, state, list_support, addends);
 }
 
 CostShape SparseAllreduce::cost_shape(size_t n, int world_size) const {

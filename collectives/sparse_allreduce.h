@@ -37,6 +37,10 @@ class SparseAllreduce final : public Algorithm {
   // kept indices (scatter).
   CallInfo allreduce_listing_support(Comm& comm, float* buf, size_t n, bool average,
                                      CodecState& state) const override;
+  // The codec adds the addends in its encode pass where it can (dgc without
+  // clipping or normalized selection: SparseCodec::fuses_addends).
+  CallInfo allreduce_host_sum(Comm& comm, float* buf, const Addends& addends, size_t n,
+                              bool average, CodecState& state) const override;
   CostShape cost_shape(size_t n, int world_size) const override;
   void attach(Comm& comm) override;
   void take_attachment(const Algorithm& before) override;
@@ -56,7 +60,7 @@ class SparseAllreduce final : public Algorithm {
 
  private:
   CallInfo run(Comm& comm, float* buf, size_t n, bool average, CodecState& state,
-               bool list_support) const;
+               bool list_support, const Addends& addends = {}) const;
 
   const char* name_;
   std::unique_ptr<SparseCodec> codec_;

@@ -173,7 +173,7 @@ std::vector<size_t> rebalanced_regions(std::span<const size_t> regions,
 
 CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
                         SparseEncoding encoding, float* buf, size_t n, bool average,
-                        CodecState& state, bool list_support) {
+                        CodecState& state, bool list_support, const Addends& addends) {
   const int world = comm.size(), me = comm.rank();
   const size_t p = static_cast<size_t>(world);
   if (!valid_regions(state.regions, n, world)) state.regions = equal_regions(n, world);
@@ -184,7 +184,7 @@ CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
 
   // 1. select.
   Bytes payload;
-  const EncodeInfo info = codec.encode(buf, n, state, payload);
+  const EncodeInfo info = encode_with_addends(codec, buf, addends, n, state, payload);
   const SparseEntries mine = decode_sparse(payload, n);  // indices increasing, < n
   std::vector<size_t> cut(p + 1);  // mine's entries of region j: [cut[j], cut[j+1])
   for (size_t j = 0; j <= p; ++j) {

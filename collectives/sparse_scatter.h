@@ -110,8 +110,10 @@ std::vector<size_t> rebalanced_regions(std::span<const size_t> regions,
 // In-place allreduce of n float32 through codec (SUM, or AVG when average);
 // encoding is how the owners' results travel. With list_support, the
 // CallInfo lists the owners' kept indices (Algorithm::allreduce_listing_support).
+// addends: added to buf before it is encoded (Algorithm::allreduce_host_sum).
 CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
                         SparseEncoding encoding, float* buf, size_t n, bool average,
-                        CodecState& state, bool list_support = false);
+                        CodecState& state, bool list_support = false,
+                        const Addends& addends = {});
 
 }  // namespace compcoll

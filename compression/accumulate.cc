@@ -1,5 +1,6 @@
 #include "compression/accumulate.h"
 
+#include "compcoll/error.h"
 #include "compression/codec.h"
 
 namespace compcoll {
@@ -29,6 +30,26 @@ size_t target_count(double density, size_t n) {
   if (n == 0) return 0;
   const double k = std::round(density * static_cast<double>(n));
   return k < 1.0 ? 1 : (k > double(n) ? n : static_cast<size_t>(k));
+}
+
+void add_addends(float* grad, const Addends& addends) {
+  float* out = grad + addends.off;
+  for (const float* in : addends.parts) {
+    for (size_t i = 0; i < addends.len; ++i) out[i] += in[i];
+  }
+}
+
+EncodeInfo encode_with_addends(const SparseCodec& codec, float* grad, const Addends& addends,
+                               size_t n, CodecState& state, Bytes& payload) {
+  if (addends.empty()) return codec.encode(grad, n, state, payload);
+  if (codec.fuses_addends()) return codec.encode_sum(grad, addends, n, state, payload);
+  add_addends(grad, addends);
+  return codec.encode(grad, n, state, payload);
+}
+
+EncodeInfo SparseCodec::encode_sum(const float*, const Addends&, size_t, CodecState&,
+                                   Bytes&) const {
+  CC_THROW(kInternal, name(), ": encode_sum() where the codec does not fuse addends");
 }
 
 }  // namespace compcoll

@@ -50,6 +50,40 @@ struct EncodeInfo {
   float threshold = 0.0f; // key threshold that produced the selection
 };
 
+// Buffers to add to a gradient over [off, off + len) before it is used: the
+// host hierarchy's leader holds its host's other ranks' parts of the last
+// round of the local reduce in shared memory (collectives/hierarchical.h).
+// A codec that takes them forms the host sum inside its own pass over the
+// gradient, instead of the sum being written into the gradient and read
+// back: one write and one read of the tensor fewer on a leader. Element i
+// of the sum is ((grad[i] + parts[0][i - off]) + parts[1][i - off]) + ...,
+// the bits that adding them into grad first gives.
+struct Addends {
+  std::vector<const float*> parts;  // each holds len floats, for [off, off + len)
+  size_t off = 0;
+  size_t len = 0;
+
+  bool empty() const { return parts.empty() || len == 0; }
+  // The sum at element i of a gradient of which these are the addends.
+  float sum_at(const float* grad, size_t i) const {
+    float x = grad[i];
+    if (i - off < len) {  // unsigned: false below off too
+      for (const float* p : parts) x += p[i - off];
+    }
+    return x;
+  }
+};
+
+// grad[off, off + len) += the addends, in their order (where the consumer
+// of grad cannot take them in its own pass).
+void add_addends(float* grad, const Addends& addends);
+
+class SparseCodec;
+// codec's encode of grad + addends: in the codec's own pass where it fuses
+// them, else after add_addends(grad, addends). Either way the same bits.
+EncodeInfo encode_with_addends(const SparseCodec& codec, float* grad, const Addends& addends,
+                               size_t n, CodecState& state, Bytes& payload);
+
 class SparseCodec {
  public:
   virtual ~SparseCodec() = default;
@@ -59,6 +93,14 @@ class SparseCodec {
   // and removes what was sent from the state.
   virtual EncodeInfo encode(const float* grad, size_t n, CodecState& state,
                             Bytes& payload) const = 0;
+  // Whether encode_sum() takes addends in its own pass (with this codec's
+  // configuration); where not, the caller adds them into grad first.
+  virtual bool fuses_addends() const { return false; }
+  // encode() of grad + addends, with the bits encode() gives after
+  // add_addends(grad, addends); grad itself is not written. Only where
+  // fuses_addends().
+  virtual EncodeInfo encode_sum(const float* grad, const Addends& addends, size_t n,
+                                CodecState& state, Bytes& payload) const;
 };
 
 // The number of entries a step at density d sends out of n: at least one for

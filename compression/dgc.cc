@@ -18,11 +18,14 @@ namespace {
 // trim then extracts.
 constexpr double kCandidateHeadroom = 1.2;
 
-// One pass: momentum correction and accumulation into v, and candidate
-// collection against t. Two vectors per block keep the arithmetic in SIMD;
-// the rare block holding a candidate is rescanned element by element.
+// One pass over [b, e): momentum correction and accumulation into v, and
+// candidate collection against t. Two vectors per block keep the arithmetic
+// in SIMD; the rare block holding a candidate is rescanned element by
+// element. parts (nparts of them, indexed from off) are added to g first,
+// in order: the host sum of Addends.
 template <MomentumMode M>
-size_t fused_update(const float* g, float scale, float m, float* u, float* v, size_t n, float t,
+size_t update_range(const float* g, const float* const* parts, size_t nparts, size_t off,
+                    float scale, float m, float* u, float* v, size_t b, size_t e, float t,
                     std::vector<uint32_t>& cand, size_t cap) {
   using simd::f32x4;
   using simd::i32x4;
@@ -37,23 +40,40 @@ size_t fused_update(const float* g, float scale, float m, float* u, float* v, si
       }
     }
   };
-  size_t i0 = 0;
-  for (; i0 + kBlock <= n; i0 += kBlock) {
+  size_t i0 = b;
+  for (; i0 + kBlock <= e; i0 += kBlock) {
     i32x4 hit = {};
     for (size_t i = i0; i < i0 + kBlock; i += simd::kLanes) {
-      const f32x4 x = simd::load(v + i) + momentum_step4<M>(simd::load(g + i) * sc, u, i, mv);
+      f32x4 gi = simd::load(g + i);
+      for (size_t l = 0; l < nparts; ++l) gi = gi + simd::load(parts[l] + (i - off));
+      const f32x4 x = simd::load(v + i) + momentum_step4<M>(gi * sc, u, i, mv);
       simd::store(v + i, x);
       hit |= passes4<SelectKey::kMagnitude>(x, tv);  // NaN passes
     }
     if (simd::any(hit)) collect(i0, i0 + kBlock);
   }
   float dummy_u = 0.0f;
-  for (size_t i = i0; i < n; ++i) {
+  for (size_t i = i0; i < e; ++i) {
+    float gi = g[i];
+    for (size_t l = 0; l < nparts; ++l) gi += parts[l][i - off];
     float& ui = M == MomentumMode::kNone ? dummy_u : u[i];
-    v[i] += momentum_step<M>(g[i] * scale, ui, m);
+    v[i] += momentum_step<M>(gi * scale, ui, m);
   }
-  collect(i0, n);
+  collect(i0, e);
   return count;
+}
+
+// update_range over the whole tensor: the addends' range with them, the
+// rest without, in index order (so candidates stay sorted).
+template <MomentumMode M>
+size_t fused_update(const float* g, const Addends& add, float scale, float m, float* u, float* v,
+                    size_t n, float t, std::vector<uint32_t>& cand, size_t cap) {
+  const size_t a0 = add.empty() ? n : add.off;
+  const size_t a1 = add.empty() ? n : add.off + add.len;
+  size_t count = update_range<M>(g, nullptr, 0, 0, scale, m, u, v, 0, a0, t, cand, cap);
+  count += update_range<M>(g, add.parts.data(), add.parts.size(), add.off, scale, m, u, v, a0, a1,
+                           t, cand, cap);
+  return count + update_range<M>(g, nullptr, 0, 0, scale, m, u, v, a1, n, t, cand, cap);
 }
 
 }  // namespace
@@ -103,7 +123,21 @@ std::unique_ptr<CodecState> DgcCodec::make_state(size_t n) const {
 }
 
 EncodeInfo DgcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& payload) const {
+  return encode_sum(grad, Addends{}, n, st, payload);
+}
+
+bool DgcCodec::fuses_addends() const {
+  // Clipping needs the sum's norm before the pass, and normalized selection
+  // accumulates in a pass of its own: both take the sum from grad.
+  return config_.clip == 0.0f && config_.second_moment_beta == 0.0f;
+}
+
+EncodeInfo DgcCodec::encode_sum(const float* grad, const Addends& add, size_t n, CodecState& st,
+                                Bytes& payload) const {
   CC_CHECK_EQ(st.size(), n, kInvalidArgument, "dgc: state was made for another tensor size");
+  CC_CHECK(add.empty() || (fuses_addends() && add.off + add.len <= n), kInternal,
+           "dgc: addends for [", add.off, ", ", add.off + add.len, ") of ", n,
+           " elements, or with clipping or normalized selection");
   EncodeInfo info;
   info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
   info.wanted = target_count(info.density, n);
@@ -141,14 +175,14 @@ EncodeInfo DgcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
       constexpr MomentumMode M = decltype(mc)::value;
       for (size_t i = plan.offset; i < n; i += plan.stride) {
         const float ui = M == MomentumMode::kNone ? 0.0f : u[i];
-        sample.push_back(
-            select_key<SelectKey::kMagnitude>(v[i] + momentum_peek<M>(grad[i] * scale, ui, m)));
+        sample.push_back(select_key<SelectKey::kMagnitude>(
+            v[i] + momentum_peek<M>(add.sum_at(grad, i) * scale, ui, m)));
       }
       return 0;
     });
     t = sample_threshold(sample, pass_fraction);
     count = dispatch_momentum(mode, [&](auto mc) {
-      return fused_update<decltype(mc)::value>(grad, scale, m, u, v, n, t, cand, cap);
+      return fused_update<decltype(mc)::value>(grad, add, scale, m, u, v, n, t, cand, cap);
     });
   }
 

@@ -56,6 +56,9 @@ class DgcCodec final : public SparseCodec {
   std::unique_ptr<CodecState> make_state(size_t n) const override;
   EncodeInfo encode(const float* grad, size_t n, CodecState& state,
                     Bytes& payload) const override;
+  bool fuses_addends() const override;
+  EncodeInfo encode_sum(const float* grad, const Addends& addends, size_t n, CodecState& state,
+                        Bytes& payload) const override;
 
  private:
   DgcConfig config_;

@@ -350,7 +350,8 @@ ShmGroup::Round ShmGroup::next_round(size_t k, size_t n) {
   return {++round_, off, std::min(chunk_, n - std::min(n, off))};
 }
 
-void ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout) {
+Addends ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout,
+                                   LastRound last) {
   check_usable();
   const auto deadline = Clock::now() + timeout;
   const int L = local_size();
@@ -376,13 +377,20 @@ void ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds 
       }
     }
     // In local-rank order: ((leader + 1) + 2) + ...
-    float* out = buf + off;
-    for (int l = 1; l < L; ++l) {
-      const float* in = data(l);
-      for (size_t i = 0; i < len; ++i) out[i] += in[i];
+    Addends parts;
+    parts.off = off;
+    parts.len = len;
+    for (int l = 1; l < L; ++l) parts.parts.push_back(data(l));
+    if (last == LastRound::kReturn && k + 1 == rounds(n)) {
+      // The slots are read until broadcast_from_leader, which says `taken`.
+      slots_lent_ = true;
+      lent_round_ = round;
+      return parts;
     }
+    add_addends(buf, parts);
     publish(&h->taken, round);
   }
+  return {};
 }
 
 void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout,
@@ -391,6 +399,12 @@ void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::millisec
   const auto deadline = Clock::now() + timeout;
   const int L = local_size();
   auto* h = static_cast<Header*>(base_);
+  if (slots_lent_) {
+    // reduce_to_leader's returned addends have been used: the leader's
+    // algorithm is done with the slots.
+    publish(&h->taken, lent_round_);
+    slots_lent_ = false;
+  }
   for (size_t k = 0; k < rounds(n); ++k) {
     const auto [round, off, len] = next_round(k, n);
     float* r = data(L);

@@ -18,6 +18,10 @@
 //   slot and sets `arrive`; the leader waits for all of them and adds the
 //   slots into its own buffer in local-rank order, then sets `taken` (a rank
 //   waits for it before refilling its slot in the next round of a long call).
+//   With LastRound::kReturn the leader does not add the last round: it
+//   returns the slots as Addends for its algorithm's encode to add in its
+//   own pass (one write and one read of the tensor fewer), and sets `taken`
+//   for that round when it shares the result.
 //   One synchronisation per round: on hosts with more ranks than cores every
 //   wake-up costs a scheduling delay, which a reduce-scatter's second
 //   synchronisation would pay again to save the leader some additions.
@@ -89,7 +93,8 @@ class ShmGroup final : public LocalGroup {
 
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return static_cast<int>(world_ranks_.size()); }
-  void reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout) override;
+  Addends reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout,
+                           LastRound last) override;
   void broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout,
                              const std::vector<uint32_t>* support) override;
   void abort(const std::string& why) noexcept override;
@@ -133,6 +138,10 @@ class ShmGroup final : public LocalGroup {
   bool named_;
   bool aborted_ = false;
   uint32_t round_ = 0;
+  // The leader's last round returned as addends (LastRound::kReturn): its
+  // `taken` is published when the result is shared.
+  bool slots_lent_ = false;
+  uint32_t lent_round_ = 0;
 };
 
 // Collective over `world`: each host with more than one rank gets a segment

@@ -113,9 +113,10 @@ class ArmedLocal final : public LocalGroup {
   bool armed = false;
   int local_rank() const override { return g_->local_rank(); }
   int local_size() const override { return g_->local_size(); }
-  void reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds t) override {
+  Addends reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds t,
+                           LastRound last) override {
     if (armed) raise(SIGKILL);
-    g_->reduce_to_leader(buf, n, t);
+    return g_->reduce_to_leader(buf, n, t, last);
   }
   void broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds t,
                              const std::vector<uint32_t>* support) override {

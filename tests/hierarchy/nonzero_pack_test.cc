@@ -142,7 +142,8 @@ TEST_P(SharedResult, HasTheLeadersBitsSparseOrDense) {
         if (l == 0) buf[2] = std::numeric_limits<float>::quiet_NaN();
         support.insert(support.end(), {2, 1});
       }
-      g.reduce_to_leader(buf.data(), n, std::chrono::milliseconds(5000));
+      g.reduce_to_leader(buf.data(), n, std::chrono::milliseconds(5000),
+                         LocalGroup::LastRound::kAdd);
       if (l == 0) leader_out[c] = buf;
       g.broadcast_from_leader(buf.data(), n, std::chrono::milliseconds(5000),
                               listed ? &support : nullptr);

@@ -137,9 +137,42 @@ TEST(ShmGroup, ReducesAndBroadcastsOverSeveralRounds) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{64}, size_t{200}}) {
       std::vector<float> buf(n);
       for (size_t i = 0; i < n; ++i) buf[i] = float(l * 1000 + int(i));
-      g.reduce_to_leader(buf.data(), n, milliseconds(5000));
+      g.reduce_to_leader(buf.data(), n, milliseconds(5000), LocalGroup::LastRound::kAdd);
       for (size_t i = 0; i < n; ++i) {
         ASSERT_EQ(buf[i], l == 0 ? float(3000 + 3 * int(i)) : float(l * 1000 + int(i)));
+      }
+      g.broadcast_from_leader(buf.data(), n, milliseconds(5000), nullptr);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(buf[i], float(3000 + 3 * int(i)));
+    }
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+// LastRound::kReturn: the leader adds every round but the last, gets the
+// last round's parts as Addends (buf + addends is the sum), and the slots
+// stay untouched until it shares the result; then the next call runs as
+// usual (the deferred `taken` was published).
+TEST(ShmGroup, TheLeaderCanTakeTheLastRoundAsAddends) {
+  const auto errors = run_group(3, unique_name("addends"), [](int l, ShmGroup& g) {
+    for (size_t n : {size_t{1}, size_t{64}, size_t{200}, size_t{200}}) {
+      std::vector<float> buf(n);
+      for (size_t i = 0; i < n; ++i) buf[i] = float(l * 1000 + int(i));
+      const Addends add =
+          g.reduce_to_leader(buf.data(), n, milliseconds(5000), LocalGroup::LastRound::kReturn);
+      if (l != 0) {
+        ASSERT_TRUE(add.empty());
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(buf[i], float(l * 1000 + int(i)));
+      } else {
+        const size_t last = (n - 1) / 64 * 64;  // the last 64-float round
+        ASSERT_EQ(add.off, last);
+        ASSERT_EQ(add.len, n - last);
+        ASSERT_EQ(add.parts.size(), 2u);
+        for (size_t i = 0; i < n; ++i) {
+          const float own = float(int(i));
+          ASSERT_EQ(buf[i], i < last ? float(3000 + 3 * int(i)) : own) << i;
+          ASSERT_EQ(add.sum_at(buf.data(), i), float(3000 + 3 * int(i))) << i;
+        }
+        add_addends(buf.data(), add);
       }
       g.broadcast_from_leader(buf.data(), n, milliseconds(5000), nullptr);
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(buf[i], float(3000 + 3 * int(i)));
@@ -167,7 +200,7 @@ TEST(ShmGroup, APeerThatNeverArrivesIsNamedWithinTheTimeout) {
     try {
       // The waiting follower's own limit is longer: the leader, waiting for
       // rank 12, must time out first and pass its reason on.
-      g.reduce_to_leader(buf.data(), buf.size(), milliseconds(300));
+      g.reduce_to_leader(buf.data(), buf.size(), milliseconds(300), LocalGroup::LastRound::kAdd);
       g.broadcast_from_leader(buf.data(), buf.size(), milliseconds(l == 0 ? 300 : 5000), nullptr);
     } catch (...) {
       if (l == 0) done = true;
@@ -195,7 +228,7 @@ TEST(ShmGroup, AnAbortFailsTheWaitingPeersAtOnceWithItsReason) {
       g.abort("inter-host step failed: boom");
       return;
     }
-    g.reduce_to_leader(buf.data(), buf.size(), milliseconds(20000));
+    g.reduce_to_leader(buf.data(), buf.size(), milliseconds(20000), LocalGroup::LastRound::kAdd);
   });
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   EXPECT_LT(ms, 2000);
@@ -207,7 +240,7 @@ TEST(ShmGroup, DifferentCountsAreAMismatchNamingThePeer) {
   const auto errors = run_group(2, unique_name("count"), [](int l, ShmGroup& g) {
     std::vector<float> buf(l == 0 ? 10 : 11, 1.0f);
     try {
-      g.reduce_to_leader(buf.data(), buf.size(), milliseconds(5000));
+      g.reduce_to_leader(buf.data(), buf.size(), milliseconds(5000), LocalGroup::LastRound::kAdd);
       g.broadcast_from_leader(buf.data(), buf.size(), milliseconds(5000), nullptr);
     } catch (const Error& e) {
       EXPECT_TRUE(e.kind() == ErrorKind::kMismatch || e.kind() == ErrorKind::kTransport) << e.what();
@@ -247,7 +280,7 @@ TEST(ShmGroup, FourMillionFloatsBetweenTwoRanksTakeMilliseconds) {
     std::vector<float> buf(n, float(l + 1));
     for (int rep = 0; rep < 9; ++rep) {
       const auto t0 = Clock::now();
-      g.reduce_to_leader(buf.data(), n, milliseconds(20000));
+      g.reduce_to_leader(buf.data(), n, milliseconds(20000), LocalGroup::LastRound::kAdd);
       g.broadcast_from_leader(buf.data(), n, milliseconds(20000), nullptr);
       if (l == 0) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       ASSERT_EQ(buf[0], 3.0f);
