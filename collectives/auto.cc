@@ -86,8 +86,8 @@ LinkModel measure_link(Comm& comm) {
   });
   const uint64_t token = 0;
   link.alpha = agreed_median(comm, 9, [&] {
-                 comm.allgatherv({reinterpret_cast<const uint8_t*>(&token), sizeof token}, sizeof token);
-               }) / 2.0;  // allgatherv is two rounds
+    comm.allgatherv({reinterpret_cast<const uint8_t*>(&token), sizeof token}, sizeof token);
+  });  // one round: from the second call on, the token travels with its size
   std::vector<float> probe(kCalibrationElements, 1.0f);
   const double t_big = agreed_median(comm, 3, [&] {
     comm.allreduce(probe.data(), probe.size(), DType::kFloat32, ReduceOp::kSum);
@@ -111,14 +111,18 @@ CostShape sparse_pattern_cost(SparsePattern pattern, size_t n, int world_size, d
   constexpr double kHeader = kPayloadHeaderBytes + 4;       // header (+ sbc's mean)
   switch (pattern) {
     case SparsePattern::kAllgather:
-      return {peers * (kAnnounce + kHeader + k * bytes_per_entry), 2, false};
+      // One round: the size travels with the payload (GlooComm's eager
+      // allgatherv, once a call of about this size has set the bound).
+      return {peers * (kAnnounce + kHeader + k * bytes_per_entry), 1, false};
     case SparsePattern::kScatter: {
       const double b = double(scatter_owner_budget(size_t(k), world_size));
       // Every part to an owner starts with the sender's regions tag.
       const double to_owners = peers / world_size * k * bytes_per_entry + peers * kScatterTagBytes;
       // Each owner's part carries its 8-byte demand count too.
       const double from_owner = peers * (b * bytes_per_entry + kScatterDemandBytes);
-      return {to_owners + from_owner + 2 * peers * (kAnnounce + kHeader), 4, false};
+      // The alltoallv to the owners: two rounds (sizes, then parts); the
+      // allgatherv of the owners' results: one.
+      return {to_owners + from_owner + 2 * peers * (kAnnounce + kHeader), 3, false};
     }
     case SparsePattern::kAuto: break;
   }

@@ -1,9 +1,17 @@
 // GlooComm's point-to-point collectives. allreduce is in gloo_allreduce.cc.
 //
-// allgatherv and alltoallv run two rounds: phase 0 exchanges the byte counts
-// (8 bytes per peer), phase 1 the payloads. Every rank talks to every other
-// rank directly, so a call has two round trips of latency and each rank sends
-// exactly its own bytes once per receiver; zero-byte payloads send nothing.
+// alltoallv runs two rounds: phase 0 exchanges the byte counts (8 bytes per
+// peer), phase 1 the payloads. allgatherv sends each peer one message, its
+// size header followed by its payload, when the payload fits an eager bound
+// (the previous call's largest part, with room to grow): the receivers post
+// buffers of that bound, so the usual call (sparse payloads of about the
+// same size every time) is one round; a part above the bound follows in a
+// second round, its size known from the first. Every Gloo send is a
+// rendezvous (announce, receiver ready, data) ending in two wake-ups, which
+// on a loaded machine cost more than the bytes (docs/scaling.md). Every rank
+// talks to every other rank directly, and each rank sends exactly its own
+// bytes once per receiver (plus the 8-byte header); zero-byte payloads send
+// only the header.
 // broadcast is root-to-all; barrier is the dissemination barrier
 // (ceil(log2 P) rounds of one byte).
 #include "transport/gloo_comm.h"
@@ -24,6 +32,8 @@ namespace {
 
 constexpr uint8_t kPhaseSizes = 0;
 constexpr uint8_t kPhasePayload = 1;
+// allgatherv's first round: a size header, and the payload when it fits.
+constexpr uint8_t kPhaseEager = 2;
 
 }  // namespace
 
@@ -101,24 +111,47 @@ void GlooComm::fail(const std::string& what) {
   CC_THROW(kTransport, msg);
 }
 
+size_t GlooComm::eager_bytes() const {
+  // Every rank saw the same parts last call, so every rank gets the same
+  // bound; the staging buffer stays within kEagerStagingBytes whatever P.
+  const size_t per_peer_cap = kEagerStagingBytes / static_cast<size_t>(std::max(size_, 1));
+  return std::min(eager_allgatherv_, per_peer_cap);
+}
+
 Gathered GlooComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
   check_own_part(send.size(), max_part, "allgatherv");
   CallScope call(*this, "allgatherv");
   const size_t p = static_cast<size_t>(size_);
-  std::vector<uint64_t> sizes(p, 0);
-  sizes[static_cast<size_t>(rank_)] = send.size();
+  const size_t me = static_cast<size_t>(rank_);
+  const size_t eager = eager_bytes();
+  const size_t stride = sizeof(uint64_t) + eager;
 
+  // Round 1: to every peer, this rank's size, and the payload with it when
+  // it fits the eager bound. Receives are posted for the bound: Gloo takes
+  // a message shorter than the posted buffer.
+  const uint64_t my_size = send.size();
+  const bool my_eager = send.size() <= eager;
+  std::vector<uint8_t> mine(sizeof my_size + (my_eager ? send.size() : 0));
+  std::memcpy(mine.data(), &my_size, sizeof my_size);
+  if (my_eager && !send.empty()) {
+    std::memcpy(mine.data() + sizeof my_size, send.data(), send.size());
+  }
+  std::vector<uint8_t> inbox(stride * p);
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    call.send(peer, &sizes[static_cast<size_t>(rank_)], sizeof(uint64_t),
-              kPhaseSizes);
-    call.recv(peer, &sizes[static_cast<size_t>(peer)], sizeof(uint64_t),
-              kPhaseSizes);
+    call.recv(peer, inbox.data() + stride * static_cast<size_t>(peer), stride, kPhaseEager);
+    call.send(peer, mine.data(), mine.size(), kPhaseEager);
   }
   call.wait_all();
 
+  std::vector<uint64_t> sizes(p, 0);
+  sizes[me] = my_size;
+  for (size_t r = 0; r < p; ++r) {
+    if (r != me) std::memcpy(&sizes[r], inbox.data() + stride * r, sizeof(uint64_t));
+  }
   Gathered out;
   out.offsets.resize(p + 1, 0);
+  size_t largest = 0;
   for (size_t r = 0; r < p; ++r) {
     if (sizes[r] > max_part) call.fail(oversized_part_message(int(r), sizes[r], max_part));
     if (sizes[r] > std::numeric_limits<size_t>::max() - out.offsets[r]) {
@@ -126,6 +159,7 @@ Gathered GlooComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
                                " bytes; the total overflows size_t"));
     }
     out.offsets[r + 1] = out.offsets[r] + static_cast<size_t>(sizes[r]);
+    largest = std::max(largest, static_cast<size_t>(sizes[r]));
   }
   try {
     out.data.resize(out.offsets[p]);
@@ -133,18 +167,28 @@ Gathered GlooComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
     call.fail(detail::concat("cannot hold the ", out.offsets[p], " bytes the ranks announced (",
                              e.what(), ")"));
   }
-  if (!send.empty()) {
-    std::memcpy(out.data.data() + out.offsets[static_cast<size_t>(rank_)],
-                send.data(), send.size());
-  }
 
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    const size_t pr = static_cast<size_t>(peer);
-    call.send(peer, send.data(), send.size(), kPhasePayload);
-    call.recv(peer, out.data.data() + out.offsets[pr], sizes[pr], kPhasePayload);
+  // Round 2, only for parts above the bound: their senders send them to
+  // every peer, and every peer knows their sizes from round 1.
+  for (size_t r = 0; r < p; ++r) {
+    uint8_t* dst = out.data.data() + out.offsets[r];
+    if (r == me) {
+      if (!send.empty()) std::memcpy(dst, send.data(), send.size());
+    } else if (sizes[r] <= eager) {
+      if (sizes[r] != 0) std::memcpy(dst, inbox.data() + stride * r + sizeof(uint64_t), sizes[r]);
+    } else {
+      call.recv(int(r), dst, sizes[r], kPhasePayload);
+    }
+  }
+  if (!my_eager) {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_) call.send(peer, send.data(), send.size(), kPhasePayload);
+    }
   }
   call.wait_all();
+  // The next call's bound: this call's largest part with room to grow (a
+  // sparse payload's size moves a little from call to call).
+  eager_allgatherv_ = largest + largest / 8 + 64;
   return out;
 }
 

@@ -108,6 +108,13 @@ class GlooComm : public Comm {
   std::chrono::milliseconds timeout_;
   std::vector<std::vector<std::string>> peer_addresses_;
   uint32_t next_tag_ = 1;
+  // allgatherv's eager bound (gloo_comm.cc): the same on every rank, since
+  // it follows from the parts of the previous allgatherv, which every rank
+  // received. 0 before the first call.
+  size_t eager_bytes() const;
+  size_t eager_allgatherv_ = 0;
+  // The most the eager receive buffers of one call may take, over all peers.
+  static constexpr size_t kEagerStagingBytes = size_t{64} << 20;
   uint64_t calls_ = 0;
   // Every byte this rank hands to its sockets goes through note_sent().
   void note_sent(uint64_t n) {

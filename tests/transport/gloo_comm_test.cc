@@ -76,6 +76,36 @@ TEST_P(GlooCommTest, AllgathervMixedSizesIncludingZeroAndLarge) {
   });
 }
 
+// allgatherv sends a part with its size header in one message when it fits
+// the bound the previous call set (about that call's largest part), and in
+// a second round when it does not: a sequence whose parts grow past the
+// bound, on some ranks only, shrink, vanish and come back.
+TEST_P(GlooCommTest, AllgathervPartsAboveTheEagerBoundFollowInASecondRound) {
+  run_gloo_ranks(world(), [&](Comm& comm) {
+    const int me = comm.rank();
+    const size_t steps[] = {100, 100, 5000, 90, 0, 70000, 64, 3, 200000, 200000};
+    for (size_t s = 0; s < std::size(steps); ++s) {
+      // Odd ranks send twice the step (past the bound where the step
+      // grew), even ranks the step itself; rank 0 nothing every third call.
+      const size_t size = me == 0 && s % 3 == 0 ? 0 : steps[s] * (me % 2 ? 2 : 1);
+      Bytes mine(size);
+      for (size_t i = 0; i < size; ++i) mine[i] = byte_at(me, i, int(s));
+      const uint64_t before = comm.bytes_sent();
+      const Gathered g = comm.allgatherv(mine, kUnboundedPart);
+      EXPECT_EQ(comm.bytes_sent() - before, uint64_t(comm.size() - 1) * (8 + size)) << s;
+      ASSERT_EQ(g.parts(), comm.size());
+      for (int r = 0; r < comm.size(); ++r) {
+        const size_t want = r == 0 && s % 3 == 0 ? 0 : steps[s] * (r % 2 ? 2 : 1);
+        const auto got = g.part(r);
+        ASSERT_EQ(got.size(), want) << "call " << s << " part " << r;
+        for (size_t i = 0; i < want; ++i) {
+          ASSERT_EQ(got[i], byte_at(r, i, int(s))) << "call " << s << " part " << r << " byte " << i;
+        }
+      }
+    }
+  });
+}
+
 TEST_P(GlooCommTest, AlltoallvMixedSizesIncludingZero) {
   run_gloo_ranks(world(), [&](Comm& comm) {
     for (int salt = 0; salt < 3; ++salt) {
