@@ -120,9 +120,9 @@ CostShape sparse_pattern_cost(SparsePattern pattern, size_t n, int world_size, d
       const double to_owners = peers / world_size * k * bytes_per_entry + peers * kScatterTagBytes;
       // Each owner's part carries its 8-byte demand count too.
       const double from_owner = peers * (b * bytes_per_entry + kScatterDemandBytes);
-      // The alltoallv to the owners: two rounds (sizes, then parts); the
-      // allgatherv of the owners' results: one.
-      return {to_owners + from_owner + 2 * peers * (kAnnounce + kHeader), 3, false};
+      // The alltoallv to the owners and the allgatherv of their results:
+      // one round each (the sizes travel with the parts).
+      return {to_owners + from_owner + 2 * peers * (kAnnounce + kHeader), 2, false};
     }
     case SparsePattern::kAuto: break;
   }

@@ -56,7 +56,7 @@ double predict_seconds(const CostShape& shape, const LinkModel& link);
 // e bytes, h = the 24-byte payload header (+4 for sbc's mean) and 8 bytes
 // per peer for each size announcement, the bytes ONE rank sends:
 //   allgather  (P-1) * (8 + h + k e)                          1 round
-//   scatter    (P-1)/P * k e + (P-1) * b e + 2 (P-1)(8 + h)    3 rounds
+//   scatter    (P-1)/P * k e + (P-1) * b e + 2 (P-1)(8 + h)    2 rounds
 //              + (P-1) * 8 (each owner's demand count)
 //              where b = scatter_owner_budget(k, P) = ceil(2k/P)
 // scatter assumes selections spread evenly over the (balanced) regions,

@@ -1,12 +1,12 @@
 // GlooComm's point-to-point collectives. allreduce is in gloo_allreduce.cc.
 //
-// alltoallv runs two rounds: phase 0 exchanges the byte counts (8 bytes per
-// peer), phase 1 the payloads. allgatherv sends each peer one message, its
-// size header followed by its payload, when the payload fits an eager bound
-// (the previous call's largest part, with room to grow): the receivers post
-// buffers of that bound, so the usual call (sparse payloads of about the
-// same size every time) is one round; a part above the bound follows in a
-// second round, its size known from the first. Every Gloo send is a
+// allgatherv and alltoallv send each peer one message, a size header
+// followed by the payload when the payload fits an eager bound (allgatherv:
+// the previous call's largest part, which every rank saw; alltoallv: per
+// pair, the previous call's part between the two), with room to grow: the
+// receivers post buffers of that bound, so the usual call (sparse payloads
+// of about the same size every time) is one round; a part above the bound
+// follows in a second round, its size known from the first. Every Gloo send is a
 // rendezvous (announce, receiver ready, data) ending in two wake-ups, which
 // on a loaded machine cost more than the bytes (docs/scaling.md). Every rank
 // talks to every other rank directly, and each rank sends exactly its own
@@ -30,10 +30,10 @@ namespace compcoll {
 
 namespace {
 
-constexpr uint8_t kPhaseSizes = 0;
+// allgatherv's and alltoallv's rounds: a size header with the payload when
+// it fits the eager bound, then the payloads that did not.
+constexpr uint8_t kPhaseEager = 0;
 constexpr uint8_t kPhasePayload = 1;
-// allgatherv's first round: a size header, and the payload when it fits.
-constexpr uint8_t kPhaseEager = 2;
 
 }  // namespace
 
@@ -111,11 +111,12 @@ void GlooComm::fail(const std::string& what) {
   CC_THROW(kTransport, msg);
 }
 
-size_t GlooComm::eager_bytes() const {
-  // Every rank saw the same parts last call, so every rank gets the same
-  // bound; the staging buffer stays within kEagerStagingBytes whatever P.
+size_t GlooComm::eager_bound(size_t last_part) const {
+  // Room to grow (a sparse payload's size moves a little from call to
+  // call), and the staging buffers of a call within kEagerStagingBytes
+  // whatever P.
   const size_t per_peer_cap = kEagerStagingBytes / static_cast<size_t>(std::max(size_, 1));
-  return std::min(eager_allgatherv_, per_peer_cap);
+  return std::min(last_part + last_part / 8 + 64, per_peer_cap);
 }
 
 Gathered GlooComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
@@ -123,7 +124,8 @@ Gathered GlooComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
   CallScope call(*this, "allgatherv");
   const size_t p = static_cast<size_t>(size_);
   const size_t me = static_cast<size_t>(rank_);
-  const size_t eager = eager_bytes();
+  // Every rank saw the same parts last call, so every rank has this bound.
+  const size_t eager = eager_allgatherv_;
   const size_t stride = sizeof(uint64_t) + eager;
 
   // Round 1: to every peer, this rank's size, and the payload with it when
@@ -186,9 +188,7 @@ Gathered GlooComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
     }
   }
   call.wait_all();
-  // The next call's bound: this call's largest part with room to grow (a
-  // sparse payload's size moves a little from call to call).
-  eager_allgatherv_ = largest + largest / 8 + 64;
+  eager_allgatherv_ = eager_bound(largest);
   return out;
 }
 
@@ -198,17 +198,35 @@ std::vector<Bytes> GlooComm::alltoallv(const std::vector<Bytes>& send, size_t ma
   for (const Bytes& b : send) check_own_part(b.size(), max_part, "alltoallv");
   CallScope call(*this, "alltoallv");
   const size_t p = static_cast<size_t>(size_);
-  std::vector<uint64_t> out_sizes(p), in_sizes(p, 0);
-  for (size_t j = 0; j < p; ++j) out_sizes[j] = send[j].size();
-
+  if (a2a_bound_out_.size() != p) {
+    a2a_bound_out_.assign(p, 0);
+    a2a_bound_in_.assign(p, 0);
+  }
+  // Round 1, as allgatherv's, with a bound per pair: what i sent j last
+  // call is what j received from i, so both derive the same bound from it.
+  std::vector<Bytes> first(p);
+  std::vector<size_t> inbox_at(p + 1, 0);
+  for (size_t j = 0; j < p; ++j) {
+    inbox_at[j + 1] = inbox_at[j] + (j == size_t(rank_) ? 0 : sizeof(uint64_t) + a2a_bound_in_[j]);
+  }
+  std::vector<uint8_t> inbox(inbox_at[p]);
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     const size_t pr = static_cast<size_t>(peer);
-    call.send(peer, &out_sizes[pr], sizeof(uint64_t), kPhaseSizes);
-    call.recv(peer, &in_sizes[pr], sizeof(uint64_t), kPhaseSizes);
+    const uint64_t n = send[pr].size();
+    const bool eager = send[pr].size() <= a2a_bound_out_[pr];
+    first[pr].resize(sizeof n + (eager ? send[pr].size() : 0));
+    std::memcpy(first[pr].data(), &n, sizeof n);
+    if (eager && n != 0) std::memcpy(first[pr].data() + sizeof n, send[pr].data(), n);
+    call.recv(peer, inbox.data() + inbox_at[pr], inbox_at[pr + 1] - inbox_at[pr], kPhaseEager);
+    call.send(peer, first[pr].data(), first[pr].size(), kPhaseEager);
   }
   call.wait_all();
 
+  std::vector<uint64_t> in_sizes(p, 0);
+  for (size_t j = 0; j < p; ++j) {
+    if (j != size_t(rank_)) std::memcpy(&in_sizes[j], inbox.data() + inbox_at[j], sizeof(uint64_t));
+  }
   // Every announcement is checked before any payload is posted: a refusal
   // sends nothing further.
   for (int peer = 0; peer < size_; ++peer) {
@@ -226,10 +244,22 @@ std::vector<Bytes> GlooComm::alltoallv(const std::vector<Bytes>& send, size_t ma
       call.fail(detail::concat("cannot hold the ", in_sizes[pr], "-byte payload rank ", peer,
                                " announced (", e.what(), ")"));
     }
-    call.send(peer, send[pr].data(), send[pr].size(), kPhasePayload);
-    call.recv(peer, out[pr].data(), out[pr].size(), kPhasePayload);
+    if (in_sizes[pr] <= a2a_bound_in_[pr]) {
+      if (in_sizes[pr] != 0) {
+        std::memcpy(out[pr].data(), inbox.data() + inbox_at[pr] + sizeof(uint64_t), in_sizes[pr]);
+      }
+    } else {
+      call.recv(peer, out[pr].data(), out[pr].size(), kPhasePayload);
+    }
+    if (send[pr].size() > a2a_bound_out_[pr]) {
+      call.send(peer, send[pr].data(), send[pr].size(), kPhasePayload);
+    }
   }
   call.wait_all();
+  for (size_t j = 0; j < p; ++j) {
+    a2a_bound_out_[j] = eager_bound(send[j].size());
+    a2a_bound_in_[j] = eager_bound(static_cast<size_t>(in_sizes[j]));
+  }
   return out;
 }
 

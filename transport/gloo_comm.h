@@ -108,11 +108,14 @@ class GlooComm : public Comm {
   std::chrono::milliseconds timeout_;
   std::vector<std::vector<std::string>> peer_addresses_;
   uint32_t next_tag_ = 1;
-  // allgatherv's eager bound (gloo_comm.cc): the same on every rank, since
-  // it follows from the parts of the previous allgatherv, which every rank
-  // received. 0 before the first call.
-  size_t eager_bytes() const;
+  // The eager bounds (gloo_comm.cc), 0 before the first call: allgatherv's
+  // is the same on every rank, since it follows from the parts of the
+  // previous allgatherv, which every rank received; alltoallv's are per
+  // peer, from the part sent to it (out) or received from it (in) last
+  // call, which the two ends of a pair both know.
+  size_t eager_bound(size_t last_part) const;
   size_t eager_allgatherv_ = 0;
+  std::vector<size_t> a2a_bound_out_, a2a_bound_in_;
   // The most the eager receive buffers of one call may take, over all peers.
   static constexpr size_t kEagerStagingBytes = size_t{64} << 20;
   uint64_t calls_ = 0;
