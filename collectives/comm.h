@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <limits>
 #include <span>
@@ -53,6 +54,17 @@ class Comm {
   // kTransport error that breaks the communicator (the ranks disagree on
   // what follows). Sending more than max_part is a caller bug (kInternal).
   virtual Gathered allgatherv(std::span<const uint8_t> send, size_t max_part) = 0;
+
+  // allgatherv(), calling meanwhile() on this thread while the payloads are
+  // in flight: the sparse allreduce zeroes its output there instead of after
+  // the exchange. meanwhile must not touch send. Where the transport cannot
+  // overlap (the default), it runs first. An exception from meanwhile is
+  // rethrown once the exchange is complete, so the ranks stay in step.
+  virtual Gathered allgatherv_overlapping(std::span<const uint8_t> send, size_t max_part,
+                                          const std::function<void()>& meanwhile) {
+    meanwhile();
+    return allgatherv(send, max_part);
+  }
 
   // send[j] goes to rank j (send.size() == size()); returns what each rank
   // sent to this one, in rank order. Entry rank() is passed through locally.

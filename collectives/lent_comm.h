@@ -16,6 +16,10 @@ class LentComm final : public Comm {
   Gathered allgatherv(std::span<const uint8_t> s, size_t max_part) override {
     return c_.allgatherv(s, max_part);
   }
+  Gathered allgatherv_overlapping(std::span<const uint8_t> s, size_t max_part,
+                                  const std::function<void()>& meanwhile) override {
+    return c_.allgatherv_overlapping(s, max_part, meanwhile);
+  }
   std::vector<Bytes> alltoallv(const std::vector<Bytes>& s, size_t max_part) override {
     return c_.alltoallv(s, max_part);
   }

@@ -18,9 +18,10 @@ CallInfo sparse_allgather(Comm& comm, const char* name, const SparseCodec& codec
                           const Addends& addends) {
   Bytes payload;
   const EncodeInfo info = encode_with_addends(codec, buf, addends, n, state, payload);
-  const Gathered all = comm.allgatherv(payload, max_payload_bytes(n));
+  // buf is encoded: zero it for the decode while the payloads travel.
+  const Gathered all = comm.allgatherv_overlapping(payload, max_payload_bytes(n),
+                                                   [&] { std::fill(buf, buf + n, 0.0f); });
   CC_CHECK_EQ(all.parts(), comm.size(), kInternal, "allgatherv returned the wrong number of parts");
-  std::fill(buf, buf + n, 0.0f);
   CallInfo call{payload.size(), info.sent};
   if (list_support) call.support.emplace();
   for (int r = 0; r < all.parts(); ++r) {

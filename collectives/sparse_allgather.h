@@ -1,8 +1,9 @@
 // The allgather pattern of the sparse allreduce (dgc, sbc, sdagc).
 //
 // Each rank encodes its gradient into a sparse payload (its codec updates the
-// residual), allgathers the payloads, and every rank decodes all of them in
-// rank order into a zeroed buffer: the same additions in the same order on
+// residual), allgathers the payloads (zeroing its buffer while they travel:
+// Comm::allgatherv_overlapping), and every rank decodes all of them in
+// rank order into the zeroed buffer: the same additions in the same order on
 // every rank, hence bitwise-identical results. Nothing is lost: what the
 // codec did not send stays in its residual (sent + residual = accumulated).
 // Cost per rank: its payload to P-1 peers, so the volume grows with P; the

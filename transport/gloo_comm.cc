@@ -20,6 +20,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -120,6 +122,11 @@ size_t GlooComm::eager_bound(size_t last_part) const {
 }
 
 Gathered GlooComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
+  return allgatherv_overlapping(send, max_part, nullptr);
+}
+
+Gathered GlooComm::allgatherv_overlapping(std::span<const uint8_t> send, size_t max_part,
+                                          const std::function<void()>& meanwhile) {
   check_own_part(send.size(), max_part, "allgatherv");
   CallScope call(*this, "allgatherv");
   const size_t p = static_cast<size_t>(size_);
@@ -143,6 +150,15 @@ Gathered GlooComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
     if (peer == rank_) continue;
     call.recv(peer, inbox.data() + stride * static_cast<size_t>(peer), stride, kPhaseEager);
     call.send(peer, mine.data(), mine.size(), kPhaseEager);
+  }
+  // Gloo's loop thread moves the messages while this thread works.
+  std::exception_ptr meanwhile_failed;
+  if (meanwhile) {
+    try {
+      meanwhile();
+    } catch (...) {
+      meanwhile_failed = std::current_exception();
+    }
   }
   call.wait_all();
 
@@ -189,6 +205,8 @@ Gathered GlooComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
   }
   call.wait_all();
   eager_allgatherv_ = eager_bound(largest);
+  // Only now: every peer got this rank's part and the ranks stay in step.
+  if (meanwhile_failed) std::rethrow_exception(meanwhile_failed);
   return out;
 }
 

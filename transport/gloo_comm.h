@@ -54,6 +54,9 @@ class GlooComm : public Comm {
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
   Gathered allgatherv(std::span<const uint8_t> send, size_t max_part) override;
+  // meanwhile runs once this rank's first round is posted (gloo_comm.cc).
+  Gathered allgatherv_overlapping(std::span<const uint8_t> send, size_t max_part,
+                                  const std::function<void()>& meanwhile) override;
   std::vector<Bytes> alltoallv(const std::vector<Bytes>& send, size_t max_part) override;
   void allreduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
   void broadcast(void* buf, size_t bytes, int root) override;

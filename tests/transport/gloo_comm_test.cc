@@ -106,6 +106,33 @@ TEST_P(GlooCommTest, AllgathervPartsAboveTheEagerBoundFollowInASecondRound) {
   });
 }
 
+// allgatherv_overlapping runs its work once, during the call, and a throw
+// from it comes out only after the exchange: every rank completes the call
+// and the communicator stays usable.
+TEST_P(GlooCommTest, AllgathervOverlappingRunsItsWorkOnceAndKeepsTheRanksInStep) {
+  run_gloo_ranks(world(), [&](Comm& comm) {
+    const int me = comm.rank();
+    for (int salt = 0; salt < 4; ++salt) {
+      int ran = 0;
+      const Gathered g =
+          comm.allgatherv_overlapping(gather_payload(me, salt), kUnboundedPart, [&] { ++ran; });
+      EXPECT_EQ(ran, 1);
+      expect_gathered(g, comm.size(), salt);
+    }
+    auto failing_on_rank_0 = [&] {
+      comm.allgatherv_overlapping(gather_payload(me, 9), kUnboundedPart, [&] {
+        if (me == 0) throw std::runtime_error("work failed");
+      });
+    };
+    if (me == 0) {
+      EXPECT_THROW(failing_on_rank_0(), std::runtime_error);
+    } else {
+      EXPECT_NO_THROW(failing_on_rank_0());
+    }
+    expect_gathered(comm.allgatherv(gather_payload(me, 10), kUnboundedPart), comm.size(), 10);
+  });
+}
+
 // alltoallv's bound is per pair (the part between the two last call): the
 // part from i to j grows past it on some pairs only, shrinks and vanishes.
 TEST_P(GlooCommTest, AlltoallvPartsAboveTheEagerBoundFollowInASecondRound) {
