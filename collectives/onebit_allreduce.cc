@@ -89,10 +89,11 @@ CallInfo OneBitAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool avera
 }
 
 CostShape OneBitAllreduce::cost_shape(size_t n, int world_size) const {
-  // alltoallv of (R-1)/R of the signs, allgatherv of our shard to R-1 peers.
+  // alltoallv of (R-1)/R of the signs, allgatherv of our shard to R-1
+  // peers: one round each (GlooComm sends the sizes with the parts).
   const double bits = double(onebit_payload_bytes(n, config_));
   const double share = world_size > 1 ? double(world_size - 1) / world_size : 0.0;
-  return {2.0 * share * bits, 4, false};
+  return {2.0 * share * bits, 2, false};
 }
 
 }  // namespace compcoll
