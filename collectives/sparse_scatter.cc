@@ -273,11 +273,11 @@ CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
     std::copy(body.begin(), body.end(), result.begin() + kScatterDemandBytes);
   }
 
-  // 4. gather.
-  const Gathered all = comm.allgatherv(result, kScatterDemandBytes + max_part);
+  // 4. gather, zeroing buf (encoded in step 1) while the results travel.
+  const Gathered all = comm.allgatherv_overlapping(result, kScatterDemandBytes + max_part,
+                                                   [&] { std::fill(buf, buf + n, 0.0f); });
   CC_CHECK_EQ(all.parts(), world, kInternal, "allgatherv returned the wrong number of parts");
   sent_bytes += result.size();
-  std::fill(buf, buf + n, 0.0f);
   std::vector<uint64_t> demands(p);
   std::vector<std::vector<uint32_t>> selections(p);
   CallInfo call;
