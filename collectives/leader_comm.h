@@ -21,7 +21,7 @@
 // allreduce is a reduce-scatter then allgather over the leaders: leader j
 // reduces shard j of all leaders' buffers in leader order and sends the
 // result to everyone, so every leader holds the same bits (2 (H-1)/H of the
-// buffer sent per leader, like a ring, in two rounds).
+// buffer sent per leader, like a ring, in two exchanges).
 //
 // Errors: the world Comm's (a dead rank or a timeout anywhere breaks every
 // rank's world calls within the timeout); a part of the wrong size or a

@@ -2,7 +2,7 @@
 //
 // A call owns one tag. Point-to-point messages of the call use the Gloo slot
 // Slot::build(kCompcollSlotPrefix, tag) + phase, where phase numbers the
-// rounds inside the call (sizes, then payloads; barrier rounds). Every posted
+// rounds inside the call (sizes with eager payloads, then the rest; barrier rounds). Every posted
 // operation gets its own UnboundBuffer so that a failure can be pinned on the
 // peer it was exchanging with. Waits get the time left to the call's deadline.
 //
