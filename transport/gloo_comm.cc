@@ -23,6 +23,7 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <span>
 #include <utility>
 
 #include "compcoll/error.h"
@@ -36,6 +37,23 @@ namespace {
 // it fits the eager bound, then the payloads that did not.
 constexpr uint8_t kPhaseEager = 0;
 constexpr uint8_t kPhasePayload = 1;
+
+// Round 1's message for one part: its size, and the part itself when it
+// fits the pair's eager bound.
+Bytes eager_message(std::span<const uint8_t> part, size_t bound) {
+  const uint64_t n = part.size();
+  Bytes m(sizeof n + (part.size() <= bound ? part.size() : 0));
+  std::memcpy(m.data(), &n, sizeof n);
+  if (m.size() > sizeof n) std::memcpy(m.data() + sizeof n, part.data(), part.size());
+  return m;
+}
+
+// The size at the front of a round-1 message.
+uint64_t announced_size(const uint8_t* message) {
+  uint64_t n = 0;
+  std::memcpy(&n, message, sizeof n);
+  return n;
+}
 
 }  // namespace
 
@@ -52,6 +70,8 @@ GlooComm::GlooComm(std::shared_ptr<gloo::Context> context,
   CC_CHECK(timeout_.count() > 0, kInvalidArgument,
            "GlooComm timeout must be positive, got ", timeout_.count(), " ms");
   peer_addresses_.resize(static_cast<size_t>(size_));
+  a2a_bound_out_.assign(static_cast<size_t>(size_), 0);
+  a2a_bound_in_.assign(static_cast<size_t>(size_), 0);
 }
 
 GlooComm::~GlooComm() = default;
@@ -138,13 +158,8 @@ Gathered GlooComm::allgatherv_overlapping(std::span<const uint8_t> send, size_t 
   // Round 1: to every peer, this rank's size, and the payload with it when
   // it fits the eager bound. Receives are posted for the bound: Gloo takes
   // a message shorter than the posted buffer.
-  const uint64_t my_size = send.size();
   const bool my_eager = send.size() <= eager;
-  std::vector<uint8_t> mine(sizeof my_size + (my_eager ? send.size() : 0));
-  std::memcpy(mine.data(), &my_size, sizeof my_size);
-  if (my_eager && !send.empty()) {
-    std::memcpy(mine.data() + sizeof my_size, send.data(), send.size());
-  }
+  const Bytes mine = eager_message(send, eager);
   std::vector<uint8_t> inbox(stride * p);
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
@@ -163,9 +178,8 @@ Gathered GlooComm::allgatherv_overlapping(std::span<const uint8_t> send, size_t 
   call.wait_all();
 
   std::vector<uint64_t> sizes(p, 0);
-  sizes[me] = my_size;
   for (size_t r = 0; r < p; ++r) {
-    if (r != me) std::memcpy(&sizes[r], inbox.data() + stride * r, sizeof(uint64_t));
+    sizes[r] = r == me ? send.size() : announced_size(inbox.data() + stride * r);
   }
   Gathered out;
   out.offsets.resize(p + 1, 0);
@@ -216,10 +230,6 @@ std::vector<Bytes> GlooComm::alltoallv(const std::vector<Bytes>& send, size_t ma
   for (const Bytes& b : send) check_own_part(b.size(), max_part, "alltoallv");
   CallScope call(*this, "alltoallv");
   const size_t p = static_cast<size_t>(size_);
-  if (a2a_bound_out_.size() != p) {
-    a2a_bound_out_.assign(p, 0);
-    a2a_bound_in_.assign(p, 0);
-  }
   // Round 1, as allgatherv's, with a bound per pair: what i sent j last
   // call is what j received from i, so both derive the same bound from it.
   std::vector<Bytes> first(p);
@@ -231,11 +241,7 @@ std::vector<Bytes> GlooComm::alltoallv(const std::vector<Bytes>& send, size_t ma
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     const size_t pr = static_cast<size_t>(peer);
-    const uint64_t n = send[pr].size();
-    const bool eager = send[pr].size() <= a2a_bound_out_[pr];
-    first[pr].resize(sizeof n + (eager ? send[pr].size() : 0));
-    std::memcpy(first[pr].data(), &n, sizeof n);
-    if (eager && n != 0) std::memcpy(first[pr].data() + sizeof n, send[pr].data(), n);
+    first[pr] = eager_message(send[pr], a2a_bound_out_[pr]);
     call.recv(peer, inbox.data() + inbox_at[pr], inbox_at[pr + 1] - inbox_at[pr], kPhaseEager);
     call.send(peer, first[pr].data(), first[pr].size(), kPhaseEager);
   }
@@ -243,7 +249,7 @@ std::vector<Bytes> GlooComm::alltoallv(const std::vector<Bytes>& send, size_t ma
 
   std::vector<uint64_t> in_sizes(p, 0);
   for (size_t j = 0; j < p; ++j) {
-    if (j != size_t(rank_)) std::memcpy(&in_sizes[j], inbox.data() + inbox_at[j], sizeof(uint64_t));
+    if (j != size_t(rank_)) in_sizes[j] = announced_size(inbox.data() + inbox_at[j]);
   }
   // Every announcement is checked before any payload is posted: a refusal
   // sends nothing further.

@@ -383,7 +383,6 @@ Addends ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::millisecon
     for (int l = 1; l < L; ++l) parts.parts.push_back(data(l));
     if (last == LastRound::kReturn && k + 1 == rounds(n)) {
       // The slots are read until broadcast_from_leader, which says `taken`.
-      slots_lent_ = true;
       lent_round_ = round;
       return parts;
     }
@@ -399,11 +398,11 @@ void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::millisec
   const auto deadline = Clock::now() + timeout;
   const int L = local_size();
   auto* h = static_cast<Header*>(base_);
-  if (slots_lent_) {
+  if (lent_round_) {
     // reduce_to_leader's returned addends have been used: the leader's
     // algorithm is done with the slots.
-    publish(&h->taken, lent_round_);
-    slots_lent_ = false;
+    publish(&h->taken, *lent_round_);
+    lent_round_.reset();
   }
   for (size_t k = 0; k < rounds(n); ++k) {
     const auto [round, off, len] = next_round(k, n);

@@ -56,6 +56,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -140,8 +141,7 @@ class ShmGroup final : public LocalGroup {
   uint32_t round_ = 0;
   // The leader's last round returned as addends (LastRound::kReturn): its
   // `taken` is published when the result is shared.
-  bool slots_lent_ = false;
-  uint32_t lent_round_ = 0;
+  std::optional<uint32_t> lent_round_;
 };
 
 // Collective over `world`: each host with more than one rank gets a segment
