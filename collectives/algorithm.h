@@ -37,10 +37,15 @@ const char* selection_name(Selection s);
 // The moving average's beta for normalized selection: Adam's default beta2.
 constexpr float kNormalizedSelectionBeta = 0.999f;
 
+// AlgoParams::density's "auto" (no valid density is 0): see density_for.
+inline constexpr double kAutoDensity = 0.0;
+
 // The effective configuration of the compressed algorithms: every knob that
 // changes the math. Ranks must agree on all of it (see agreement.h).
 struct AlgoParams {
-  double density = 0.001;        // dgc, sbc, sdagc: fraction of elements sent
+  // dgc, sbc, sdagc: fraction of elements sent; kAutoDensity: per algorithm
+  // (density_for, registry.h), COMPCOLL_DENSITY's default.
+  double density = 0.001;
   float momentum = 0.0f;         // momentum correction (dgc, sdagc, sbc, csc)
   bool nesterov = false;
   // Momentum factor masking at steps of at most this density (dgc, sdagc;

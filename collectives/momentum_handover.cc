@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "collectives/registry.h"
 #include "compcoll/error.h"
 
 namespace compcoll {
@@ -84,7 +85,7 @@ AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p,
     // (whose exact warm-up is dgc's) do best masking at the last stage
     // only, csc (whose warm-up sends every chunk) after its warm-up
     // (docs/convergence.md, over three seeds for sbc).
-    const double base = algo == "csc" ? p.csc_fraction : p.density;
+    const double base = algo == "csc" ? p.csc_fraction : density_for(algo, p);
     q.momentum_masking_density = std::min(1.0, 2.0 * base);
   }
   return q;

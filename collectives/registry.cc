@@ -24,6 +24,12 @@ float second_moment_beta(const AlgoParams& p) {
   return p.selection == Selection::kNormalized ? kNormalizedSelectionBeta : 0.0f;
 }
 
+// p with its density resolved for `algo` (density_for).
+AlgoParams resolved(std::string_view algo, AlgoParams p) {
+  p.density = density_for(algo, p);
+  return p;
+}
+
 SparsifyConfig sparsify_config(const AlgoParams& p) {
   SparsifyConfig c;
   c.density = p.density;
@@ -45,19 +51,22 @@ double sparse_entry_bytes(const AlgoParams& p) {
   return double(value_type_size(p.values)) + (p.indices == IndexType::kU32 ? 4.0 : 2.0);
 }
 
-std::unique_ptr<Algorithm> make_dgc(const AlgoParams& p) {
+std::unique_ptr<Algorithm> make_dgc(const AlgoParams& given) {
+  const AlgoParams p = resolved("dgc", given);
   return std::make_unique<SparseAllreduce>("dgc", make_sparse_codec("dgc", p), p.density,
                                            sparse_entry_bytes(p), p.sparse_pattern,
                                            SparseEncoding{p.values, p.indices});
 }
 
-std::unique_ptr<Algorithm> make_sdagc(const AlgoParams& p) {
+std::unique_ptr<Algorithm> make_sdagc(const AlgoParams& given) {
+  const AlgoParams p = resolved("sdagc", given);
   return std::make_unique<SparseAllreduce>("sdagc", make_sparse_codec("sdagc", p), p.density,
                                            sparse_entry_bytes(p), p.sparse_pattern,
                                            SparseEncoding{p.values, p.indices});
 }
 
-std::unique_ptr<Algorithm> make_sbc(const AlgoParams& p) {
+std::unique_ptr<Algorithm> make_sbc(const AlgoParams& given) {
+  const AlgoParams p = resolved("sbc", given);
   // Golomb-Rice: about b* + 2 bits per position, and a sign bit with both sides.
   const double bits = golomb_rice_parameter(p.density) + 2.0 + (p.sbc_both_sides ? 1.0 : 0.0);
   return std::make_unique<SparseAllreduce>("sbc", make_sparse_codec("sbc", p), p.density,
@@ -121,7 +130,8 @@ constexpr AlgorithmDescriptor kAlgorithms[] = {
 
 }  // namespace
 
-std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const AlgoParams& p) {
+std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const AlgoParams& given) {
+  const AlgoParams p = resolved(name, given);
   if (name == "dgc") {
     DgcConfig c;
     static_cast<SparsifyConfig&>(c) = sparsify_config(p);
@@ -166,7 +176,13 @@ std::unique_ptr<Algorithm> make_algorithm(std::string_view name, const AlgoParam
 std::string AlgoParams::canonical() const {
   std::ostringstream os;
   os.precision(17);
-  os << "density=" << density << ";momentum=" << momentum << ";nesterov=" << nesterov
+  os << "density=";
+  if (density == kAutoDensity) {
+    os << "auto";
+  } else {
+    os << density;
+  }
+  os << ";momentum=" << momentum << ";nesterov=" << nesterov
      << ";momentum_masking_density=" << momentum_masking_density << ";momentum_handover=" << momentum_handover
      << ";momentum_from_optimizer=" << momentum_from_optimizer
      << ";clip=" << clip << ";warmup_steps=" << warmup_steps
@@ -182,6 +198,16 @@ std::string AlgoParams::canonical() const {
      << ";auto_algo=" << auto_algo
      << ";sparse_pattern=" << sparse_pattern_name(sparse_pattern);
   return os.str();
+}
+
+double density_for(std::string_view algo, const AlgoParams& p) {
+  if (p.density != kAutoDensity) return p.density;
+  if (algo == "auto") return p.auto_algo == "auto" ? 0.001 : density_for(p.auto_algo, p);
+  if (algo == "dgc" || algo == "sdagc") {
+    constexpr double kDgcBytesPerThousand = 8.0;  // DGC's 0.1 % at fp32 + u32
+    return kDgcBytesPerThousand / 1000.0 / sparse_entry_bytes(p);
+  }
+  return 0.001;
 }
 
 bool ranks_a_residual(std::string_view algo, const AlgoParams& p) {

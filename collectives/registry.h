@@ -27,6 +27,16 @@ std::unique_ptr<Algorithm> make_algorithm(std::string_view name, const AlgoParam
 // from the same parameters; null for the others.
 std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const AlgoParams& params);
 
+// The density `algo` runs at: p.density, or for kAutoDensity a budget, not
+// a count. dgc and sdagc (and auto weighing them) send as many entries as
+// DGC's 0.1 % costs at 8 bytes an entry (fp32 value, u32 index): 0.002 at
+// the default fp16 values and varint indices (~4 bytes), 0.00133 with one
+// of them, 0.001 with neither. sbc, whose entry is a Golomb-coded position
+// that these settings do not change, runs at 0.001. Measured on the
+// convergence suite: twice the entries at the same bytes narrow the gap to
+// dense (docs/convergence.md).
+double density_for(std::string_view algo, const AlgoParams& p);
+
 // Whether COMPCOLL_SELECTION changes what `algo` sends: dgc and sdagc rank
 // their residual, sbc only over its exact warm-up, auto through the
 // algorithm it weighs (p.auto_algo); csc, onebit and dense rank none.

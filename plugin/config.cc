@@ -115,9 +115,13 @@ const ConfigVar kTable[] = {
        cfg.params.auto_algo = value;
      },
      "auto"},
-    {"COMPCOLL_DENSITY", VarType::kDouble, "0.001", "(0, 1]",
-     "fraction of elements sent per step by dgc, sbc and sdagc",
-     CC_APPLY { cfg.params.density = fraction_in_unit(var, value); },
+    {"COMPCOLL_DENSITY", VarType::kDouble, "auto", "auto or (0, 1]",
+     "fraction of elements sent per step by dgc, sbc and sdagc; auto = a budget: dgc and sdagc "
+     "send what DGC's 0.001 costs at 8 bytes an entry (0.002 at the default fp16 values and "
+     "varint indices, 0.001 at fp32 and u32), sbc 0.001 (docs/convergence.md)",
+     CC_APPLY {
+       cfg.params.density = value == "auto" ? kAutoDensity : fraction_in_unit(var, value);
+     },
      "dgc,sbc,sdagc"},
     {"COMPCOLL_MOMENTUM", VarType::kDouble, "0", "[0, 1)",
      "momentum correction factor (dgc, sdagc, sbc, csc); it replaces the optimizer's momentum, "
@@ -230,8 +234,9 @@ const ConfigVar kTable[] = {
      "scale (the excess is dropped: no wind-up of elements above the scale); 0 = unbounded",
      CC_APPLY { cfg.params.onebit_residual_bound = static_cast<float>(non_negative(var, value)); },
      "onebit"},
-    {"COMPCOLL_VALUE_DTYPE", VarType::kEnum, "fp32", "fp32|fp16|bf16",
-     "how dgc/sdagc values travel (rounding error stays in the residual)",
+    {"COMPCOLL_VALUE_DTYPE", VarType::kEnum, "fp16", "fp32|fp16|bf16",
+     "how dgc/sdagc values travel (rounding error, and the excess of a finite value beyond "
+     "fp16's range, stay in the residual; Inf and NaN travel as such)",
      CC_APPLY {
        check_enum(var, value);
        cfg.params.values = value == "fp16"   ? ValueType::kFp16
@@ -239,7 +244,7 @@ const ConfigVar kTable[] = {
                                              : ValueType::kFp32;
      },
      "dgc,sdagc"},
-    {"COMPCOLL_INDEX_CODING", VarType::kEnum, "u32", "u32|varint",
+    {"COMPCOLL_INDEX_CODING", VarType::kEnum, "varint", "u32|varint",
      "how dgc/sdagc indices travel: raw 32-bit or LEB128 gaps",
      CC_APPLY {
        check_enum(var, value);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collectives/algorithm.h"
+#include "collectives/registry.h"
 #include "compcoll/error.h"
 #include "compression/csc.h"
 #include "compression/decode.h"
@@ -338,7 +339,7 @@ CodecSpeed measure_codec(const std::string& algo, size_t count, const AlgoParams
   Options o;
   o.algo = algo;
   o.count = count;
-  o.density = algo == "csc" ? params.csc_fraction : params.density;
+  o.density = algo == "csc" ? params.csc_fraction : density_for(algo, params);
   o.momentum = params.momentum;
   o.nesterov = params.nesterov;
   o.values = params.values;

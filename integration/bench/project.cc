@@ -166,7 +166,7 @@ Projection project_one(const Variant& v, int ranks, const LinkRate& rate, const 
         s.sent ? std::max(0.0, double(s.payload_bytes) - header) / double(s.sent) : 8.0;
     const SparsePattern pattern =
         v.pattern == "scatter" ? SparsePattern::kScatter : SparsePattern::kAllgather;
-    shape = sparse_pattern_cost(pattern, n, ranks, in.params.density, per_entry);
+    shape = sparse_pattern_cost(pattern, n, ranks, density_for(v.algo, in.params), per_entry);
   } else {
     shape = make_algorithm(v.algo, in.params)->cost_shape(n, ranks);
   }
@@ -344,9 +344,10 @@ int project_main(int argc, char** argv, int first) {
   if (json) {
     std::cout << json_list(items) << std::endl;
   } else {
-    std::printf("# compcoll-bench project: %zu float32, density %g (k = %zu); time per call (ms) "
-                "from auto's cost model\n",
-                in.count, in.params.density, target_count(in.params.density, in.count));
+    const double dgc_density = density_for("dgc", in.params);
+    std::printf("# compcoll-bench project: %zu float32, dgc density %g (k = %zu); time per call "
+                "(ms) from auto's cost model\n",
+                in.count, dgc_density, target_count(dgc_density, in.count));
     std::printf("# codecs timed here on one core each:");
     for (const auto& [name, s] : in.speeds)
       std::printf(" %s %.1f+%.2f ms", name.c_str(), s.encode_ms, s.decode_ms);
@@ -379,7 +380,8 @@ int project_main(int argc, char** argv, int first) {
     const std::string& dir = run_dir.path();
     std::ofstream(dir + "/projection.json") << json_list(items) << "\n";
     const std::string title = "compcoll-bench project: " + std::to_string(in.count) +
-                              " float32, density " + std::to_string(in.params.density).substr(0, 6);
+                              " float32, dgc density " +
+                              std::to_string(density_for("dgc", in.params)).substr(0, 6);
     std::vector<Child> plotter{spawn({"/usr/bin/env", "python3",
                                       COMPCOLL_SOURCE_DIR "/scripts/plot_projection.py",
                                       dir + "/projection.json", plot, title},

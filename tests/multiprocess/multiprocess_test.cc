@@ -171,7 +171,7 @@ TEST(MultiProcessFaults, RanksThatDisagreeOnTheDensityAllRefuseWithTheReason) {
   const auto start = Clock::now();
   start_ranks(job, 3, 3, "dgc", 1, {"COMPCOLL_DENSITY=0.01"});
   expect_all_fail_in_time(job, 3, start,
-                          {"disagree", "density: rank 0 has 0.001, rank 1 has 0.01"});
+                          {"disagree", "density: rank 0 has auto, rank 1 has 0.01"});
 }
 
 TEST(MultiProcessFaults, BadConfigurationIsRejectedBeforeAnyTraffic) {

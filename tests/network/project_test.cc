@@ -33,9 +33,13 @@ using compcoll::testing::TempDir;
 
 const std::string kBench = COMPCOLL_BENCH;
 
-std::pair<int, std::string> run_project(const std::vector<std::string>& args, int limit_s = 240) {
+// env: COMPCOLL_* settings for the run ("NAME=VALUE").
+std::pair<int, std::string> run_project(const std::vector<std::string>& args, int limit_s = 240,
+                                        const std::vector<std::string>& env = {}) {
   TempDir dir;
-  std::vector<std::string> argv{kBench, "project"};
+  std::vector<std::string> argv{"/usr/bin/env"};
+  argv.insert(argv.end(), env.begin(), env.end());
+  argv.insert(argv.end(), {kBench, "project"});
   argv.insert(argv.end(), args.begin(), args.end());
   const std::string out = dir.path() + "/project.out";
   ChildSet children;
@@ -153,10 +157,15 @@ TEST(Project, TableNamesTheFastestVariantPerRow) {
   EXPECT_NE(out.find("fastest"), std::string::npos) << out;
 }
 
+// fp32 values and u32 indices at density 0.001: k = 262 entries of 8 bytes.
+const std::vector<std::string> kEightByteEntries{
+    "COMPCOLL_DENSITY=0.001", "COMPCOLL_VALUE_DTYPE=fp32", "COMPCOLL_INDEX_CODING=u32"};
+
 TEST(Project, RanksPerHostAddsTheHierarchicalVariants) {
   const auto [code, out] = run_project({"--ranks", "8,64", "--link", "1gbit", "--count", "262144",
                                         "--algo", "dense,dgc,csc", "--ranks-per-host", "8",
-                                        "--codec-iters", "1", "--json"});
+                                        "--codec-iters", "1", "--json"},
+                                       240, kEightByteEntries);
   ASSERT_EQ(code, 0) << out;
   const auto rows = rows_of(out);
   // dense, dgc x2, csc flat; dgc x2, csc under the hierarchy; x 2 rank counts.
@@ -174,7 +183,8 @@ TEST(Project, RanksPerHostAddsTheHierarchicalVariants) {
   EXPECT_EQ(num(by.at("dgc/allgather+host 8"), "wire_bytes"), 0.0) << out;
   EXPECT_EQ(num(by.at("dgc/allgather+host 64"), "wire_bytes"),
             num(rows_of(run_project({"--ranks", "8", "--link", "1gbit", "--count", "262144",
-                                     "--algo", "dgc", "--codec-iters", "1", "--json"})
+                                     "--algo", "dgc", "--codec-iters", "1", "--json"},
+                                    240, kEightByteEntries)
                             .second)[0],
                 "wire_bytes"))
       << out;

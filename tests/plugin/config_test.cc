@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/registry.h"
 #include "compcoll/error.h"
 #include "plugin/config.h"
 #include "tests/plugin/env_of.h"
@@ -27,7 +28,16 @@ TEST(Config, DefaultsMatchTheDesign) {
   const Config c = load_config(env_of({}));
   EXPECT_EQ(c.algo, "dense");
   EXPECT_FALSE(c.compression_enabled());
-  EXPECT_DOUBLE_EQ(c.params.density, 0.001);
+  // COMPCOLL_DENSITY=auto: dgc's payload at fp16 + varint costs what DGC's
+  // density 0.001 does at fp32 + u32, for twice the entries; sbc's entry is
+  // a position, which these settings do not shrink (docs/convergence.md).
+  EXPECT_EQ(c.params.density, kAutoDensity);
+  EXPECT_EQ(c.params.values, ValueType::kFp16);
+  EXPECT_EQ(c.params.indices, IndexType::kVarintGap);
+  EXPECT_DOUBLE_EQ(density_for("dgc", c.params), 0.002);
+  EXPECT_DOUBLE_EQ(density_for("sdagc", c.params), 0.002);
+  EXPECT_DOUBLE_EQ(density_for("auto", c.params), 0.002);  // weighs dgc
+  EXPECT_DOUBLE_EQ(density_for("sbc", c.params), 0.001);
   EXPECT_EQ(c.params.momentum, 0.0f);
   EXPECT_EQ(c.min_elems, 16384u);
   EXPECT_EQ(c.params.csc_chunk, 16384u);
@@ -35,6 +45,25 @@ TEST(Config, DefaultsMatchTheDesign) {
   EXPECT_EQ(c.transport, "tcp");
   EXPECT_EQ(c.timeout.count(), 30000);
   EXPECT_EQ(c.rank, -1);
+}
+
+TEST(Config, AutoDensityKeepsDgcsByteBudgetAndAnExplicitDensityWins) {
+  auto density = [](std::map<std::string, std::string> env, const char* algo) {
+    return density_for(algo, load_config(env_of(env)).params);
+  };
+  // 8 bytes per thousand elements: 8-byte entries (fp32 + u32) at DGC's
+  // 0.001, 6-byte ones (one field compact) at 0.00133, 4-byte ones at 0.002.
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}, {"COMPCOLL_INDEX_CODING", "u32"}}, "dgc"),
+                   0.001);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "sdagc"), 0.008 / 6.0);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "bf16"}}, "dgc"), 0.002);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_DENSITY", "auto"}}, "dgc"), 0.002);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "sbc"), 0.001);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_ALGO", "auto"}, {"COMPCOLL_AUTO_ALGO", "sbc"}}, "auto"), 0.001);
+  for (const char* algo : {"dgc", "sdagc", "sbc", "auto"}) {
+    EXPECT_DOUBLE_EQ(density({{"COMPCOLL_DENSITY", "0.01"}}, algo), 0.01) << algo;
+  }
+  EXPECT_NE(error_of({{"COMPCOLL_DENSITY", "automatic"}}).find("COMPCOLL_DENSITY"), std::string::npos);
 }
 
 TEST(Config, ReadsEveryKindOfValue) {
