@@ -32,9 +32,10 @@ def test_suite_runs_and_reports(tmp_path):
     # after the warm-up's two steps at 25 %).
     assert dgc["tail_steps"] == 1 and dgc["tail_ratio"] > 1.5 * dgc["ratio"], dgc
     assert dense["tail_ratio"] == 1.0
-    # The stats file says what the warm-up decided: the last call's density.
+    # The stats file says what the warm-up decided: the last call's density,
+    # dgc's default after the warm-up (COMPCOLL_DENSITY=auto: 0.002).
     stats = json.loads((out / "runs" / "mixed" / "dgc" / "stats0.json").read_text())
-    assert 0.0005 < stats["last_density"] < 0.002, stats
+    assert 0.001 < stats["last_density"] < 0.003, stats
     for r in rows:
         assert r["short"]["step"] == 3 and r["long"]["step"] == 6
         assert r["long"]["loss"] > 0 and 0 <= r["long"]["metric"] <= 1
