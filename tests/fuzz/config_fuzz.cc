@@ -111,7 +111,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& a : algorithm_table()) registered = registered || cfg.algo == a.name;
   FUZZ_CHECK(registered, "an unregistered algorithm was accepted");
   const AlgoParams& p = cfg.params;
-  FUZZ_CHECK(p.density > 0.0 && p.density <= 1.0, "density outside (0, 1] accepted");
+  // auto (kAutoDensity) resolves per algorithm; what each runs at must be valid.
+  FUZZ_CHECK(p.density == kAutoDensity || (p.density > 0.0 && p.density <= 1.0),
+             "density outside (0, 1] accepted");
+  for (const char* algo : {"dgc", "sdagc", "sbc", "auto"}) {
+    const double d = density_for(algo, p);
+    FUZZ_CHECK(d > 0.0 && d <= 1.0, "a resolved density outside (0, 1]");
+  }
   FUZZ_CHECK(p.csc_fraction > 0.0 && p.csc_fraction <= 1.0, "csc fraction outside (0, 1] accepted");
   FUZZ_CHECK(p.sample_fraction > 0.0 && p.sample_fraction <= 1.0, "sample fraction outside (0, 1] accepted");
   FUZZ_CHECK(p.csc_chunk >= 1, "csc chunk 0 accepted");
