@@ -23,6 +23,7 @@
 #include "integration/bench/args.h"
 #include "integration/bench/gradients.h"
 #include "integration/bench/json.h"
+#include "plugin/config.h"
 
 namespace compcoll::bench {
 namespace {
@@ -40,22 +41,20 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
+// What to run. The codec's settings are the library's (`params`: the
+// configuration table's defaults and the COMPCOLL_* environment, as
+// load_config reads them), with the flags applied over them, so that the
+// table shows what an allreduce with the same environment would encode.
 struct Options {
   std::string algo;
-  size_t count;
-  double density;  // NaN: the algorithm's default
-  float momentum;
-  bool nesterov;
-  ValueType values;
-  IndexType indices;
-  size_t chunk;
-  size_t block;
-  ScaleMode scale;
-  bool sbc_both_sides;
-  bool normalized;  // COMPCOLL_SELECTION=normalized (dgc, sdagc; sbc's warm-up)
-  int iters;
-  GradientKind dist;
-  uint64_t seed;
+  size_t count = 0;
+  AlgoParams params;
+  // --density: overrides every requested codec's; NaN: the library's for
+  // each (density_for: elements for dgc, sdagc and sbc; csc's chunk fraction).
+  double density = NAN;
+  int iters = 5;
+  GradientKind dist = GradientKind::kGaussian;
+  uint64_t seed = 1;
 };
 
 // One encode and one decode of a codec, on buffers the caller owns.
@@ -83,33 +82,20 @@ CodecUnderTest make_sparse(std::unique_ptr<SparseCodec> codec, const float* grad
 }
 
 CodecUnderTest make_codec(const Options& o, const float* grad, size_t n) {
-  const auto dens = [&](double def) { return std::isnan(o.density) ? def : o.density; };
-  if (o.algo == "dgc" || o.algo == "sdagc") {
-    DgcConfig c;
-    c.density = dens(0.001);
-    c.momentum = o.momentum;
-    c.nesterov = o.nesterov;
-    c.encoding = {o.values, o.indices};
-    c.second_moment_beta = o.normalized ? kNormalizedSelectionBeta : 0.0f;
-    std::unique_ptr<SparseCodec> codec;
-    if (o.algo == "dgc") codec = std::make_unique<DgcCodec>(c);
-    else codec = std::make_unique<SdagcCodec>(static_cast<const SparsifyConfig&>(c));
-    return make_sparse(std::move(codec), grad, n, c.density);
-  }
-  if (o.algo == "sbc") {
-    SbcConfig c;
-    c.density = dens(0.001);
-    c.momentum = o.momentum;
-    c.nesterov = o.nesterov;
-    c.both_sides = o.sbc_both_sides;
-    return make_sparse(std::make_unique<SbcCodec>(c), grad, n, c.density);
+  AlgoParams p = o.params;
+  p.warmup_steps = 0;  // the steady state: nothing warms up here
+  if (o.algo == "dgc" || o.algo == "sdagc" || o.algo == "sbc") {
+    if (!std::isnan(o.density)) p.density = o.density;
+    // The library's own mapping from the settings to the codec (registry.h).
+    std::unique_ptr<SparseCodec> codec = make_sparse_codec(o.algo, p);
+    return make_sparse(std::move(codec), grad, n, density_for(o.algo, p));
   }
   if (o.algo == "csc") {
     CscConfig cfg;
-    cfg.chunk = o.chunk;
-    cfg.fraction = dens(0.01);
-    cfg.momentum = o.momentum;
-    cfg.nesterov = o.nesterov;
+    cfg.chunk = p.csc_chunk;
+    cfg.fraction = std::isnan(o.density) ? p.csc_fraction : o.density;
+    cfg.momentum = p.momentum;
+    cfg.nesterov = p.nesterov;
     validate_csc_config(cfg);
     auto state = std::shared_ptr<CodecState>(make_csc_state(cfg, n));
     const size_t chunks = csc_chunk_count(n, cfg.chunk);
@@ -132,7 +118,7 @@ CodecUnderTest make_codec(const Options& o, const float* grad, size_t n) {
     return c;
   }
   if (o.algo == "onebit") {
-    OneBitConfig cfg{o.block, o.scale};
+    OneBitConfig cfg{p.onebit_block, p.onebit_scale, p.onebit_residual_bound};
     validate_onebit_config(cfg);
     auto err = std::make_shared<std::vector<float>>(n, 0.0f);
     auto payload = std::make_shared<Bytes>();
@@ -177,9 +163,9 @@ struct CodecResult {
         .add("decode_vs_memcpy", vs_memcpy(decode_ms))
         .add("payload_bytes", payload_bytes)
         .add("ratio", ratio())
-        .add("momentum", double(o.momentum))
-        .add("values", value_type_name(o.values))
-        .add("indices", index_type_name(o.indices))
+        .add("momentum", double(o.params.momentum))
+        .add("values", value_type_name(o.params.values))
+        .add("indices", index_type_name(o.params.indices))
         .add("gradient", gradient_kind_name(o.dist))
         .add("iters", o.iters);
     return j;
@@ -250,10 +236,11 @@ ScaleMode parse_scale(const std::string& s) {
   CC_THROW(kInvalidArgument, "--scale: '", s, "' is not one of mean, pair");
 }
 
-bool parse_selection(const std::string& s) {
-  if (s == "normalized") return true;
-  if (s == "magnitude") return false;
-  CC_THROW(kInvalidArgument, "--selection: '", s, "' is not one of magnitude, normalized");
+Selection parse_selection(const std::string& s) {
+  if (s == "normalized") return Selection::kNormalized;
+  if (s == "magnitude") return Selection::kMagnitude;
+  if (s == "auto") return Selection::kAuto;
+  CC_THROW(kInvalidArgument, "--selection: '", s, "' is not one of magnitude, normalized, auto");
 }
 
 bool parse_sbc_sides(const std::string& s) {
@@ -285,20 +272,34 @@ int codec_main(int argc, char** argv, int first) {
       "count", 25557032,
       "float32 elements (K/M/G suffixes); 0 times the fixed per-call cost (header only), its "
       "ratio is n/a (JSON null)"));
-  o.density = args.num("density", NAN,
-                       "fraction sent: elements for dgc/sbc/sdagc [0.001], chunks for csc [0.01]");
-  o.momentum = static_cast<float>(args.num("momentum", 0.0, "momentum correction factor (dgc, sdagc, sbc, csc)"));
-  o.nesterov = args.flag("nesterov", "Nesterov momentum correction");
-  o.values = parse_values(args.str("values", "fp32", "sparse value type: fp32, fp16, bf16"));
-  o.indices = parse_indices(args.str("indices", "u32", "sparse index coding: u32, varint"));
-  o.chunk = static_cast<size_t>(args.integer("chunk", 16384, "csc chunk size in elements"));
-  o.block = static_cast<size_t>(args.integer("block", 2048, "onebit scale block size"));
-  o.scale = parse_scale(args.str("scale", "mean", "onebit reconstruction: mean or pair"));
-  o.sbc_both_sides = parse_sbc_sides(
-      args.str("sbc-sides", "both", "sbc: both signs with a mean each, or one (COMPCOLL_SBC_SIDES)"));
-  o.normalized = parse_selection(args.str(
-      "selection", "magnitude",
-      "dgc/sdagc: rank by magnitude or by normalized value (COMPCOLL_SELECTION)"));
+  // Defaults: the library's settings for this environment (a bad COMPCOLL_*
+  // value fails here, as it would in an allreduce).
+  AlgoParams& p = o.params;
+  p = load_config().params;
+  o.density = args.num(
+      "density", NAN,
+      "fraction sent: elements for dgc/sbc/sdagc, chunks for csc [the library's: COMPCOLL_DENSITY "
+      "(auto: dgc and sdagc 8 bytes per thousand elements at their value and index coding, sbc "
+      "0.001), COMPCOLL_CSC_FRACTION for csc]");
+  p.momentum = static_cast<float>(
+      args.num("momentum", p.momentum, "momentum correction factor (dgc, sdagc, sbc, csc)"));
+  p.nesterov = args.flag("nesterov", "Nesterov momentum correction") || p.nesterov;
+  p.values = parse_values(
+      args.str("values", value_type_name(p.values), "sparse value type: fp32, fp16, bf16"));
+  p.indices = parse_indices(
+      args.str("indices", index_type_name(p.indices), "sparse index coding: u32, varint"));
+  p.csc_chunk = static_cast<size_t>(
+      args.integer("chunk", static_cast<long long>(p.csc_chunk), "csc chunk size in elements"));
+  p.onebit_block = static_cast<size_t>(args.integer(
+      "block", static_cast<long long>(p.onebit_block), "onebit scale block size"));
+  p.onebit_scale = parse_scale(args.str(
+      "scale", p.onebit_scale == ScaleMode::kSignedMeans ? "pair" : "mean",
+      "onebit reconstruction: mean or pair"));
+  p.sbc_both_sides = parse_sbc_sides(args.str("sbc-sides", p.sbc_both_sides ? "both" : "one",
+                                              "sbc: both signs with a mean each, or one"));
+  p.selection = parse_selection(args.str(
+      "selection", selection_name(p.selection),
+      "dgc/sdagc: rank by magnitude or by normalized value (auto: magnitude here, no optimizer)"));
   const long long iters = args.integer("iters", 5, "timed iterations (median reported)");
   o.dist = parse_gradient_kind(args.str("gradient", "gaussian", "input: gaussian, t3, mixed"));
   o.seed = static_cast<uint64_t>(args.integer("seed", 1, "random seed"));
@@ -339,14 +340,7 @@ CodecSpeed measure_codec(const std::string& algo, size_t count, const AlgoParams
   Options o;
   o.algo = algo;
   o.count = count;
-  o.density = algo == "csc" ? params.csc_fraction : density_for(algo, params);
-  o.momentum = params.momentum;
-  o.nesterov = params.nesterov;
-  o.values = params.values;
-  o.indices = params.indices;
-  o.chunk = params.csc_chunk;
-  o.block = params.onebit_block;
-  o.scale = params.onebit_scale;
+  o.params = params;
   o.iters = iters;
   o.dist = GradientKind::kGaussian;
   o.seed = 1;

@@ -206,6 +206,44 @@ TEST(BenchCli, ZeroElementsGiveARatioOfNotApplicable) {
   EXPECT_EQ(r.out.find(" 0.0\n"), std::string::npos) << r.out;
 }
 
+// The codec table encodes with the library's settings for the environment
+// (the configuration table's defaults, then COMPCOLL_*, then the flags), so
+// it shows what an allreduce in the same environment would send.
+TEST(BenchCli, CodecTableUsesTheLibrarysSettingsForTheEnvironment) {
+  struct Case {
+    std::vector<std::string> env, flags;
+    const char *density, *values, *indices;
+  };
+  const std::vector<Case> cases{
+      // COMPCOLL_DENSITY=auto: 8 bytes per thousand elements at fp16 + varint.
+      {{}, {}, "0.002", "fp16", "varint"},
+      // The same budget at 8-byte entries: DGC's 0.001.
+      {{"COMPCOLL_VALUE_DTYPE=fp32", "COMPCOLL_INDEX_CODING=u32"}, {}, "0.001", "fp32", "u32"},
+      {{"COMPCOLL_DENSITY=0.01"}, {}, "0.01", "fp16", "varint"},
+      // A flag wins over the environment, which it replaces for this run.
+      {{"COMPCOLL_DENSITY=0.01"}, {"--density", "0.004", "--values", "bf16"}, "0.004", "bf16",
+       "varint"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args{"codec", "--algo", "dgc", "--count", "64K", "--iters", "1",
+                                  "--json"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    const BenchRun r = bench(args, c.env);
+    ASSERT_EQ(r.code, 0) << describe(args, r);
+    EXPECT_NE(r.out.find(std::string("\"density\": ") + c.density), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(std::string("\"values\": \"") + c.values + "\""), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find(std::string("\"indices\": \"") + c.indices + "\""), std::string::npos)
+        << r.out;
+  }
+  // A bad setting in the environment fails as it would in an allreduce.
+  const std::vector<std::string> args{"codec", "--algo", "dgc", "--count", "1K"};
+  const BenchRun r = bench(args, {"COMPCOLL_VALUE_DTYPE=fp8"});
+  EXPECT_EQ(r.code, 1) << describe(args, r);
+  EXPECT_NE(r.err.find("COMPCOLL_VALUE_DTYPE"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
 TEST(BenchCli, OneRankAndZeroElementsRunLikeNcclTestsWithRatioNotApplicable) {
   TempDir tmp;
   for (const auto& args : {std::vector<std::string>{"allreduce", "--ranks", "1", "--algo",
