@@ -32,7 +32,7 @@ class GpuInterposer : public ::testing::Test {
     std::map<std::string, std::string> e{{"PATH", "/usr/bin:/bin"},
                                          {"LD_PRELOAD", COMPCOLL_TEST_INTERPOSER},
                                          {"COMPCOLL_NCCL_LIBRARY", COMPCOLL_TEST_REAL_NCCL}};
-    for (const char* keep : {"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES"}) {
+    for (const char* keep : {"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG"}) {
       if (const char* v = std::getenv(keep)) e[keep] = v;
     }
     return e;

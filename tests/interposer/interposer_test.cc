@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -225,6 +226,22 @@ TEST_F(Interposer, RefusesToLoadItselfAsTheRealNccl) {
   const AppRun r = run({"--ranks", "2", "--expect-init-failure"}, e);
   EXPECT_RAN_OK(r);
   EXPECT_NE(r.output.find("resolves to the compcoll interposer itself"), std::string::npos) << r.output;
+}
+
+TEST_F(Interposer, RefusesAnotherNcclThanTheOneTheApplicationUses) {
+  // A copy of the stand-in at another path is another loaded object: the
+  // application's ncclBroadcast would get communicators made by the copy.
+  char tmpl[] = "/tmp/compcoll-other-nccl-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string copy = std::string(tmpl) + "/libnccl.so.2";
+  std::filesystem::copy_file(testing::standin_nccl_path(), copy);
+  auto e = env();
+  e["COMPCOLL_NCCL_LIBRARY"] = copy;  // no COMPCOLL_ALGO: pass-through mode checks too
+  const AppRun r = run({"--ranks", "2", "--expect-init-failure"}, e);
+  std::filesystem::remove_all(tmpl);
+  EXPECT_RAN_OK(r);
+  EXPECT_NE(r.output.find("is not the NCCL this process already uses"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(copy), std::string::npos) << r.output;
 }
 
 }  // namespace

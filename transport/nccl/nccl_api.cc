@@ -37,6 +37,32 @@ bool same_object(const void* a, const void* b) {
   return ia.dli_fbase == ib.dli_fbase;
 }
 
+// The file a loaded address lies in, for messages.
+std::string object_file(const void* a) {
+  Dl_info info{};
+  if (a == nullptr || dladdr(a, &info) == 0 || info.dli_fname == nullptr) return "an unknown object";
+  return info.dli_fname;
+}
+
+// The NCCL entry points compcoll does not intercept bind, in the
+// application, to whatever NCCL the process loaded globally. If that is
+// another library than the one loaded here (an application linked against
+// one copy while COMPCOLL_NCCL_LIBRARY names another), a communicator made
+// by one copy would be handed to the other, which fails with errors that
+// name neither (ncclBroadcast: "invalid argument", seen on a GPU machine
+// with a system NCCL beside torch's). Refuse that at load instead. Nothing
+// to compare when no NCCL is global yet (a program that dlopens NCCL
+// locally, or a Comm user that links none).
+void check_same_nccl_as_the_application(const NcclApi& a) {
+  const void* global = dlsym(RTLD_DEFAULT, "ncclBroadcast");
+  if (global == nullptr || same_object(global, reinterpret_cast<const void*>(a.Broadcast))) return;
+  const std::string loaded = object_file(reinterpret_cast<const void*>(a.Broadcast));
+  CC_THROW(kUnsupported, "the NCCL library '", a.path, "'", loaded == a.path ? "" : " (" + loaded + ")",
+           " is not the NCCL this process already uses (", object_file(global),
+           "): two NCCL copies would mix their communicators; point COMPCOLL_NCCL_LIBRARY at ",
+           object_file(global), " or leave it unset (libnccl.so.2 resolves to the loaded one)");
+}
+
 }  // namespace
 
 std::string NcclApi::describe(ncclResult_t r, ncclComm_t comm) const {
@@ -80,6 +106,7 @@ NcclApi load_nccl(const std::string& path, const void* self) {
     bind(a.handle, path, "ncclCommInitRankScalable", a.CommInitRankScalable, false);
     bind(a.handle, path, "ncclCommShrink", a.CommShrink, false);
     bind(a.handle, path, "ncclGroupSimulateEnd", a.GroupSimulateEnd, false);
+    check_same_nccl_as_the_application(a);
   } catch (...) {
     dlclose(a.handle);
     throw;
