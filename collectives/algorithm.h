@@ -80,7 +80,8 @@ struct AlgoParams {
   bool sbc_both_sides = false;
   std::string auto_algo = "dgc";  // auto: the compressed algorithm it weighs against dense
   SparsePattern sparse_pattern = SparsePattern::kAuto;  // dgc, sdagc
-  Selection selection = Selection::kMagnitude;  // COMPCOLL_SELECTION (default magnitude)
+  // COMPCOLL_SELECTION; its default (auto) applies through the configuration.
+  Selection selection = Selection::kMagnitude;
 
   // "key=value;..." of every field: hashed for agreement, shown on mismatch.
   std::string canonical() const;

@@ -79,14 +79,19 @@ AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p,
     q.selection = taken.moved ? Selection::kNormalized : Selection::kMagnitude;
   }
   if (q.momentum_masking_density < 0.0) {
-    // Masked during the warm-up's dense stages, the velocity restarts at
-    // every send and the short horizon loses the optimizer's momentum;
-    // never masked, stale momentum is delivered late. dgc, sdagc and sbc
-    // (whose exact warm-up is dgc's) do best masking at the last stage
-    // only, csc (whose warm-up sends every chunk) after its warm-up
-    // (docs/convergence.md, over three seeds for sbc).
-    const double base = algo == "csc" ? p.csc_fraction : density_for(algo, p);
-    q.momentum_masking_density = std::min(1.0, 2.0 * base);
+    // Under SGD (the hand-over), masked during the warm-up's dense stages,
+    // the velocity restarts at every send and the short horizon loses the
+    // optimizer's momentum; never masked, stale momentum is delivered late.
+    // dgc, sdagc and sbc (whose exact warm-up is dgc's) do best masking at
+    // the last stage only, csc (whose warm-up sends every chunk) after its
+    // warm-up. Under Adam (beta1 moved), Adam normalises the velocity it is
+    // fed by that velocity's own second moment, so an unmasked velocity
+    // amplifies noise; dgc, sdagc and sbc do best masking at every step,
+    // DGC's rule, from the first (docs/convergence.md, "Masking under Adam",
+    // over six seeds).
+    const bool sparsifier = algo != "csc";
+    const double base = sparsifier ? density_for(algo, p) : p.csc_fraction;
+    q.momentum_masking_density = taken.moved && sparsifier ? 1.0 : std::min(1.0, 2.0 * base);
   }
   return q;
 }

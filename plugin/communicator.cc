@@ -195,18 +195,21 @@ bool Communicator::adopt_optimizer_momentum(OptimizerMomentum taken) {
   next->take_attachment(*algo_);
   algo_ = std::move(next);
   optimizer_momentum_ = taken;
+  const std::string masking = p.momentum_masking_density >= 1.0
+                                  ? std::string("at every step")
+                                  : detail::concat("at densities <= ", p.momentum_masking_density);
   if (taken.m > 0.0f && taken.moved) {
     log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: the optimizer's momentum ", taken.m,
               " (Adam's beta1) is moved into compcoll on every rank: ", cfg_.algo,
               " applies DGC's momentum correction with it and the optimizer runs with beta1 = 0, "
-              "momentum factor masking at densities <= ", p.momentum_masking_density,
-              ", ranking by ", p.selection == Selection::kNormalized ? "normalized value" : "magnitude",
+              "momentum factor masking ", masking, ", ranking by ",
+              p.selection == Selection::kNormalized ? "normalized value" : "magnitude",
               ", from the next call on");
   } else if (taken.m > 0.0f) {
     log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: the optimizer's SGD momentum is ", taken.m,
               " on every rank: ", cfg_.algo, " applies DGC's momentum correction with it and hands "
-              "the optimizer s_t - m*s_(t-1), momentum factor masking at densities <= ",
-              p.momentum_masking_density, ", from the next call on");
+              "the optimizer s_t - m*s_(t-1), momentum factor masking ", masking,
+              ", from the next call on");
   } else {
     log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: no momentum taken from the optimizer any more; ",
               cfg_.algo, " runs as configured from the next call on");

@@ -135,9 +135,10 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_MOMENTUM_MASKING_DENSITY", VarType::kDouble, "auto", "auto or [0, 1]",
      "with a momentum correction: momentum factor masking (the velocity restarts at zero where a "
      "value was sent) applies at steps whose density, warm-up included, is at most this (csc: its "
-     "chunk fraction); 1 = always (DGC), 0 = never; auto = 1 with COMPCOLL_MOMENTUM, and "
-     "2 x COMPCOLL_DENSITY (the warm-up's last stage; csc: 2 x COMPCOLL_CSC_FRACTION, "
-     "after its warm-up) with the momentum taken from the optimizer (docs/convergence.md)",
+     "chunk fraction); 1 = always (DGC), 0 = never; auto = 1 with COMPCOLL_MOMENTUM; with the "
+     "momentum taken from the optimizer, 1 under Adam (beta1 moved) for dgc, sdagc and sbc, and "
+     "2 x COMPCOLL_DENSITY (the warm-up's last stage; csc: 2 x COMPCOLL_CSC_FRACTION, after its "
+     "warm-up) under SGD's hand-over and for csc (docs/convergence.md)",
      CC_APPLY {
        cfg.params.momentum_masking_density =
            value == "auto" ? -1.0 : double_in_range(var, value, 0.0, 1.0, true);
@@ -186,13 +187,14 @@ const ConfigVar kTable[] = {
        cfg.params.sbc_both_sides = value == "both";
      },
      "sbc"},
-    {"COMPCOLL_SELECTION", VarType::kEnum, "magnitude", "magnitude|normalized|auto",
+    {"COMPCOLL_SELECTION", VarType::kEnum, "auto", "magnitude|normalized|auto",
      "what dgc and sdagc (and sbc's exact warm-up) rank the residual by: magnitude = |v|; "
      "normalized = |v| / sqrt(s), s a moving average (beta 0.999) of the element's squared "
-     "gradient, which is how far Adam would move it (one more float of state per element); "
-     "auto = normalized once Adam's beta1 is moved into compcoll (COMPCOLL_MOMENTUM_HANDOVER=auto "
-     "under the PyTorch backend), else magnitude. Not the default: no gain measured under Adam "
-     "(docs/convergence.md)",
+     "gradient, which is how far Adam would move it (one more float of state per element, and a "
+     "slower encode); auto = normalized once Adam's beta1 is moved into compcoll "
+     "(COMPCOLL_MOMENTUM_HANDOVER=auto under the PyTorch backend), else magnitude. With masking "
+     "at every step under Adam it took lm's dgc from +2.5 % to +1.0 % of dense's loss "
+     "(docs/convergence.md, \"Masking under Adam\")",
      CC_APPLY {
        check_enum(var, value);
        cfg.params.selection = value == "magnitude"    ? Selection::kMagnitude

@@ -224,17 +224,16 @@ TEST(Config, SbcSendsBothSidesByDefaultAndItIsPartOfTheAgreement) {
   EXPECT_NE(e.find("both|one"), std::string::npos) << e;
 }
 
-TEST(Config, SelectionIsMagnitudeByDefaultAndItIsPartOfTheAgreement) {
+TEST(Config, SelectionIsAutoByDefaultAndItIsPartOfTheAgreement) {
   const Config d = load_config(env_of({}));
-  EXPECT_EQ(d.params.selection, Selection::kMagnitude);
-  EXPECT_NE(d.agreement_description().find("selection=magnitude;"), std::string::npos);
-  const Config a = load_config(env_of({{"COMPCOLL_SELECTION", "auto"}}));
-  EXPECT_EQ(a.params.selection, Selection::kAuto);
+  EXPECT_EQ(d.params.selection, Selection::kAuto);
+  EXPECT_NE(d.agreement_description().find("selection=auto;"), std::string::npos);
   const Config n = load_config(env_of({{"COMPCOLL_SELECTION", "normalized"}}));
   EXPECT_EQ(n.params.selection, Selection::kNormalized);
   EXPECT_NE(n.agreement_description().find("selection=normalized;"), std::string::npos);
   const Config m = load_config(env_of({{"COMPCOLL_SELECTION", "magnitude"}}));
   EXPECT_EQ(m.params.selection, Selection::kMagnitude);
+  EXPECT_NE(m.agreement_description().find("selection=magnitude;"), std::string::npos);
   const std::string e = error_of({{"COMPCOLL_SELECTION", "adam"}});
   EXPECT_NE(e.find("COMPCOLL_SELECTION=adam"), std::string::npos) << e;
   EXPECT_NE(e.find("magnitude|normalized|auto"), std::string::npos) << e;

@@ -39,8 +39,11 @@ Config explicit_recipe(const std::string& algo, OptimizerMomentum taken) {
   c.params.momentum_from_optimizer = false;
   c.params.momentum = taken.m;
   c.params.momentum_handover = !taken.moved;
+  // Masking: at every step for Adam's moved beta1 (dgc, sdagc, sbc), else
+  // from the warm-up's last stage (csc: after its warm-up).
   c.params.momentum_masking_density =
-      2.0 * (algo == "csc" ? c.params.csc_fraction : c.params.density);
+      taken.moved && algo != "csc" ? 1.0
+                                   : 2.0 * (algo == "csc" ? c.params.csc_fraction : c.params.density);
   // Adam moves every element by about its learning rate: rank by normalized value.
   c.params.selection = taken.moved ? Selection::kNormalized : Selection::kMagnitude;
   return c;
@@ -165,7 +168,7 @@ TEST(Adopt, ChangesNothingWhereTheConfigurationDoesNotTakeIt) {
   });
 }
 
-TEST(Adopt, ParametersResolveMaskingAfterTheWarmUp) {
+TEST(Adopt, ParametersResolveMaskingAfterTheWarmUpUnderSgdAndAlwaysUnderAdam) {
   AlgoParams p;
   p.density = 0.001;
   p.momentum_masking_density = -1.0;
@@ -177,10 +180,16 @@ TEST(Adopt, ParametersResolveMaskingAfterTheWarmUp) {
   EXPECT_EQ(q.momentum, 0.9f);
   EXPECT_TRUE(q.momentum_handover);
   EXPECT_DOUBLE_EQ(q.momentum_masking_density, 0.002);
-  const AlgoParams moved = optimizer_momentum_params("dgc", p, {0.9f, true});  // Adam's beta1
+  // Adam's beta1, moved: dgc, sdagc and sbc mask at every step; csc as under SGD.
+  const AlgoParams moved = optimizer_momentum_params("dgc", p, {0.9f, true});
   EXPECT_EQ(moved.momentum, 0.9f);
   EXPECT_FALSE(moved.momentum_handover);
-  EXPECT_DOUBLE_EQ(moved.momentum_masking_density, 0.002);
+  EXPECT_DOUBLE_EQ(moved.momentum_masking_density, 1.0);
+  EXPECT_DOUBLE_EQ(optimizer_momentum_params("sdagc", p, {0.9f, true}).momentum_masking_density,
+                   1.0);
+  EXPECT_DOUBLE_EQ(optimizer_momentum_params("sbc", p, {0.9f, true}).momentum_masking_density, 1.0);
+  EXPECT_DOUBLE_EQ(optimizer_momentum_params("csc", p, {0.9f, true}).momentum_masking_density,
+                   0.02);
   // csc: after its warm-up, at 2 x its chunk fraction.
   EXPECT_DOUBLE_EQ(optimizer_momentum_params("csc", p, {0.9f}).momentum_masking_density, 0.02);
   // sbc: as dgc (its exact warm-up is dgc's).
