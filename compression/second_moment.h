@@ -6,10 +6,13 @@
 // steps it holds, v_i / sqrt(E[g_i^2]). Ranked by |v_i|, the elements with
 // small gradients (whole layers of them) are almost never sent and are
 // starved; ranked by the normalized value, every element is sent when it
-// has gathered about as many steps' worth as the others. Not the default:
-// on the convergence suite's language model (Adam) it was level with
-// magnitude over six seeds (+2.84 % against +2.70 % of dense's loss at 1000
-// steps), for 1.7x (dgc) to 3.3x (sdagc) the encode time (docs/convergence.md).
+// has gathered about as many steps' worth as the others. The default under
+// Adam (COMPCOLL_SELECTION=auto), together with momentum factor masking at
+// every step: on the convergence suite's language model that took dgc from
+// +1.9 % (masked, by magnitude) to +1.0 % of dense's loss at 1000 steps over
+// six seeds; with masking only after the warm-up it had been level with
+// magnitude (+2.84 % against +2.70 %). It costs 1.7x (dgc) to 3.3x (sdagc)
+// the encode time (docs/convergence.md, "Masking under Adam").
 //
 // s_i is an exponential moving average of the element's squared gradient
 // (after local clipping, before the momentum correction), as Adam keeps one
