@@ -12,7 +12,7 @@
 #              libnl-route-3-200, libgtest-dev, libgmock-dev, googletest.
 #              Fetch them on a Debian 12 machine with `apt-get download ...`.
 # --out DIR    where the logs go (default gpu-checks-out/)
-# --skip LIST  steps to leave out: codecs, baseline, profile, python
+# --skip LIST  steps to leave out: codecs, baseline, profile, python, staging
 #
 # Steps (each bounded by a timeout; a failing step is reported and the next
 # one runs; the exit status is that of the first failure):
@@ -27,6 +27,8 @@
 #             kernel's time against the encode's wall time
 #   python    the compcoll wheel built against this machine's torch, then
 #             the GPU tests of tests/python/test_device_lane.py
+#   staging   integration/bench/gpu/staging_cost.py with that wheel: what
+#             host staging costs a cuda-lane allreduce against NCCL's own
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -38,7 +40,7 @@ while [ $# -gt 0 ]; do
     --debs) DEBS=${2:?--debs needs a directory}; shift 2 ;;
     --out) OUT_DIR=${2:?--out needs a directory}; shift 2 ;;
     --skip) SKIP=${2:?--skip needs a list}; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run-gpu-checks: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -124,5 +126,12 @@ python_lane() {
 }
 export -f python_lane
 step python 300 python_lane
+
+# What host staging costs a call on the cuda lane (needs the python step's wheel).
+staging() {
+  PYTHONPATH=/tmp/compcoll-site${PYTHONPATH:+:$PYTHONPATH} "$PY" integration/bench/gpu/staging_cost.py
+}
+export -f staging
+step staging 300 staging
 echo "run-gpu-checks: done, status $status (logs in $OUT_DIR)"
 exit $status

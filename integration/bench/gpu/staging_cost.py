@@ -1,0 +1,102 @@
+"""What host staging costs a GPU allreduce today: per-call time of an
+allreduce of N floats on one GPU through the compcoll backend's cuda lane
+(the gradient copied to pinned host memory, the CPU codec with its state on
+the host, the result copied back), against torch's own NCCL and against
+the two copies alone. World size 1 (NCCL refuses two ranks on one GPU), so
+no payload travels: what is timed is what staging adds to every call.
+
+    python3 integration/bench/gpu/staging_cost.py [--n 25557032] [--iters 10] [--algos dense,dgc,onebit]
+
+Prints one JSON line per row. Each row runs in its own process
+(COMPCOLL_ALGO is read when the group is made), steady state
+(COMPCOLL_WARMUP_STEPS=0), median of --iters calls after two untimed ones;
+the compcoll rows also report the stats file's compressed_calls, so a row
+that was not compressed says so. docs/gpu.md quotes it.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def child(backend, n, iters):
+    import torch
+    import torch.distributed as dist
+    if backend == "compcoll":
+        import compcoll  # noqa: F401  registers the backend
+    dist.init_process_group(backend, rank=0, world_size=1,
+                            init_method=f"file://{tempfile.mktemp(prefix='staging-store-')}")
+    t = torch.randn(n, device="cuda")
+    times = []
+    for i in range(iters + 2):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        dist.all_reduce(t)
+        torch.cuda.synchronize()
+        if i >= 2:
+            times.append((time.perf_counter() - t0) * 1e3)
+    dist.destroy_process_group()
+    return statistics.median(times)
+
+
+def copies(n, iters):
+    """The staging's two copies alone: device -> pinned host -> device."""
+    import torch
+    t = torch.randn(n, device="cuda")
+    host = torch.empty(n, pin_memory=True)
+    times = []
+    for i in range(iters + 2):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        host.copy_(t, non_blocking=True)
+        t.copy_(host, non_blocking=True)
+        torch.cuda.synchronize()
+        if i >= 2:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=25557032)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--algos", default="dense,dgc,onebit")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        print(json.dumps({"ms": child(a.child, a.n, a.iters)}))
+        return
+    rows = [("nccl", None), ("copies", None)] + [("compcoll", x) for x in a.algos.split(",")]
+    for backend, algo in rows:
+        row = {"backend": backend, "algo": algo, "n": a.n}
+        if backend == "copies":
+            row["ms"] = round(copies(a.n, a.iters), 3)
+            print(json.dumps(row), flush=True)
+            continue
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
+            if algo:
+                env.update(COMPCOLL_ALGO=algo, COMPCOLL_WARMUP_STEPS="0",
+                           COMPCOLL_STATS_FILE=os.path.join(d, "stats-{rank}.json"))
+            r = subprocess.run([sys.executable, __file__, "--child", backend, "--n", str(a.n),
+                                "--iters", str(a.iters)], env=env, capture_output=True, text=True,
+                               timeout=600)
+            if r.returncode != 0:
+                row["error"] = r.stderr.strip().splitlines()[-1:] or [f"exit {r.returncode}"]
+            else:
+                row["ms"] = round(json.loads(r.stdout.strip().splitlines()[-1])["ms"], 3)
+                stats = os.path.join(d, "stats-0.json")
+                if os.path.exists(stats):
+                    with open(stats) as f:
+                        s = json.load(f)
+                    row["compressed_calls"] = s.get("compressed_calls")
+                    row["calls"] = s.get("calls")
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
