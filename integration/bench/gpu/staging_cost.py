@@ -70,6 +70,9 @@ def main():
     if a.child:
         print(json.dumps({"ms": child(a.child, a.n, a.iters)}))
         return
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit("staging_cost: needs a CUDA device (torch.cuda.is_available() is False)")
     rows = [("nccl", None), ("copies", None)] + [("compcoll", x) for x in a.algos.split(",")]
     for backend, algo in rows:
         row = {"backend": backend, "algo": algo, "n": a.n}
