@@ -15,6 +15,7 @@
 
 #include "collectives/comm.h"
 #include "compression/codec.h"
+#include "compression/dgc.h"  // WarmupShape
 #include "compression/onebit.h"
 #include "compression/payload.h"
 
@@ -64,6 +65,9 @@ struct AlgoParams {
   // keeps code that builds AlgoParams itself (tests, benchmarks) on the
   // steady state.
   int warmup_steps = 0;
+  // How the ramp falls; COMPCOLL_WARMUP_SHAPE's default (smooth) applies
+  // through the configuration.
+  WarmupShape warmup_shape = WarmupShape::kStages;
   ValueType values = ValueType::kFp32;  // sparse value encoding
   IndexType indices = IndexType::kU32;  // sparse index encoding
   size_t csc_chunk = 16384;      // csc chunk size (elements)

@@ -38,6 +38,7 @@ SparsifyConfig sparsify_config(const AlgoParams& p) {
   c.mask_density = masking_density_or_always(p);
   c.clip = p.clip;
   c.warmup_steps = p.warmup_steps;
+  c.warmup_shape = p.warmup_shape;
   c.encoding = {p.values, p.indices};
   c.second_moment_beta = second_moment_beta(p);
   return c;
@@ -143,7 +144,8 @@ std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const Algo
     return std::make_unique<SbcCodec>(SbcConfig{p.density, p.sample_fraction, p.warmup_steps,
                                                 p.momentum, p.nesterov,
                                                 masking_density_or_always(p), p.sbc_exact_warmup,
-                                                p.sbc_both_sides, second_moment_beta(p)});
+                                                p.sbc_both_sides, second_moment_beta(p),
+                                                p.warmup_shape});
   }
   return nullptr;
 }
@@ -186,6 +188,7 @@ std::string AlgoParams::canonical() const {
      << ";momentum_masking_density=" << momentum_masking_density << ";momentum_handover=" << momentum_handover
      << ";momentum_from_optimizer=" << momentum_from_optimizer
      << ";clip=" << clip << ";warmup_steps=" << warmup_steps
+     << ";warmup_shape=" << warmup_shape_name(warmup_shape)
      << ";values=" << value_type_name(values) << ";indices=" << index_type_name(indices)
      << ";csc_chunk=" << csc_chunk << ";csc_fraction=" << csc_fraction
      << ";onebit_block=" << onebit_block << ";onebit_scale="

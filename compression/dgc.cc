@@ -78,13 +78,23 @@ size_t fused_update(const float* g, const Addends& add, float scale, float m, fl
 
 }  // namespace
 
-double warmup_density(double density, int warmup_steps, uint64_t step) {
+const char* warmup_shape_name(WarmupShape s) { return s == WarmupShape::kSmooth ? "smooth" : "stages"; }
+
+double warmup_density(double density, int warmup_steps, uint64_t step, WarmupShape shape) {
   if (warmup_steps <= 0 || step >= static_cast<uint64_t>(warmup_steps) || density >= 0.25) {
     return density;
   }
-  // Stages j = 1..J with 0.25^j > density, spread evenly over the warm-up.
+  // Stages j = 1..S with 0.25^j > density, spread evenly over the warm-up.
   int stages = 0;
   for (double kept = 0.25; kept > density && stages < 64; kept *= 0.25) ++stages;
+  if (shape == WarmupShape::kSmooth) {
+    // Each 4x drop of the stages leaves a compressed run behind dense for a
+    // while; falling a little at every step takes the first drop (25% to
+    // 6.25%) apart, which is what a short job's loss sees (docs/convergence.md,
+    // "The warm-up's shape").
+    const double exponent = 0.5 + static_cast<double>(step) * stages / warmup_steps;
+    return std::max(density, std::min(0.25, std::pow(0.25, exponent)));
+  }
   const int stage = 1 + static_cast<int>(step * stages / static_cast<uint64_t>(warmup_steps));
   return std::max(density, std::pow(0.25, stage));
 }
@@ -139,7 +149,7 @@ EncodeInfo DgcCodec::encode_sum(const float* grad, const Addends& add, size_t n,
            "dgc: addends for [", add.off, ", ", add.off + add.len, ") of ", n,
            " elements, or with clipping or normalized selection");
   EncodeInfo info;
-  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
+  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps, config_.warmup_shape);
   info.wanted = target_count(info.density, n);
   const MomentumMode mode = momentum_mode(config_.momentum, config_.nesterov);
   const float m = config_.momentum;

@@ -11,14 +11,23 @@
 // sample undershot below 0.8k, rescanned at a lower threshold; and
 //   momentum factor masking  u[sent] = 0 at steps whose density is at most
 //                       mask_density; v[sent] -= sent value (0 for fp32)
-//   warm-up             density 0.25, 0.0625, ... (times 1/4 per stage) over
-//                       the first warmup_steps steps, then density.
+//   warm-up             over the first warmup_steps steps the density falls
+//                       from 0.25 to density: geometrically at every step
+//                       (smooth), or x1/4 per stage (stages, DGC's schedule);
+//                       see warmup_density.
 #pragma once
 
 #include "compression/codec.h"
 #include "compression/sparse_payload.h"
 
 namespace compcoll {
+
+// How the warm-up's density falls (COMPCOLL_WARMUP_SHAPE).
+enum class WarmupShape : uint8_t {
+  kStages,  // 0.25, 0.0625, 0.0156, ... held for equal stages (DGC's schedule)
+  kSmooth,  // the same fall, geometric at every step (docs/convergence.md)
+};
+const char* warmup_shape_name(WarmupShape s);
 
 struct SparsifyConfig {
   double density = 0.001;   // fraction of elements sent per step, in (0, 1]
@@ -34,6 +43,7 @@ struct SparsifyConfig {
   float clip = 0.0f;        // global L2 clipping threshold; 0 = off
   int world_size = 1;       // N in the local clipping bound clip / sqrt(N)
   int warmup_steps = 0;     // steps over which density ramps down to its target
+  WarmupShape warmup_shape = WarmupShape::kStages;
   SparseEncoding encoding;  // how values and indices travel
   // Normalized selection (COMPCOLL_SELECTION, second_moment.h): 0 ranks
   // elements by |v|; beta in (0, 1) ranks them by |v| / sqrt(s), s the
@@ -46,8 +56,12 @@ struct DgcConfig : SparsifyConfig {
   double sample_fraction = 0.01;  // share of elements sampled for the threshold
 };
 
-// Density of step `step` (0-based) under DGC's exponential warm-up.
-double warmup_density(double density, int warmup_steps, uint64_t step);
+// Density of step `step` (0-based) of a warm-up of warmup_steps steps
+// towards `density`. Both shapes pass through 0.25^j, j = 1..S (the S powers
+// of 1/4 above density), in S equal parts of the warm-up: stages holds 0.25^j
+// for part j; smooth falls as 0.25^(1/2 + S * step / warmup_steps), capped
+// at 0.25, which crosses 0.25^j at the middle of part j. Never below density.
+double warmup_density(double density, int warmup_steps, uint64_t step, WarmupShape shape);
 
 class DgcCodec final : public SparseCodec {
  public:

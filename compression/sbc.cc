@@ -71,6 +71,7 @@ DgcConfig sbc_warmup_config(const SbcConfig& config) {
   d.nesterov = config.nesterov;
   d.mask_density = config.mask_density;
   d.warmup_steps = config.warmup_steps;
+  d.warmup_shape = config.warmup_shape;
   d.sample_fraction = config.sample_fraction;
   d.second_moment_beta = config.second_moment_beta;
   return d;
@@ -112,7 +113,7 @@ EncodeInfo SbcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
     return info;
   }
   EncodeInfo info;
-  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
+  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps, config_.warmup_shape);
   info.wanted = target_count(info.density, n);
   float* v = st.v.data();
 

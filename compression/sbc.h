@@ -67,6 +67,7 @@ struct SbcConfig {
   // binarised steady state ranks by value, since one mean per side must fit
   // the entries it stands for, and ranking by normalized value mixes scales.
   float second_moment_beta = 0.0f;
+  WarmupShape warmup_shape = WarmupShape::kStages;  // how the warm-up's density falls (dgc.h)
 };
 
 // The dgc configuration sbc's exact warm-up runs (no clipping, fp32 values,

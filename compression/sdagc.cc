@@ -106,7 +106,7 @@ std::unique_ptr<CodecState> SdagcCodec::make_state(size_t n) const {
 EncodeInfo SdagcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& payload) const {
   CC_CHECK_EQ(st.size(), n, kInvalidArgument, "sdagc: state was made for another tensor size");
   EncodeInfo info;
-  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
+  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps, config_.warmup_shape);
   info.wanted = target_count(info.density, n);
   const MomentumMode mode = momentum_mode(config_.momentum, config_.nesterov);
   const float scale = clip_scale(grad, n, config_.clip, config_.world_size);

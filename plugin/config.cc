@@ -137,8 +137,9 @@ const ConfigVar kTable[] = {
      "value was sent) applies at steps whose density, warm-up included, is at most this (csc: its "
      "chunk fraction); 1 = always (DGC), 0 = never; auto = 1 with COMPCOLL_MOMENTUM; with the "
      "momentum taken from the optimizer, 1 under Adam (beta1 moved) for dgc, sdagc and sbc, and "
-     "2 x COMPCOLL_DENSITY (the warm-up's last stage; csc: 2 x COMPCOLL_CSC_FRACTION, after its "
-     "warm-up) under SGD's hand-over and for csc (docs/convergence.md)",
+     "2 x COMPCOLL_DENSITY (late in the warm-up: for dgc and sdagc at their default density its "
+     "last 13% with the smooth shape, its 0.39% stage with stages; csc: 2 x "
+     "COMPCOLL_CSC_FRACTION, after its warm-up) under SGD's hand-over and for csc (docs/convergence.md)",
      CC_APPLY {
        cfg.params.momentum_masking_density =
            value == "auto" ? -1.0 : double_in_range(var, value, 0.0, 1.0, true);
@@ -165,10 +166,20 @@ const ConfigVar kTable[] = {
      "dgc,sdagc"},
     {"COMPCOLL_WARMUP_STEPS", VarType::kInt, "500", ">= 0",
      "warm-up of each tensor: over its first STEPS calls dgc, sdagc and sbc density falls from 25% "
-     "to COMPCOLL_DENSITY (x1/4 per stage, DGC's schedule), csc sends every chunk and onebit runs "
+     "to COMPCOLL_DENSITY (as COMPCOLL_WARMUP_SHAPE says), csc sends every chunk and onebit runs "
      "dense",
      CC_APPLY { cfg.params.warmup_steps = static_cast<int>(int_at_least(var, value, 0, kIntMax)); },
      "dgc,sdagc,sbc,csc,onebit"},
+    {"COMPCOLL_WARMUP_SHAPE", VarType::kEnum, "smooth", "smooth|stages",
+     "how dgc, sdagc and sbc's warm-up density falls from 25% to COMPCOLL_DENSITY: stages = x1/4 "
+     "per stage, the stages (25%, 6.25%, 1.56%, ...) sharing the warm-up equally (DGC's "
+     "schedule); smooth = the same fall, geometric at every step, through each stage's density at "
+     "its middle (a 4x drop leaves the run behind dense for a while; docs/convergence.md)",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.params.warmup_shape = value == "stages" ? WarmupShape::kStages : WarmupShape::kSmooth;
+     },
+     "dgc,sdagc,sbc"},
     {"COMPCOLL_SBC_WARMUP", VarType::kEnum, "exact", "exact|binary",
      "what sbc sends over its warm-up (COMPCOLL_WARMUP_STEPS): exact = dgc's top-k with their "
      "values at the same densities, binarised (positions and one mean) only after it; binary = "
@@ -438,7 +449,15 @@ std::vector<std::string> inert_settings(const Config& cfg, const EnvLookup& env)
   std::vector<std::string> out;
   for (const ConfigVar& var : kTable) {
     const std::optional<std::string> value = env(var.name);
-    if (!value || value->empty() || tunes(var, cfg)) continue;
+    if (!value || value->empty()) continue;
+    if (tunes(var, cfg)) {
+      // Read by the algorithm, but only while a warm-up runs.
+      if (std::string_view(var.name) == "COMPCOLL_WARMUP_SHAPE" && cfg.params.warmup_steps == 0) {
+        out.push_back("COMPCOLL_WARMUP_SHAPE=" + *value +
+                      " changes nothing with COMPCOLL_WARMUP_STEPS=0: there is no warm-up to shape");
+      }
+      continue;
+    }
     std::string m = std::string(var.name) + "=" + *value + " changes nothing ";
     if (!cfg.compression_enabled()) {
       m += "while COMPCOLL_ALGO is dense or unset: nothing is compressed";

@@ -25,7 +25,7 @@ GpuState DgcCodecGpu::make_state(size_t n, cudaStream_t s) const {
 EncodeInfo DgcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Bytes& payload, cudaStream_t s) {
   CC_CHECK_EQ(st.n, n, kInvalidArgument, "dgc (GPU): state was made for another tensor size");
   EncodeInfo info;
-  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
+  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps, config_.warmup_shape);
   info.wanted = target_count(info.density, n);
   const int mode = int(momentum_mode(config_.momentum, config_.nesterov));
   const float m = config_.momentum;

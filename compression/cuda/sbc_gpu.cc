@@ -43,7 +43,7 @@ EncodeInfo SbcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Bytes&
     return warmup_->encode(grad, n, st, payload, s);
   }
   EncodeInfo info;
-  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
+  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps, config_.warmup_shape);
   info.wanted = target_count(info.density, n);
   float* v = st.v.data();
   pos_.bind(v, n, /*key=*/1, s);

@@ -42,7 +42,7 @@ GpuState SdagcCodecGpu::make_state(size_t n, cudaStream_t s) const {
 EncodeInfo SdagcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Bytes& payload, cudaStream_t s) {
   CC_CHECK_EQ(st.n, n, kInvalidArgument, "sdagc (GPU): state was made for another tensor size");
   EncodeInfo info;
-  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps);
+  info.density = warmup_density(config_.density, config_.warmup_steps, st.steps, config_.warmup_shape);
   info.wanted = target_count(info.density, n);
   const int mode = int(momentum_mode(config_.momentum, config_.nesterov));
   const float scale = detail::clip_scale_gpu(grad, n, config_.clip, config_.world_size, partial_, s);

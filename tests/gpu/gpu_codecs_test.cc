@@ -80,7 +80,10 @@ TEST_F(GpuCodecs, DgcMatchesTheCpuBitForBit) {
         c.momentum = mode ? 0.9f : 0.0f;
         c.nesterov = mode == 2;
         c.warmup_steps = compact ? 3 : 0;
-        if (compact) c.encoding = {ValueType::kFp16, IndexType::kVarintGap};
+        if (compact) {
+          c.encoding = {ValueType::kFp16, IndexType::kVarintGap};
+          c.warmup_shape = WarmupShape::kSmooth;  // the configuration's default
+        }
         DgcCodec cpu(c);
         cuda::DgcCodecGpu gpu(c);
         run_sparse(cpu, gpu, n, 5, "dgc n " + std::to_string(n) + " mode " + std::to_string(mode));
@@ -111,6 +114,7 @@ TEST_F(GpuCodecs, SbcMatchesTheCpuBitForBit) {
         c.density = 0.001;
         // With the exact warm-up: 3 of the 5 steps are dgc's, 2 binarised.
         c.warmup_steps = exact_warmup ? 3 : 0;
+        c.warmup_shape = WarmupShape::kSmooth;  // the configuration's default
         c.exact_warmup = exact_warmup;
         c.both_sides = both_sides;
         SbcCodec cpu(c);

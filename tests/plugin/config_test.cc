@@ -212,6 +212,18 @@ TEST(Config, SbcWarmUpIsExactByDefaultAndPartOfTheAgreement) {
   EXPECT_NE(e.find("exact|binary"), std::string::npos) << e;
 }
 
+TEST(Config, WarmUpShapeIsSmoothByDefaultAndPartOfTheAgreement) {
+  const Config d = load_config(env_of({}));
+  EXPECT_EQ(d.params.warmup_shape, WarmupShape::kSmooth);
+  EXPECT_NE(d.agreement_description().find("warmup_shape=smooth;"), std::string::npos);
+  const Config s = load_config(env_of({{"COMPCOLL_WARMUP_SHAPE", "stages"}}));
+  EXPECT_EQ(s.params.warmup_shape, WarmupShape::kStages);
+  EXPECT_NE(s.agreement_description().find("warmup_shape=stages;"), std::string::npos);
+  const std::string e = error_of({{"COMPCOLL_WARMUP_SHAPE", "linear"}});
+  EXPECT_NE(e.find("COMPCOLL_WARMUP_SHAPE=linear"), std::string::npos) << e;
+  EXPECT_NE(e.find("smooth|stages"), std::string::npos) << e;
+}
+
 TEST(Config, SbcSendsBothSidesByDefaultAndItIsPartOfTheAgreement) {
   const Config d = load_config(env_of({}));
   EXPECT_TRUE(d.params.sbc_both_sides);

@@ -53,6 +53,14 @@ TEST(InertSettings, VariablesTheAlgorithmReadsAndCommunicatorSettingsAreNotRepor
   EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "onebit"}, {"COMPCOLL_DENSITY", ""}}).empty());
 }
 
+TEST(InertSettings, AWarmUpShapeWithoutAWarmUpIsNamed) {
+  EXPECT_EQ(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_WARMUP_STEPS", "0"},
+                   {"COMPCOLL_WARMUP_SHAPE", "stages"}}),
+            std::vector<std::string>{"COMPCOLL_WARMUP_SHAPE=stages changes nothing with "
+                                     "COMPCOLL_WARMUP_STEPS=0: there is no warm-up to shape"});
+  EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_WARMUP_SHAPE", "stages"}}).empty());
+}
+
 TEST(InertSettings, AutoReadsItsOwnVariablesAndItsAlgorithms) {
   EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "auto"}, {"COMPCOLL_AUTO_ALGO", "csc"},
                      {"COMPCOLL_CSC_CHUNK", "1024"}})
@@ -93,6 +101,7 @@ const std::map<std::string, std::string> kOtherValue = {
     {"COMPCOLL_MOMENTUM_HANDOVER", "0"},
     {"COMPCOLL_CLIP", "0.001"},
     {"COMPCOLL_WARMUP_STEPS", "0"},
+    {"COMPCOLL_WARMUP_SHAPE", "stages"},
     {"COMPCOLL_SBC_WARMUP", "binary"},
     {"COMPCOLL_SBC_SIDES", "one"},
     {"COMPCOLL_SELECTION", "normalized"},

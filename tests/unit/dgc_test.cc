@@ -172,14 +172,44 @@ TEST(Dgc, MomentumMaskingAppliesOnlyAtStepsAtOrBelowTheMaskingDensity) {
   EXPECT_THROW(validate_sparsify_config(bad, "dgc"), Error);
 }
 
+// COMPCOLL_WARMUP_SHAPE=smooth: the stages' fall, geometric at every step,
+// through each stage's density at the middle of its part of the warm-up.
+TEST(Dgc, SmoothWarmUpFallsAtEveryStepThroughTheStagesMiddles) {
+  const WarmupShape smooth = WarmupShape::kSmooth;
+  // d = 0.001, W = 400: S = 4 parts of 100 steps; 0.25^(1/2 + step / 100).
+  EXPECT_DOUBLE_EQ(warmup_density(0.001, 400, 0, smooth), 0.25);
+  EXPECT_DOUBLE_EQ(warmup_density(0.001, 400, 50, smooth), 0.25);  // capped until the first middle
+  EXPECT_DOUBLE_EQ(warmup_density(0.001, 400, 150, smooth), 0.0625);
+  EXPECT_DOUBLE_EQ(warmup_density(0.001, 400, 250, smooth), 0.015625);
+  EXPECT_DOUBLE_EQ(warmup_density(0.001, 400, 350, smooth), 0.00390625);
+  EXPECT_DOUBLE_EQ(warmup_density(0.001, 400, 400, smooth), 0.001);
+  double previous = 1.0;
+  for (uint64_t s = 0; s < 420; ++s) {
+    const double d = warmup_density(0.001, 400, s, smooth);
+    EXPECT_LE(d, previous) << s;  // never rises
+    EXPECT_GE(d, 0.001) << s;     // never below the target
+    if (s > 50 && s < 390) EXPECT_LT(d, previous) << s;  // falls at every step in between
+    // Within a factor 2 of the stages' density at every step of the warm-up.
+    const double staged = warmup_density(0.001, 400, s, WarmupShape::kStages);
+    EXPECT_LE(d, 2.0 * staged * (1 + 1e-12)) << s;
+    EXPECT_GE(d, 0.5 * staged * (1 - 1e-12)) << s;
+    previous = d;
+  }
+  EXPECT_DOUBLE_EQ(warmup_density(0.001, 0, 0, smooth), 0.001);
+  EXPECT_DOUBLE_EQ(warmup_density(0.5, 8, 0, smooth), 0.5);
+  EXPECT_STREQ(warmup_shape_name(smooth), "smooth");
+  EXPECT_STREQ(warmup_shape_name(WarmupShape::kStages), "stages");
+}
+
 TEST(Dgc, WarmUpRaisesSparsityExponentially) {
   // d = 0.001 over W = 8 steps: stages 0.25, 0.0625, 0.015625, 0.00390625
   // (two steps each), then 0.001.
   const double expected[] = {0.25, 0.25, 0.0625, 0.0625, 0.015625, 0.015625,
                              0.00390625, 0.00390625, 0.001, 0.001};
-  for (int s = 0; s < 10; ++s) EXPECT_DOUBLE_EQ(warmup_density(0.001, 8, s), expected[s]) << s;
-  EXPECT_DOUBLE_EQ(warmup_density(0.001, 0, 0), 0.001);
-  EXPECT_DOUBLE_EQ(warmup_density(0.5, 8, 0), 0.5);
+  const WarmupShape stages = WarmupShape::kStages;
+  for (int s = 0; s < 10; ++s) EXPECT_DOUBLE_EQ(warmup_density(0.001, 8, s, stages), expected[s]) << s;
+  EXPECT_DOUBLE_EQ(warmup_density(0.001, 0, 0, stages), 0.001);
+  EXPECT_DOUBLE_EQ(warmup_density(0.5, 8, 0, stages), 0.5);
 
   const size_t n = 100000;
   DgcConfig c;

@@ -255,13 +255,25 @@ TEST(Sbc, WarmUpRampsTheDensityDownToItsTarget) {
   for (uint64_t step = 0; step < 10; ++step) {
     const auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, step);
     const EncodeInfo info = codec.encode(g.data(), n, *st, payload);
-    EXPECT_DOUBLE_EQ(info.density, warmup_density(0.001, 8, step)) << step;
+    EXPECT_DOUBLE_EQ(info.density, warmup_density(0.001, 8, step, c.warmup_shape)) << step;
     const size_t sent = decode_sbc(payload, n).idx.size();  // one side: 80-100 % of k
     EXPECT_LE(sent, info.wanted) << step;
     EXPECT_GE(sent * 5, info.wanted * 4) << step;
   }
-  EXPECT_DOUBLE_EQ(warmup_density(0.001, 8, 0), 0.25);
-  EXPECT_DOUBLE_EQ(warmup_density(0.001, 8, 9), 0.001);
+  for (const WarmupShape shape : {WarmupShape::kStages, WarmupShape::kSmooth}) {
+    EXPECT_DOUBLE_EQ(warmup_density(0.001, 8, 0, shape), 0.25);
+    EXPECT_DOUBLE_EQ(warmup_density(0.001, 8, 9, shape), 0.001);
+  }
+  // The shape reaches the codec (and its exact warm-up's dgc).
+  c.warmup_shape = WarmupShape::kSmooth;
+  EXPECT_EQ(sbc_warmup_config(c).warmup_shape, WarmupShape::kSmooth);
+  SbcCodec smooth(c);
+  auto sst = smooth.make_state(n);
+  for (uint64_t step = 0; step < 10; ++step) {
+    const auto g = bench::make_gradient(bench::GradientKind::kGaussian, n, step);
+    EXPECT_DOUBLE_EQ(smooth.encode(g.data(), n, *sst, payload).density,
+                     warmup_density(0.001, 8, step, WarmupShape::kSmooth)) << step;
+  }
   c.warmup_steps = -1;
   EXPECT_THROW(SbcCodec{c}, Error);
 }
@@ -288,7 +300,7 @@ TEST_P(SbcSides, ExactWarmUpIsDgcThenBinarises) {
     const auto g = bench::make_gradient(bench::GradientKind::kMixedScale, n, 70 + step);
     Bytes payload, expected;
     const EncodeInfo info = codec.encode(g.data(), n, *st, payload);
-    EXPECT_DOUBLE_EQ(info.density, warmup_density(0.001, 6, step)) << step;
+    EXPECT_DOUBLE_EQ(info.density, warmup_density(0.001, 6, step, c.warmup_shape)) << step;
     std::vector<float> out(n, 0.0f);
     decode_accumulate(payload, out.data(), n);
     if (step < 6) {
