@@ -82,13 +82,15 @@ AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p,
     // Under SGD (the hand-over), masked during the warm-up's dense stages,
     // the velocity restarts at every send and the short horizon loses the
     // optimizer's momentum; never masked, stale momentum is delivered late.
-    // dgc, sdagc and sbc (whose exact warm-up is dgc's) do best masking at
-    // the last stage only, csc (whose warm-up sends every chunk) after its
-    // warm-up. Under Adam (beta1 moved), Adam normalises the velocity it is
-    // fed by that velocity's own second moment, so an unmasked velocity
-    // amplifies noise; dgc, sdagc and sbc do best masking at every step,
-    // DGC's rule, from the first (docs/convergence.md, "Masking under Adam",
-    // over six seeds).
+    // dgc, sdagc and sbc (whose exact warm-up is dgc's) do best masking only
+    // at densities of at most 2 x COMPCOLL_DENSITY: the warm-up's last stage
+    // with COMPCOLL_WARMUP_SHAPE=stages, its last 13 % with the smooth shape
+    // (at the default density), and after it; csc (whose warm-up sends
+    // every chunk) after its warm-up. Under Adam (beta1 moved), Adam
+    // normalises the velocity it is fed by that velocity's own second
+    // moment, so an unmasked velocity amplifies noise; dgc, sdagc and sbc
+    // do best masking at every step, DGC's rule, from the first
+    // (docs/convergence.md, "Masking under Adam", over six seeds).
     const bool sparsifier = algo != "csc";
     const double base = sparsifier ? density_for(algo, p) : p.csc_fraction;
     q.momentum_masking_density = taken.moved && sparsifier ? 1.0 : std::min(1.0, 2.0 * base);

@@ -97,8 +97,8 @@ struct OptimizerMomentum {
 // The parameters once the optimizer's momentum is known (every rank agreed
 // on it): momentum correction m, with the hand-over unless it was moved, and
 // masking "auto" resolved to masking only late in the warm-up (dgc, sdagc:
-// at densities of at most 2 x COMPCOLL_DENSITY, its last stage, and sbc
-// likewise; csc: 2 x its chunk fraction, after its warm-up, which sends
+// at densities of at most 2 x COMPCOLL_DENSITY, the end of the warm-up
+// and after it, and sbc likewise; csc: 2 x its chunk fraction, after its warm-up, which sends
 // every chunk), the settings
 // measured best in docs/convergence.md. m == 0 gives p back unchanged.
 AlgoParams optimizer_momentum_params(std::string_view algo, const AlgoParams& p,

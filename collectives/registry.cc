@@ -46,23 +46,26 @@ SparsifyConfig sparsify_config(const AlgoParams& p) {
 
 std::unique_ptr<Algorithm> make_dense(const AlgoParams&) { return std::make_unique<DenseAllreduce>(); }
 
-// Bytes per sent entry of dgc/sdagc payloads (varint gaps: ~2 bytes at
-// densities around 0.001).
-double sparse_entry_bytes(const AlgoParams& p) {
-  return double(value_type_size(p.values)) + (p.indices == IndexType::kU32 ? 4.0 : 2.0);
+// Bytes per sent entry of dgc/sdagc payloads at a density: varint gaps take
+// ~2 bytes at densities around 0.001, Rice codes b* + 2 bits.
+double sparse_entry_bytes(const AlgoParams& p, double density) {
+  double index = 4.0;
+  if (p.indices == IndexType::kVarintGap) index = 2.0;
+  if (p.indices == IndexType::kRiceGap) index = (golomb_rice_parameter(density) + 2) / 8.0;
+  return double(value_type_size(p.values)) + index;
 }
 
 std::unique_ptr<Algorithm> make_dgc(const AlgoParams& given) {
   const AlgoParams p = resolved("dgc", given);
   return std::make_unique<SparseAllreduce>("dgc", make_sparse_codec("dgc", p), p.density,
-                                           sparse_entry_bytes(p), p.sparse_pattern,
+                                           sparse_entry_bytes(p, p.density), p.sparse_pattern,
                                            SparseEncoding{p.values, p.indices});
 }
 
 std::unique_ptr<Algorithm> make_sdagc(const AlgoParams& given) {
   const AlgoParams p = resolved("sdagc", given);
   return std::make_unique<SparseAllreduce>("sdagc", make_sparse_codec("sdagc", p), p.density,
-                                           sparse_entry_bytes(p), p.sparse_pattern,
+                                           sparse_entry_bytes(p, p.density), p.sparse_pattern,
                                            SparseEncoding{p.values, p.indices});
 }
 
@@ -207,8 +210,14 @@ double density_for(std::string_view algo, const AlgoParams& p) {
   if (p.density != kAutoDensity) return p.density;
   if (algo == "auto") return p.auto_algo == "auto" ? 0.001 : density_for(p.auto_algo, p);
   if (algo == "dgc" || algo == "sdagc") {
-    constexpr double kDgcBytesPerThousand = 8.0;  // DGC's 0.1 % at fp32 + u32
-    return kDgcBytesPerThousand / 1000.0 / sparse_entry_bytes(p);
+    // DGC's 0.1 % at fp32 + u32, in bytes per element. Rice codes grow
+    // with 1/density, so the density that spends the budget is a fixed
+    // point; it settles within a few rounds (the code's length moves by a
+    // bit only when the density halves).
+    constexpr double kDgcBytesPerElement = 8.0 / 1000.0;
+    double d = kDgcBytesPerElement / sparse_entry_bytes(p, 0.001);
+    for (int i = 0; i < 4; ++i) d = kDgcBytesPerElement / sparse_entry_bytes(p, d);
+    return d;
   }
   return 0.001;
 }

@@ -47,7 +47,12 @@ size_t max_payload_bytes(uint64_t n) {
   constexpr uint64_t kLargest = std::numeric_limits<size_t>::max() / 64;
   if (n > kLargest) return std::numeric_limits<size_t>::max();
   const size_t count = static_cast<size_t>(n);
-  const size_t sparse = sparse_payload_max_bytes(count, {ValueType::kFp32, IndexType::kVarintGap});
+  // The widest sparse encodings: fp32 values with 5-byte varints, or with
+  // Rice codes of any parameter (a stop bit and up to 31 low bits each, the
+  // quotients summing to at most n).
+  const size_t sparse =
+      std::max(sparse_payload_max_bytes(count, count, {ValueType::kFp32, IndexType::kVarintGap}),
+               kPayloadHeaderBytes + 4 * count + 1 + (33 * count + 7) / 8);
   // Rice codes: each position costs its quotient in unary (the quotients sum
   // to at most n >> b), a stop bit and b remainder bits; b <= 31.
   const size_t rice_bits = count + count * 32;

@@ -1,6 +1,7 @@
 #include "compression/golomb.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "compression/payload.h"
 
@@ -44,27 +45,52 @@ class BitWriter {
   size_t bits_ = 0;
 };
 
+// Reads LSB-first bits a word at a time: a Rice code's unary part is the
+// run of ones, counted with one ctz per 57 bits instead of a test per bit.
 class BitReader {
  public:
   explicit BitReader(std::span<const uint8_t> bytes) : bytes_(bytes), total_(bytes.size() * 8) {}
 
-  uint32_t bit() {
-    CC_PAYLOAD_CHECK(pos_ < total_, "Golomb-Rice stream is truncated at bit ", pos_);
-    const uint32_t b = (bytes_[pos_ >> 3] >> (pos_ & 7)) & 1u;
-    ++pos_;
-    return b;
+  // The length of the run of ones from the current position, which it
+  // skips, and the stop bit after it. Throws if the stream ends first.
+  uint64_t unary() {
+    uint64_t run = 0;
+    for (;;) {
+      CC_PAYLOAD_CHECK(pos_ < total_, "Golomb-Rice stream is truncated at bit ", pos_);
+      const uint64_t ones = static_cast<uint64_t>(__builtin_ctzll(~peek()));  // peek has a 0 at bit 57+
+      if (ones < kPeekBits) {
+        CC_PAYLOAD_CHECK(pos_ + ones < total_, "Golomb-Rice stream is truncated at bit ", total_);
+        pos_ += ones + 1;
+        return run + ones;
+      }
+      run += kPeekBits;
+      pos_ += kPeekBits;
+    }
   }
 
-  uint64_t bits(int nbits) {
-    CC_PAYLOAD_CHECK(pos_ + nbits <= total_, "Golomb-Rice stream is truncated at bit ", pos_);
-    uint64_t v = 0;
-    for (int i = 0; i < nbits; ++i) v |= uint64_t{bit()} << i;
+  uint64_t bits(int nbits) {  // nbits <= 32
+    CC_PAYLOAD_CHECK(pos_ + size_t(nbits) <= total_, "Golomb-Rice stream is truncated at bit ", pos_);
+    const uint64_t v = nbits == 0 ? 0 : peek() & ((uint64_t{1} << nbits) - 1);
+    pos_ += size_t(nbits);
     return v;
   }
 
   size_t remaining() const { return total_ - pos_; }
 
  private:
+  // At least 57 bits from pos_ (zeros past the end), bit 57 and up cleared.
+  static constexpr uint64_t kPeekBits = 57;
+  uint64_t peek() const {
+    const size_t byte = pos_ >> 3;
+    uint64_t w = 0;
+    if (byte + 8 <= bytes_.size()) {
+      std::memcpy(&w, bytes_.data() + byte, 8);
+    } else if (byte < bytes_.size()) {
+      std::memcpy(&w, bytes_.data() + byte, bytes_.size() - byte);
+    }
+    return (w >> (pos_ & 7)) & ((uint64_t{1} << kPeekBits) - 1);
+  }
+
   std::span<const uint8_t> bytes_;
   size_t total_;
   size_t pos_ = 0;
@@ -105,11 +131,8 @@ std::vector<uint32_t> rice_decode_positions(std::span<const uint8_t> bits, uint6
   BitReader r(bits);
   uint64_t next = 0;
   for (uint64_t i = 0; i < k; ++i) {
-    uint64_t q = 0;
-    while (r.bit() == 1) {
-      ++q;
-      CC_PAYLOAD_CHECK((q << b) < n - next, "Golomb-Rice position ", i, " runs past ", n);
-    }
+    const uint64_t q = r.unary();
+    CC_PAYLOAD_CHECK(q < ((n - next) >> b) + 1, "Golomb-Rice position ", i, " runs past ", n);
     const uint64_t gap = (q << b) | r.bits(b);
     CC_PAYLOAD_CHECK(gap < n - next, "Golomb-Rice position ", i, " (gap ", gap,
                      ") runs past the tensor's ", n, " elements");

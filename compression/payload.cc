@@ -16,6 +16,7 @@ const char* value_type_name(ValueType v) {
     case ValueType::kFp32: return "fp32";
     case ValueType::kFp16: return "fp16";
     case ValueType::kBf16: return "bf16";
+    case ValueType::kFp8: return "fp8";
   }
   return "unknown";
 }
@@ -24,11 +25,20 @@ const char* index_type_name(IndexType i) {
   switch (i) {
     case IndexType::kU32: return "u32";
     case IndexType::kVarintGap: return "varint";
+    case IndexType::kRiceGap: return "rice";
   }
   return "unknown";
 }
 
-size_t value_type_size(ValueType v) { return v == ValueType::kFp32 ? 4 : 2; }
+size_t value_type_size(ValueType v) {
+  switch (v) {
+    case ValueType::kFp32: return 4;
+    case ValueType::kFp16:
+    case ValueType::kBf16: return 2;
+    case ValueType::kFp8: return 1;
+  }
+  return 4;
+}
 
 void write_header(const PayloadHeader& h, uint8_t* out) {
   store_le<uint16_t>(out + 0, kPayloadMagic);

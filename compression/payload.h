@@ -40,16 +40,22 @@ enum class PayloadFormat : uint8_t {
   kOneBit = 3,  // per-block scales and sign bits
 };
 
-// How sparse values travel. fp32 is exact; fp16/bf16 halve the value bytes
-// and the rounding error stays in the sender's residual.
-enum class ValueType : uint8_t { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
-// How sparse indices travel: raw u32, or LEB128 varints of the gaps between
-// sorted indices (about 2 bytes per entry at density 0.001).
-enum class IndexType : uint8_t { kU32 = 0, kVarintGap = 1 };
+// How sparse values travel. fp32 is exact; fp16/bf16 halve the value bytes,
+// fp8 (E4M3 behind a power-of-two scale per payload, compression/fp8.h)
+// quarters them; the rounding error stays in the sender's residual.
+enum class ValueType : uint8_t { kFp32 = 0, kFp16 = 1, kBf16 = 2, kFp8 = 3 };
+constexpr ValueType kLastValueType = ValueType::kFp8;
+// How sparse indices travel: raw u32, LEB128 varints of the gaps between
+// sorted indices (about 2 bytes per entry at density 0.001), or the gaps'
+// Golomb-Rice codes (one parameter byte, then about log2(1/density) + 2 bits
+// per entry: 1.2-1.5 bytes at densities 0.001-0.004).
+enum class IndexType : uint8_t { kU32 = 0, kVarintGap = 1, kRiceGap = 2 };
+constexpr IndexType kLastIndexType = IndexType::kRiceGap;
 
 const char* payload_format_name(PayloadFormat f);
 const char* value_type_name(ValueType v);
 const char* index_type_name(IndexType i);
+// Bytes per value (fp8: 1; its payload adds a 2-byte scale exponent once).
 size_t value_type_size(ValueType v);
 
 struct PayloadHeader {

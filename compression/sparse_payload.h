@@ -1,8 +1,9 @@
 // Sparse payloads (dgc, sdagc): header, then k values, then k indices.
 //
-// Values come first because they have a fixed size per entry; the index
-// section may be varint-coded and so has a data-dependent length, which is
-// simply "the rest of the payload".
+// Values come first because they have a fixed size per entry (fp8: after
+// one int16 scale exponent); the index section may be gap-coded (varint, or
+// Golomb-Rice after one parameter byte) and so has a data-dependent length,
+// which is simply "the rest of the payload".
 #pragma once
 
 #include <cstdint>
@@ -21,13 +22,13 @@ struct SparseEncoding {
 
 // Encodes (idx[i], values[i]) for a tensor of n elements into out
 // (overwritten). idx must be strictly increasing and < n. On return values[i]
-// holds exactly what a receiver decodes (after fp16/bf16 rounding), so the
+// holds exactly what a receiver decodes (after fp16/bf16/fp8 rounding), so the
 // caller can keep the rounding error in its residual.
 void encode_sparse(std::span<const uint32_t> idx, std::span<float> values, uint64_t n,
                    SparseEncoding enc, Bytes& out);
 
-// Upper bound of encode_sparse's output size.
-size_t sparse_payload_max_bytes(size_t k, SparseEncoding enc);
+// Upper bound of encode_sparse's output size for k entries of a tensor of n.
+size_t sparse_payload_max_bytes(size_t k, uint64_t n, SparseEncoding enc);
 
 // out[idx] += value for every entry. The whole payload is validated before the
 // first write: a malformed payload throws kMalformedPayload and leaves out

@@ -247,21 +247,25 @@ const ConfigVar kTable[] = {
      "scale (the excess is dropped: no wind-up of elements above the scale); 0 = unbounded",
      CC_APPLY { cfg.params.onebit_residual_bound = static_cast<float>(non_negative(var, value)); },
      "onebit"},
-    {"COMPCOLL_VALUE_DTYPE", VarType::kEnum, "fp16", "fp32|fp16|bf16",
-     "how dgc/sdagc values travel (rounding error, and the excess of a finite value beyond "
-     "fp16's range, stay in the residual; Inf and NaN travel as such)",
+    {"COMPCOLL_VALUE_DTYPE", VarType::kEnum, "fp16", "fp32|fp16|bf16|fp8",
+     "how dgc/sdagc values travel: fp8 = E4M3 behind a power-of-two scale per payload "
+     "(rounding error, and the excess of a finite value beyond the type's range, stay in the "
+     "residual; Inf and NaN travel as such)",
      CC_APPLY {
        check_enum(var, value);
-       cfg.params.values = value == "fp16"   ? ValueType::kFp16
-                           : value == "bf16" ? ValueType::kBf16
-                                             : ValueType::kFp32;
+       for (auto t : {ValueType::kFp32, ValueType::kFp16, ValueType::kBf16, ValueType::kFp8}) {
+         if (value == value_type_name(t)) cfg.params.values = t;
+       }
      },
      "dgc,sdagc"},
-    {"COMPCOLL_INDEX_CODING", VarType::kEnum, "varint", "u32|varint",
-     "how dgc/sdagc indices travel: raw 32-bit or LEB128 gaps",
+    {"COMPCOLL_INDEX_CODING", VarType::kEnum, "varint", "u32|varint|rice",
+     "how dgc/sdagc indices travel: raw 32-bit, LEB128 gaps, or Golomb-Rice gaps (about "
+     "log2(1/density) + 2 bits each)",
      CC_APPLY {
        check_enum(var, value);
-       cfg.params.indices = value == "varint" ? IndexType::kVarintGap : IndexType::kU32;
+       for (auto t : {IndexType::kU32, IndexType::kVarintGap, IndexType::kRiceGap}) {
+         if (value == index_type_name(t)) cfg.params.indices = t;
+       }
      },
      "dgc,sdagc"},
     {"COMPCOLL_SAMPLE_FRACTION", VarType::kDouble, "0.01", "(0, 1]",

@@ -218,16 +218,17 @@ CodecResult run_one(const Options& o, const std::vector<float>& grad) {
 }
 
 ValueType parse_values(const std::string& s) {
-  if (s == "fp32") return ValueType::kFp32;
-  if (s == "fp16") return ValueType::kFp16;
-  if (s == "bf16") return ValueType::kBf16;
-  CC_THROW(kInvalidArgument, "--values: '", s, "' is not one of fp32, fp16, bf16");
+  for (auto t : {ValueType::kFp32, ValueType::kFp16, ValueType::kBf16, ValueType::kFp8}) {
+    if (s == value_type_name(t)) return t;
+  }
+  CC_THROW(kInvalidArgument, "--values: '", s, "' is not one of fp32, fp16, bf16, fp8");
 }
 
 IndexType parse_indices(const std::string& s) {
-  if (s == "u32") return IndexType::kU32;
-  if (s == "varint") return IndexType::kVarintGap;
-  CC_THROW(kInvalidArgument, "--indices: '", s, "' is not one of u32, varint");
+  for (auto t : {IndexType::kU32, IndexType::kVarintGap, IndexType::kRiceGap}) {
+    if (s == index_type_name(t)) return t;
+  }
+  CC_THROW(kInvalidArgument, "--indices: '", s, "' is not one of u32, varint, rice");
 }
 
 ScaleMode parse_scale(const std::string& s) {
@@ -285,9 +286,9 @@ int codec_main(int argc, char** argv, int first) {
       args.num("momentum", p.momentum, "momentum correction factor (dgc, sdagc, sbc, csc)"));
   p.nesterov = args.flag("nesterov", "Nesterov momentum correction") || p.nesterov;
   p.values = parse_values(
-      args.str("values", value_type_name(p.values), "sparse value type: fp32, fp16, bf16"));
+      args.str("values", value_type_name(p.values), "sparse value type: fp32, fp16, bf16, fp8"));
   p.indices = parse_indices(
-      args.str("indices", index_type_name(p.indices), "sparse index coding: u32, varint"));
+      args.str("indices", index_type_name(p.indices), "sparse index coding: u32, varint, rice"));
   p.csc_chunk = static_cast<size_t>(
       args.integer("chunk", static_cast<long long>(p.csc_chunk), "csc chunk size in elements"));
   p.onebit_block = static_cast<size_t>(args.integer(

@@ -332,8 +332,9 @@ TEST(SparsePattern, AMalformedContributionIsRejectedByItsOwnerNamingTheSender) {
   }
 }
 
-// The invariant over many steps, with rebalanced regions and fp16
-// values (whose rounding of the owners' sums goes to the owners' residuals):
+// The invariant over many steps, with rebalanced regions and fp16 or fp8
+// values (whose rounding of the owners' sums goes to the owners' residuals;
+// fp8's slices of a rank's selection are re-encoded exactly):
 //   sum of delivered results + sum of residuals = sum of all gradients.
 class InvariantTest : public ::testing::TestWithParam<std::string> {};
 
@@ -343,8 +344,12 @@ TEST_P(InvariantTest, DeliveredPlusResidualsEqualsEverythingAccumulatedOver30Ste
   AlgoParams params;
   params.density = 0.01;
   params.sparse_pattern = SparsePattern::kScatter;
-  params.values = GetParam() == "fp16" ? ValueType::kFp16 : ValueType::kFp32;
-  params.indices = GetParam() == "fp16" ? IndexType::kVarintGap : IndexType::kU32;
+  params.values = GetParam() == "fp16"  ? ValueType::kFp16
+                  : GetParam() == "fp8" ? ValueType::kFp8
+                                        : ValueType::kFp32;
+  params.indices = GetParam() == "fp16"  ? IndexType::kVarintGap
+                   : GetParam() == "fp8" ? IndexType::kRiceGap
+                                         : IndexType::kU32;
   const auto algo = make_algorithm("dgc", params);
   testing::run_gloo_ranks(world, [&](Comm& comm) {
     auto state = algo->make_state(n, world);
@@ -372,7 +377,7 @@ TEST_P(InvariantTest, DeliveredPlusResidualsEqualsEverythingAccumulatedOver30Ste
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Values, InvariantTest, ::testing::Values("fp32", "fp16"));
+INSTANTIATE_TEST_SUITE_P(Values, InvariantTest, ::testing::Values("fp32", "fp16", "fp8"));
 
 // The traffic claim of sparse_scatter.h, measured on the wire: at 8 ranks
 // scatter sends at most k + (P-1) * ceil(2k/P) entries plus headers,

@@ -238,7 +238,7 @@ TEST(BenchCli, CodecTableUsesTheLibrarysSettingsForTheEnvironment) {
   }
   // A bad setting in the environment fails as it would in an allreduce.
   const std::vector<std::string> args{"codec", "--algo", "dgc", "--count", "1K"};
-  const BenchRun r = bench(args, {"COMPCOLL_VALUE_DTYPE=fp8"});
+  const BenchRun r = bench(args, {"COMPCOLL_VALUE_DTYPE=fp4"});
   EXPECT_EQ(r.code, 1) << describe(args, r);
   EXPECT_NE(r.err.find("COMPCOLL_VALUE_DTYPE"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;

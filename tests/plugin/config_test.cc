@@ -57,6 +57,15 @@ TEST(Config, AutoDensityKeepsDgcsByteBudgetAndAnExplicitDensityWins) {
                    0.001);
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "sdagc"), 0.008 / 6.0);
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "bf16"}}, "dgc"), 0.002);
+  // Rice codes cost b* + 2 bits, b* from the density itself: fp8 + rice
+  // settles at 1 + 10/8 bytes (b* = 8 near 0.0036), fp16 + rice at 2 + 10/8.
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp8"}, {"COMPCOLL_INDEX_CODING", "rice"}}, "dgc"),
+                   0.008 / 2.25);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_INDEX_CODING", "rice"}}, "sdagc"), 0.008 / 3.25);
+  EXPECT_EQ(load_config(env_of({{"COMPCOLL_VALUE_DTYPE", "fp8"}})).params.values, ValueType::kFp8);
+  EXPECT_EQ(load_config(env_of({{"COMPCOLL_INDEX_CODING", "rice"}})).params.indices,
+            IndexType::kRiceGap);
+  EXPECT_NE(error_of({{"COMPCOLL_VALUE_DTYPE", "fp4"}}).find("fp32|fp16|bf16|fp8"), std::string::npos);
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_DENSITY", "auto"}}, "dgc"), 0.002);
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "sbc"), 0.001);
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_ALGO", "auto"}, {"COMPCOLL_AUTO_ALGO", "sbc"}}, "auto"), 0.001);
@@ -134,7 +143,7 @@ TEST(Config, UnparseableNumbersAreRejected) {
 TEST(Config, OtherBadValuesAreRejected) {
   EXPECT_NE(error_of({{"COMPCOLL_MOMENTUM", "1"}}), "");
   EXPECT_NE(error_of({{"COMPCOLL_ONEBIT_BLOCK", "1000"}}), "");
-  EXPECT_NE(error_of({{"COMPCOLL_VALUE_DTYPE", "fp8"}}), "");
+  EXPECT_NE(error_of({{"COMPCOLL_VALUE_DTYPE", "fp4"}}), "");
   EXPECT_NE(error_of({{"COMPCOLL_TRANSPORT", "udp"}}), "");
   EXPECT_NE(error_of({{"COMPCOLL_RENDEZVOUS", "/tmp/x"}}), "");
   EXPECT_NE(error_of({{"COMPCOLL_DEBUG", "LOUD"}}), "");

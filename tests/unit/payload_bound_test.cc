@@ -47,8 +47,8 @@ TEST(PayloadBound, HoldsEverySparseAndSbcPayloadIncludingWorstCases) {
   for (const auto& [input_name, make] : inputs()) {
     for (size_t n : kSizes) {
       const std::vector<float> g = make(n);
-      for (ValueType vt : {ValueType::kFp32, ValueType::kFp16}) {
-        for (IndexType it : {IndexType::kU32, IndexType::kVarintGap}) {
+      for (ValueType vt : {ValueType::kFp32, ValueType::kFp16, ValueType::kFp8}) {
+        for (IndexType it : {IndexType::kU32, IndexType::kVarintGap, IndexType::kRiceGap}) {
           for (double density : {0.001, 0.5, 1.0}) {
             DgcConfig dc;
             dc.density = density;

@@ -66,7 +66,10 @@ TEST_P(SparsePayloadTest, EmptySelectionIsALegalPayload) {
   const SparseEncoding enc{GetParam().vt, GetParam().it};
   Bytes payload;
   encode_sparse({}, {}, 10, enc, payload);
-  EXPECT_EQ(payload.size(), kPayloadHeaderBytes);
+  // The header, plus fp8's scale exponent and Rice's parameter byte.
+  const size_t extra = (enc.values == ValueType::kFp8 ? 2 : 0) +
+                       (enc.indices == IndexType::kRiceGap ? 1 : 0);
+  EXPECT_EQ(payload.size(), kPayloadHeaderBytes + extra);
   std::vector<float> out(10, 2.0f);
   decode_sparse_accumulate(payload, out.data(), 10);
   EXPECT_EQ(out, std::vector<float>(10, 2.0f));
@@ -124,7 +127,12 @@ INSTANTIATE_TEST_SUITE_P(Encodings, SparsePayloadTest,
                                            SparseCase{ValueType::kBf16, IndexType::kU32},
                                            SparseCase{ValueType::kFp32, IndexType::kVarintGap},
                                            SparseCase{ValueType::kFp16, IndexType::kVarintGap},
-                                           SparseCase{ValueType::kBf16, IndexType::kVarintGap}));
+                                           SparseCase{ValueType::kBf16, IndexType::kVarintGap},
+                                           SparseCase{ValueType::kFp8, IndexType::kU32},
+                                           SparseCase{ValueType::kFp8, IndexType::kVarintGap},
+                                           SparseCase{ValueType::kFp32, IndexType::kRiceGap},
+                                           SparseCase{ValueType::kFp16, IndexType::kRiceGap},
+                                           SparseCase{ValueType::kFp8, IndexType::kRiceGap}));
 
 TEST(SparsePayload, RandomCorruptionNeverWritesOutOfBounds) {
   // Flip random bytes of valid payloads: decoding must either succeed with
@@ -134,10 +142,12 @@ TEST(SparsePayload, RandomCorruptionNeverWritesOutOfBounds) {
   std::vector<uint32_t> idx;
   for (uint32_t i = 0; i < n; i += 13) idx.push_back(i);
   std::vector<float> values(idx.size(), 1.0f);
-  for (auto it : {IndexType::kU32, IndexType::kVarintGap}) {
+  for (auto [vt, it] : {std::pair{ValueType::kFp16, IndexType::kU32},
+                        std::pair{ValueType::kFp16, IndexType::kVarintGap},
+                        std::pair{ValueType::kFp8, IndexType::kRiceGap}}) {
     Bytes payload;
     std::vector<float> vals = values;
-    encode_sparse(idx, vals, n, {ValueType::kFp16, it}, payload);
+    encode_sparse(idx, vals, n, {vt, it}, payload);
     for (int trial = 0; trial < 3000; ++trial) {
       Bytes bad = payload;
       const int flips = 1 + trial % 4;
