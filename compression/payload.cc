@@ -30,6 +30,22 @@ const char* index_type_name(IndexType i) {
   return "unknown";
 }
 
+std::optional<ValueType> value_type_from_name(std::string_view name) {
+  for (int t = 0; t <= static_cast<int>(kLastValueType); ++t) {
+    const auto v = static_cast<ValueType>(t);
+    if (name == value_type_name(v)) return v;
+  }
+  return std::nullopt;
+}
+
+std::optional<IndexType> index_type_from_name(std::string_view name) {
+  for (int t = 0; t <= static_cast<int>(kLastIndexType); ++t) {
+    const auto i = static_cast<IndexType>(t);
+    if (name == index_type_name(i)) return i;
+  }
+  return std::nullopt;
+}
+
 size_t value_type_size(ValueType v) {
   switch (v) {
     case ValueType::kFp32: return 4;

@@ -18,7 +18,11 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
+#include <string_view>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <cstring>
 #include <span>
 
@@ -55,6 +59,10 @@ constexpr IndexType kLastIndexType = IndexType::kRiceGap;
 const char* payload_format_name(PayloadFormat f);
 const char* value_type_name(ValueType v);
 const char* index_type_name(IndexType i);
+// The inverse of value_type_name / index_type_name; nullopt for a name that
+// is none of them (the caller words the error: a flag, a variable).
+std::optional<ValueType> value_type_from_name(std::string_view name);
+std::optional<IndexType> index_type_from_name(std::string_view name);
 // Bytes per value (fp8: 1; its payload adds a 2-byte scale exponent once).
 size_t value_type_size(ValueType v);
 

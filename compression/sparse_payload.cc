@@ -199,11 +199,19 @@ void scatter_add_values(const SparseLayout& l, float* out, IndexAt&& index_at) {
   }
 }
 
-void validate_indices(const SparseLayout& l, uint64_t n) {
+// for_each_index with every index checked against n first. The gap codings
+// cannot produce one past n (their decoders refuse it); raw u32 can.
+template <typename Fn>
+void for_each_valid_index(const SparseLayout& l, uint64_t n, Fn&& fn) {
   for_each_index(l, n, [&](uint64_t i, uint32_t idx) {
     CC_PAYLOAD_CHECK(idx < n, "index ", idx, " at entry ", i, " is out of range for a tensor of ",
                      n, " elements");
+    fn(i, idx);
   });
+}
+
+void validate_indices(const SparseLayout& l, uint64_t n) {
+  for_each_valid_index(l, n, [](uint64_t, uint32_t) {});
 }
 
 }  // namespace
@@ -277,9 +285,7 @@ SparseEntries decode_sparse(std::span<const uint8_t> payload, uint64_t n) {
   SparseEntries e;
   e.idx.resize(l.k);
   e.values.resize(l.k);
-  for_each_index(l, n, [&](uint64_t i, uint32_t idx) {
-    CC_PAYLOAD_CHECK(idx < n, "index ", idx, " at entry ", i, " is out of range for a tensor of ",
-                     n, " elements");
+  for_each_valid_index(l, n, [&](uint64_t i, uint32_t idx) {
     e.idx[i] = idx;
     e.values[i] = load_value(l, i);
   });

@@ -253,9 +253,9 @@ const ConfigVar kTable[] = {
      "residual; Inf and NaN travel as such)",
      CC_APPLY {
        check_enum(var, value);
-       for (auto t : {ValueType::kFp32, ValueType::kFp16, ValueType::kBf16, ValueType::kFp8}) {
-         if (value == value_type_name(t)) cfg.params.values = t;
-       }
+       const auto t = value_type_from_name(value);
+       if (!t) reject(var, value, "unknown value");  // the allowed list names one the codec lacks
+       cfg.params.values = *t;
      },
      "dgc,sdagc"},
     {"COMPCOLL_INDEX_CODING", VarType::kEnum, "varint", "u32|varint|rice",
@@ -263,9 +263,9 @@ const ConfigVar kTable[] = {
      "log2(1/density) + 2 bits each)",
      CC_APPLY {
        check_enum(var, value);
-       for (auto t : {IndexType::kU32, IndexType::kVarintGap, IndexType::kRiceGap}) {
-         if (value == index_type_name(t)) cfg.params.indices = t;
-       }
+       const auto t = index_type_from_name(value);
+       if (!t) reject(var, value, "unknown value");  // the allowed list names one the codec lacks
+       cfg.params.indices = *t;
      },
      "dgc,sdagc"},
     {"COMPCOLL_SAMPLE_FRACTION", VarType::kDouble, "0.01", "(0, 1]",

@@ -218,16 +218,12 @@ CodecResult run_one(const Options& o, const std::vector<float>& grad) {
 }
 
 ValueType parse_values(const std::string& s) {
-  for (auto t : {ValueType::kFp32, ValueType::kFp16, ValueType::kBf16, ValueType::kFp8}) {
-    if (s == value_type_name(t)) return t;
-  }
+  if (const auto t = value_type_from_name(s)) return *t;
   CC_THROW(kInvalidArgument, "--values: '", s, "' is not one of fp32, fp16, bf16, fp8");
 }
 
 IndexType parse_indices(const std::string& s) {
-  for (auto t : {IndexType::kU32, IndexType::kVarintGap, IndexType::kRiceGap}) {
-    if (s == index_type_name(t)) return t;
-  }
+  if (const auto t = index_type_from_name(s)) return *t;
   CC_THROW(kInvalidArgument, "--indices: '", s, "' is not one of u32, varint, rice");
 }
 

@@ -94,7 +94,9 @@ TEST_P(DgcMomentumTest, MatchesTheReferenceStepByStep) {
     }
     ref.mask(e.idx);
     for (uint32_t i : e.idx) {
-      if (masking) EXPECT_EQ(st->u[i], 0.0f);  // momentum factor masking
+      if (masking) {
+        EXPECT_EQ(st->u[i], 0.0f);  // momentum factor masking
+      }
       kept_velocity += st->u[i] != 0.0f;
     }
     double worst = 0;
@@ -106,7 +108,9 @@ TEST_P(DgcMomentumTest, MatchesTheReferenceStepByStep) {
   }
   // Without masking the sent elements keep their velocity (the comparison
   // with the reference above checks its value).
-  if (!masking) EXPECT_GT(kept_velocity, 0u);
+  if (!masking) {
+    EXPECT_GT(kept_velocity, 0u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(PlainAndNesterovMaskedOrNot, DgcMomentumTest,
@@ -188,7 +192,9 @@ TEST(Dgc, SmoothWarmUpFallsAtEveryStepThroughTheStagesMiddles) {
     const double d = warmup_density(0.001, 400, s, smooth);
     EXPECT_LE(d, previous) << s;  // never rises
     EXPECT_GE(d, 0.001) << s;     // never below the target
-    if (s > 50 && s < 390) EXPECT_LT(d, previous) << s;  // falls at every step in between
+    if (s > 50 && s < 390) {
+      EXPECT_LT(d, previous) << s;  // falls at every step in between
+    }
     // Within a factor 2 of the stages' density at every step of the warm-up.
     const double staged = warmup_density(0.001, 400, s, WarmupShape::kStages);
     EXPECT_LE(d, 2.0 * staged * (1 + 1e-12)) << s;

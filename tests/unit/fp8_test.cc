@@ -93,7 +93,9 @@ TEST(Fp8, TheScaleIsTheSmallestThatCoversTheLargestMagnitude) {
     if (!std::isfinite(m) || m == 0.0f) continue;
     const int s = fp8_scale_for(m);
     EXPECT_LE(double(m), std::ldexp(240.0, s)) << m;
-    if (s > kFp8MinScale) EXPECT_GT(double(m), std::ldexp(240.0, s - 1)) << m;
+    if (s > kFp8MinScale) {
+      EXPECT_GT(double(m), std::ldexp(240.0, s - 1)) << m;
+    }
   }
 }
 

@@ -13,6 +13,21 @@
 namespace compcoll {
 namespace {
 
+TEST(EncodingNames, EveryTypeIsFoundByItsNameAndNothingElseIs) {
+  for (int t = 0; t <= static_cast<int>(kLastValueType); ++t) {
+    const auto v = static_cast<ValueType>(t);
+    EXPECT_EQ(value_type_from_name(value_type_name(v)), v) << t;
+  }
+  for (int t = 0; t <= static_cast<int>(kLastIndexType); ++t) {
+    const auto i = static_cast<IndexType>(t);
+    EXPECT_EQ(index_type_from_name(index_type_name(i)), i) << t;
+  }
+  for (const char* bad : {"", "FP16", "fp 16", "unknown", "int8", "golomb"}) {
+    EXPECT_FALSE(value_type_from_name(bad).has_value()) << bad;
+    EXPECT_FALSE(index_type_from_name(bad).has_value()) << bad;
+  }
+}
+
 TEST(Half, RoundTripsExactlyRepresentableValues) {
   for (float f : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f}) {
     EXPECT_EQ(half_to_float(float_to_half(f)), f) << f;
