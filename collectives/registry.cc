@@ -1,5 +1,6 @@
 #include "collectives/registry.h"
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 
@@ -215,9 +216,11 @@ double density_for(std::string_view algo, const AlgoParams& p) {
     // point; it settles within a few rounds (the code's length moves by a
     // bit only when the density halves).
     constexpr double kDgcBytesPerElement = 8.0 / 1000.0;
+    // More entries than this did not train better (registry.h).
+    constexpr double kMostUsefulDensity = 0.002;
     double d = kDgcBytesPerElement / sparse_entry_bytes(p, 0.001);
     for (int i = 0; i < 4; ++i) d = kDgcBytesPerElement / sparse_entry_bytes(p, d);
-    return d;
+    return std::min(d, kMostUsefulDensity);
   }
   return 0.001;
 }

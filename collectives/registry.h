@@ -27,14 +27,15 @@ std::unique_ptr<Algorithm> make_algorithm(std::string_view name, const AlgoParam
 // from the same parameters; null for the others.
 std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const AlgoParams& params);
 
-// The density `algo` runs at: p.density, or for kAutoDensity a budget, not
-// a count. dgc and sdagc (and auto weighing them) send as many entries as
-// DGC's 0.1 % costs at 8 bytes an entry (fp32 value, u32 index): 0.002 at
-// the default fp16 values and varint indices (~4 bytes), 0.00133 with one
-// of them, 0.001 with neither. sbc, whose entry is a Golomb-coded position
-// that these settings do not change, runs at 0.001. Measured on the
-// convergence suite: twice the entries at the same bytes narrow the gap to
-// dense (docs/convergence.md).
+// The density `algo` runs at: p.density, or for kAutoDensity a budget with
+// a ceiling. dgc and sdagc (and auto weighing them) send as many entries as
+// DGC's 0.1 % costs at 8 bytes an entry (fp32 value, u32 index), but at
+// most 0.002: 0.001 at fp32 + u32, 0.00133 with one field compact, 0.002 at
+// fp16 + varint (~4 bytes) and at the default fp8 + rice (~2.3 bytes, which
+// then keeps its saving as bytes). Measured on the convergence suite: twice
+// DGC's entries narrow the gap to dense; more than 0.002 did not narrow it
+// further (docs/convergence.md, "Cheaper entries"). sbc, whose entry is a
+// Golomb-coded position that these settings do not change, runs at 0.001.
 double density_for(std::string_view algo, const AlgoParams& p);
 
 // Whether COMPCOLL_SELECTION changes what `algo` sends: dgc and sdagc rank

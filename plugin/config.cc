@@ -116,9 +116,10 @@ const ConfigVar kTable[] = {
      },
      "auto"},
     {"COMPCOLL_DENSITY", VarType::kDouble, "auto", "auto or (0, 1]",
-     "fraction of elements sent per step by dgc, sbc and sdagc; auto = a budget: dgc and sdagc "
-     "send what DGC's 0.001 costs at 8 bytes an entry (0.002 at the default fp16 values and "
-     "varint indices, 0.001 at fp32 and u32), sbc 0.001 (docs/convergence.md)",
+     "fraction of elements sent per step by dgc, sbc and sdagc; auto = a budget with a ceiling: "
+     "dgc and sdagc send what DGC's 0.001 costs at 8 bytes an entry, at most 0.002 (0.002 at the "
+     "default fp8 values and rice indices, and at fp16 + varint; 0.001 at fp32 and u32), sbc "
+     "0.001 (docs/convergence.md)",
      CC_APPLY {
        cfg.params.density = value == "auto" ? kAutoDensity : fraction_in_unit(var, value);
      },
@@ -247,7 +248,7 @@ const ConfigVar kTable[] = {
      "scale (the excess is dropped: no wind-up of elements above the scale); 0 = unbounded",
      CC_APPLY { cfg.params.onebit_residual_bound = static_cast<float>(non_negative(var, value)); },
      "onebit"},
-    {"COMPCOLL_VALUE_DTYPE", VarType::kEnum, "fp16", "fp32|fp16|bf16|fp8",
+    {"COMPCOLL_VALUE_DTYPE", VarType::kEnum, "fp8", "fp32|fp16|bf16|fp8",
      "how dgc/sdagc values travel: fp8 = E4M3 behind a power-of-two scale per payload "
      "(rounding error, and the excess of a finite value beyond the type's range, stay in the "
      "residual; Inf and NaN travel as such)",
@@ -258,7 +259,7 @@ const ConfigVar kTable[] = {
        cfg.params.values = *t;
      },
      "dgc,sdagc"},
-    {"COMPCOLL_INDEX_CODING", VarType::kEnum, "varint", "u32|varint|rice",
+    {"COMPCOLL_INDEX_CODING", VarType::kEnum, "rice", "u32|varint|rice",
      "how dgc/sdagc indices travel: raw 32-bit, LEB128 gaps, or Golomb-Rice gaps (about "
      "log2(1/density) + 2 bits each)",
      CC_APPLY {

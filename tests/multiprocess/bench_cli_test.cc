@@ -215,14 +215,14 @@ TEST(BenchCli, CodecTableUsesTheLibrarysSettingsForTheEnvironment) {
     const char *density, *values, *indices;
   };
   const std::vector<Case> cases{
-      // COMPCOLL_DENSITY=auto: 8 bytes per thousand elements at fp16 + varint.
-      {{}, {}, "0.002", "fp16", "varint"},
+      // COMPCOLL_DENSITY=auto: 8 bytes per thousand elements, at most 0.002.
+      {{}, {}, "0.002", "fp8", "rice"},
       // The same budget at 8-byte entries: DGC's 0.001.
       {{"COMPCOLL_VALUE_DTYPE=fp32", "COMPCOLL_INDEX_CODING=u32"}, {}, "0.001", "fp32", "u32"},
-      {{"COMPCOLL_DENSITY=0.01"}, {}, "0.01", "fp16", "varint"},
+      {{"COMPCOLL_DENSITY=0.01"}, {}, "0.01", "fp8", "rice"},
       // A flag wins over the environment, which it replaces for this run.
       {{"COMPCOLL_DENSITY=0.01"}, {"--density", "0.004", "--values", "bf16"}, "0.004", "bf16",
-       "varint"},
+       "rice"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args{"codec", "--algo", "dgc", "--count", "64K", "--iters", "1",

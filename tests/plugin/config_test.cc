@@ -28,12 +28,12 @@ TEST(Config, DefaultsMatchTheDesign) {
   const Config c = load_config(env_of({}));
   EXPECT_EQ(c.algo, "dense");
   EXPECT_FALSE(c.compression_enabled());
-  // COMPCOLL_DENSITY=auto: dgc's payload at fp16 + varint costs what DGC's
-  // density 0.001 does at fp32 + u32, for twice the entries; sbc's entry is
-  // a position, which these settings do not shrink (docs/convergence.md).
+  // COMPCOLL_DENSITY=auto: twice DGC's entries (its budget would buy more
+  // at fp8 + rice; the ceiling keeps the saving as bytes); sbc's entry is a
+  // position, which these settings do not shrink (docs/convergence.md).
   EXPECT_EQ(c.params.density, kAutoDensity);
-  EXPECT_EQ(c.params.values, ValueType::kFp16);
-  EXPECT_EQ(c.params.indices, IndexType::kVarintGap);
+  EXPECT_EQ(c.params.values, ValueType::kFp8);
+  EXPECT_EQ(c.params.indices, IndexType::kRiceGap);
   EXPECT_DOUBLE_EQ(density_for("dgc", c.params), 0.002);
   EXPECT_DOUBLE_EQ(density_for("sdagc", c.params), 0.002);
   EXPECT_DOUBLE_EQ(density_for("auto", c.params), 0.002);  // weighs dgc
@@ -55,16 +55,22 @@ TEST(Config, AutoDensityKeepsDgcsByteBudgetAndAnExplicitDensityWins) {
   // 0.001, 6-byte ones (one field compact) at 0.00133, 4-byte ones at 0.002.
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}, {"COMPCOLL_INDEX_CODING", "u32"}}, "dgc"),
                    0.001);
-  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "sdagc"), 0.008 / 6.0);
-  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "bf16"}}, "dgc"), 0.002);
-  // Rice codes cost b* + 2 bits, b* from the density itself: fp8 + rice
-  // settles at 1 + 10/8 bytes (b* = 8 near 0.0036), fp16 + rice at 2 + 10/8.
-  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp8"}, {"COMPCOLL_INDEX_CODING", "rice"}}, "dgc"),
-                   0.008 / 2.25);
-  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_INDEX_CODING", "rice"}}, "sdagc"), 0.008 / 3.25);
-  EXPECT_EQ(load_config(env_of({{"COMPCOLL_VALUE_DTYPE", "fp8"}})).params.values, ValueType::kFp8);
-  EXPECT_EQ(load_config(env_of({{"COMPCOLL_INDEX_CODING", "rice"}})).params.indices,
-            IndexType::kRiceGap);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}, {"COMPCOLL_INDEX_CODING", "varint"}},
+                           "sdagc"),
+                   0.008 / 6.0);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "bf16"}, {"COMPCOLL_INDEX_CODING", "varint"}},
+                           "dgc"),
+                   0.002);
+  // Cheaper entries than 4 bytes stop at the ceiling, 0.002: fp8 + rice
+  // (the default) would settle at 0.008 / 2.25 (b* = 8 near 0.0036), fp16 +
+  // rice at 0.008 / 3.25. Rice codes cost b* + 2 bits, b* from the density.
+  EXPECT_DOUBLE_EQ(density({}, "dgc"), 0.002);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp16"}}, "sdagc"), 0.002);
+  // Below the ceiling the budget still rules: fp32 + rice, b* = 9 near 0.0015.
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "dgc"), 0.008 / 5.375);
+  EXPECT_EQ(load_config(env_of({{"COMPCOLL_VALUE_DTYPE", "fp16"}})).params.values, ValueType::kFp16);
+  EXPECT_EQ(load_config(env_of({{"COMPCOLL_INDEX_CODING", "varint"}})).params.indices,
+            IndexType::kVarintGap);
   EXPECT_NE(error_of({{"COMPCOLL_VALUE_DTYPE", "fp4"}}).find("fp32|fp16|bf16|fp8"), std::string::npos);
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_DENSITY", "auto"}}, "dgc"), 0.002);
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "sbc"), 0.001);

@@ -111,7 +111,7 @@ const std::map<std::string, std::string> kOtherValue = {
     {"COMPCOLL_ONEBIT_SCALE", "pair"},
     {"COMPCOLL_ONEBIT_RESIDUAL_BOUND", "0"},
     {"COMPCOLL_VALUE_DTYPE", "fp16"},
-    {"COMPCOLL_INDEX_CODING", "varint"},
+    {"COMPCOLL_INDEX_CODING", "u32"},
     {"COMPCOLL_SAMPLE_FRACTION", "0.5"},
     {"COMPCOLL_SPARSE_PATTERN", "scatter"},
     {"COMPCOLL_AUTO_ALGO", "sdagc"},
