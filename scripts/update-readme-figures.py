@@ -40,8 +40,8 @@ COUNT = 25557032  # a ResNet-50 gradient
 ALGOS = ["dense", "dgc", "sbc", "sdagc", "csc", "onebit"]
 # How README names each algorithm's default setting in the link table
 # (COMPCOLL_DENSITY=auto: plugin/config.cc, collectives/registry.h density_for).
-LINK_LABEL = {"dense": "dense", "dgc": "dgc (d = 0.002, fp16 + varint)", "sbc": "sbc (d = 0.001)",
-              "sdagc": "sdagc (d = 0.002, fp16 + varint)", "csc": "csc (1 % of chunks)",
+LINK_LABEL = {"dense": "dense", "dgc": "dgc (d = 0.002, fp8 + rice)", "sbc": "sbc (d = 0.001)",
+              "sdagc": "sdagc (d = 0.002, fp8 + rice)", "csc": "csc (1 % of chunks)",
               "onebit": "onebit"}
 
 
