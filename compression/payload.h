@@ -18,13 +18,11 @@
 #pragma once
 
 #include <cstddef>
-#include <optional>
-#include <string_view>
 #include <cstdint>
-#include <optional>
-#include <string_view>
 #include <cstring>
+#include <optional>
 #include <span>
+#include <string_view>
 
 #include "compcoll/error.h"
 #include "compcoll/types.h"

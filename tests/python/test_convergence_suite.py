@@ -15,14 +15,22 @@ RUN = os.path.join(REPO, "integration", "pytorch", "convergence", "run.py")
 
 def test_suite_runs_and_reports(tmp_path):
     out = tmp_path / "out"
-    cmd = [sys.executable, RUN, "--tasks", "mixed", "--algos", "dense,dgc", "--ranks", "2",
+    cmd = [sys.executable, RUN, "--tasks", "mixed", "--algos", "dense,jitter,dgc", "--ranks", "2",
            "--short", "3", "--long", "6", "--out", str(out), "--run-timeout", "240",
            "--env", "COMPCOLL_WARMUP_STEPS=2"]
     proc = subprocess.run(cmd, env=base_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads((out / "results.json").read_text())
-    assert [r["algo"] for r in rows] == ["dense", "dgc"]
-    dense, dgc = rows
+    assert [r["algo"] for r in rows] == ["dense", "jitter", "dgc"]
+    dense, jitter, dgc = rows
+    # The control: plain Gloo (no compcoll, no stats file) from weights
+    # scaled by 1 + 1e-6, compared with dense like an algorithm; after 6
+    # steps it has moved, but by about that much.
+    assert jitter["ratio"] == 1.0 and jitter["compressed_calls"] == 0, jitter
+    assert not (out / "runs" / "mixed" / "jitter" / "stats0.json").exists()
+    curves = {c["algo"]: c["curve"] for c in json.loads((out / "curves.json").read_text())}
+    assert curves["jitter"] != curves["dense"], curves
+    assert abs(jitter["long"]["loss_vs_dense_pct"]) < 0.01, jitter
     assert dense["ratio"] == 1.0 and dense["compressed_calls"] == 0
     # mixed: two compressed buckets and one dense one per step after DDP's rebuild
     assert dgc["compressed_calls"] > 0 and dgc["ratio"] > 2, dgc
@@ -46,7 +54,7 @@ def test_suite_runs_and_reports(tmp_path):
     # --reuse keeps finished runs of the same settings instead of training again
     again = subprocess.run(cmd + ["--reuse"], env=base_env(), capture_output=True, text=True,
                            timeout=120)
-    assert again.returncode == 0 and "2 runs in 0 s" in again.stdout, again.stdout[-2000:]
+    assert again.returncode == 0 and "3 runs in 0 s" in again.stdout, again.stdout[-2000:]
 
 
 def test_suite_over_seeds_reports_mean_and_range(tmp_path):

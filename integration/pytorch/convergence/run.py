@@ -6,6 +6,8 @@
     python3 integration/pytorch/convergence/run.py --tasks lm --algos dense,dgc \
         --env COMPCOLL_WARMUP_STEPS=100 --label warmup100 --out /tmp/conv
     python3 integration/pytorch/convergence/run.py --seeds 1,2,3   # mean and range over seeds
+    python3 integration/pytorch/convergence/run.py --tasks cnn --algos dense,jitter,dgc \
+        --seeds 1,2,3                                              # with the chaos floor
 
 Each run launches --ranks processes of train.py (like torchrun: RANK,
 WORLD_SIZE, MASTER_ADDR/PORT) with COMPCOLL_ALGO=<algo> (unset for dense:
@@ -40,6 +42,13 @@ sys.path.insert(0, HERE)
 import report  # noqa: E402
 
 ALGOS = ["dense", "dgc", "sbc", "sdagc", "csc", "onebit"]
+# Runs on plain Gloo, without compcoll. `jitter` (not in the default --algos)
+# is dense from initial weights scaled by 1 + 1e-6 (a few units in float32's
+# last place; a single unit is rounded away within a few steps): compared
+# with dense like every algorithm, its gap is how far a difference that
+# small alone carries a run on the task, the floor under any algorithm's
+# gap (docs/convergence.md, "The chaos floor").
+PLAIN = {"dense": 0.0, "jitter": 1e-6}  # name -> train.py --perturb
 TASK_NAMES = ["lm", "cnn", "mixed"]
 # Communicator::allreduce's trace line for every call: "... <key>: W B sent (dense D B), T ms".
 CALL_LINE = re.compile(r": (\d+) B sent \(dense (\d+) B\)")
@@ -59,7 +68,7 @@ def launch(task, algo, seed, args, run_dir):
     base = {k: v for k, v in os.environ.items() if not k.startswith("COMPCOLL_")}
     base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(args.ranks),
                 GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    if algo != "dense":
+    if algo not in PLAIN:
         base.update(COMPCOLL_ALGO=algo, COMPCOLL_STATS_FILE=os.path.join(run_dir, "stats{rank}.json"))
         # TRACE logs every call's bytes: the ratio late in the run comes from
         # them (the stats file only has the whole run's totals).
@@ -67,7 +76,7 @@ def launch(task, algo, seed, args, run_dir):
         base.update(args.env)
     cmd = [sys.executable, os.path.join(HERE, "train.py"), "--task", task, "--steps", str(args.long),
            "--eval-at", f"{args.short},{args.long}", "--seed", str(seed), "--out", run_dir,
-           "--optimizer", args.optimizer]
+           "--optimizer", args.optimizer, "--perturb", repr(PLAIN.get(algo, 0.0))]
     procs, logs = [], []
     t0 = time.perf_counter()
     for r in range(args.ranks):
@@ -109,11 +118,11 @@ def merge(task, algo, seed, args, run_dir, wall):
     steps = len(ranks[0]["losses"])
     curve = [sum(rk["losses"][i] for rk in ranks) / len(ranks) for i in range(steps)]
     out = {"task": task, "algo": algo, "seed": seed, "label": args.label, "optimizer": args.optimizer,
-           "env": args.env if algo != "dense" else {},
+           "env": args.env if algo not in PLAIN else {},
            "ranks": args.ranks, "short": args.short, "long": args.long,
            "evals": ranks[0]["evals"], "train_s": max(rk["train_s"] for rk in ranks),
            "wall_s": wall, "curve": curve}
-    if algo == "dense":
+    if algo in PLAIN:
         out.update(ratio=1.0, compressed_calls=0, calls=None, tail_ratio=1.0, tail_steps=max(1, steps // 10))
     else:
         stats = []
@@ -165,7 +174,7 @@ def reused(task, algo, seed, args, run_dir):
 def run_signature(task, algo, seed, args):
     return {"task": task, "algo": algo, "ranks": args.ranks, "short": args.short, "long": args.long,
             "seed": seed, "optimizer": args.optimizer,
-            "env": args.env if algo != "dense" else {}}
+            "env": args.env if algo not in PLAIN else {}}
 
 
 def parse_env(items):
@@ -181,7 +190,9 @@ def parse_env(items):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", default=",".join(TASK_NAMES))
-    p.add_argument("--algos", default=",".join(ALGOS))
+    p.add_argument("--algos", default=",".join(ALGOS),
+                   help="comma-separated; also `jitter`: dense from weights scaled by 1 + 1e-6, "
+                        "the task's chaos floor")
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--short", type=int, default=200, help="short horizon (steps)")
     p.add_argument("--long", type=int, default=1000, help="long horizon (steps); the run length")

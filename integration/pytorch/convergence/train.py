@@ -8,6 +8,11 @@ MASTER_ADDR, MASTER_PORT in the environment):
 
     python3 train.py --task lm --steps 800 --eval-at 200,800 --out DIR
 
+--perturb X multiplies every initial weight by 1 + X (the suite's `jitter`
+control, X = 1e-6, about 8 units in float32's last place: dense training from
+weights a few roundings away, to measure how far two runs that differ by
+that little drift apart on a task; run.py, docs/convergence.md).
+
 Writes DIR/rank{RANK}.json: the training loss of every step on this rank,
 and (rank 0) the held-out loss and metric at every --eval-at step and the
 wall time of the training steps (evaluation excluded).
@@ -34,7 +39,11 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", required=True)
     p.add_argument("--optimizer", default="default", choices=["default", "sgd", "sgd0", "adam"])
+    p.add_argument("--perturb", type=float, default=0.0,
+                   help="multiply every initial weight by 1 + this (relative, e.g. 1e-6)")
     args = p.parse_args(argv)
+    if not 0.0 <= args.perturb <= 1e-3:
+        p.error(f"--perturb {args.perturb}: expected a relative change in [0, 1e-3]")
     eval_at = sorted({int(s) for s in args.eval_at.split(",") if s})
     if any(s < 1 or s > args.steps for s in eval_at):
         p.error(f"--eval-at {args.eval_at}: every step must be in [1, --steps={args.steps}]")
@@ -44,7 +53,12 @@ def main(argv=None):
     rank, world = dist.get_rank(), dist.get_world_size()
     task = TASKS[args.task](args.seed)
     torch.manual_seed(args.seed)
-    model = DDP(task.model(), **task.ddp_kwargs)
+    net = task.model()
+    if args.perturb:
+        with torch.no_grad():
+            for t in net.parameters():
+                t.mul_(1.0 + args.perturb)
+    model = DDP(net, **task.ddp_kwargs)  # broadcasts rank 0's weights
     opt = task.optimizer(model.parameters(), args.optimizer)
 
     losses, evals, train_s = [], {}, 0.0
