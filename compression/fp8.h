@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace compcoll {
 
@@ -41,5 +42,9 @@ uint8_t float_to_fp8(float value, int scale);
 
 // code's value times 2^scale, exactly (for scale in the range above).
 float fp8_to_float(uint8_t code, int scale);
+
+// float_to_fp8 over a payload's values: codes[i] gets each value's code and
+// values[i] what receivers decode from it (the sender keeps the difference).
+void fp8_encode(std::span<float> values, int scale, uint8_t* codes);
 
 }  // namespace compcoll

@@ -8,18 +8,27 @@
 namespace compcoll {
 namespace {
 
+// Writes LSB-first bits into a buffer sized for the whole stream up front,
+// 32 bits at a time: a byte-by-byte push_back cost more than the coding
+// (about 6 ns an entry at density 0.001, where a code is about 12 bits).
 class BitWriter {
  public:
-  explicit BitWriter(Bytes& out) : out_(out) {}
+  // Appends to out; max_bits bounds what will be put.
+  BitWriter(Bytes& out, uint64_t max_bits) : out_(out), start_(out.size()) {
+    // Room for the bound, plus the whole word the last flush may store.
+    out_.resize(start_ + size_t(max_bits / 8) + 8);
+    p_ = out_.data() + start_;
+  }
 
-  void put(uint64_t value, int nbits) {  // nbits <= 32
+  void put(uint64_t value, int nbits) {  // nbits <= 32, value < 2^nbits
     acc_ |= value << fill_;
     fill_ += nbits;
-    bits_ += nbits;
-    while (fill_ >= 8) {
-      out_.push_back(static_cast<uint8_t>(acc_));
-      acc_ >>= 8;
-      fill_ -= 8;
+    bits_ += size_t(nbits);
+    if (fill_ >= 32) {
+      store_le<uint32_t>(p_, static_cast<uint32_t>(acc_));
+      p_ += 4;
+      acc_ >>= 32;
+      fill_ -= 32;
     }
   }
 
@@ -31,15 +40,17 @@ class BitWriter {
     put((uint64_t{1} << count) - 1, static_cast<int>(count));
   }
 
+  // Flushes the last partial word and trims out to the bits written.
   size_t finish() {
-    if (fill_ > 0) out_.push_back(static_cast<uint8_t>(acc_));
-    acc_ = 0;
-    fill_ = 0;
+    store_le<uint32_t>(p_, static_cast<uint32_t>(acc_));
+    out_.resize(start_ + (bits_ + 7) / 8);
     return bits_;
   }
 
  private:
   Bytes& out_;
+  size_t start_;
+  uint8_t* p_;
   uint64_t acc_ = 0;
   int fill_ = 0;
   size_t bits_ = 0;
@@ -107,10 +118,15 @@ int golomb_rice_parameter(double density) {
 }
 
 size_t rice_encode_positions(std::span<const uint32_t> idx, int b, Bytes& out) {
-  BitWriter w(out);
+  // Every code is b + 1 bits plus its gap >> b in ones, and the gaps sum to
+  // at most the last position + 1.
+  const uint64_t span = idx.empty() ? 0 : uint64_t{idx.back()} + 1;
+  BitWriter w(out, idx.size() * (uint64_t(b) + 1) + (span >> b));
   uint64_t next = 0;  // smallest position the next entry may have
   const uint64_t low_mask = (uint64_t{1} << b) - 1;
   for (const uint32_t p : idx) {
+    // Also what keeps the writer inside the bound it was sized for.
+    CC_CHECK(p >= next, kInternal, "Golomb-Rice positions are not strictly increasing at ", p);
     const uint64_t gap = p - next;
     w.put_ones(gap >> b);
     w.put(0, 1);

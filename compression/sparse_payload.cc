@@ -65,12 +65,8 @@ uint8_t* store_values(uint8_t* p, ValueType vt, std::span<float> values) {
       }
       const int scale = fp8_scale_for(max_abs);
       store_le<int16_t>(p, static_cast<int16_t>(scale)), p += kFp8ScaleBytes;
-      for (float& v : values) {
-        const uint8_t c = float_to_fp8(v, scale);
-        *p++ = c;
-        v = fp8_to_float(c, scale);
-      }
-      return p;
+      fp8_encode(values, scale, p);
+      return p + values.size();
     }
   }
   return p;

@@ -3,6 +3,7 @@
 // re-encoding decoded values with a subset's own scale is exact.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -31,6 +32,67 @@ TEST(Fp8, EveryFiniteCodeRoundTripsAtEveryScale) {
       EXPECT_EQ(float_to_fp8(v, scale), uint8_t(c)) << c << " at 2^" << scale;
     }
   }
+}
+
+// The rounding written as its definition (frexp, a step per binade,
+// nearbyint), which the encoder's bit-level version must match everywhere.
+uint8_t reference_code(float value, int scale) {
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0;
+  if (std::isnan(value)) return sign | 0x7f;
+  if (std::isinf(value)) return sign | 0x78;
+  const double a = std::ldexp(double(std::fabs(value)), -scale);
+  uint8_t code = 0;
+  if (!(a < 240.0)) {
+    code = 0x77;
+  } else if (a != 0.0) {
+    int e = 0;
+    std::frexp(a, &e);
+    const int binade = std::max(e - 1, -6);
+    auto m = static_cast<unsigned>(std::nearbyint(a / std::ldexp(1.0, binade - 3)));
+    int exp = binade + 7;
+    if (binade == -6 && m < 8) {
+      exp = 0;
+      m += 8;  // undone below: a subnormal's code is m itself
+    } else if (m == 16) {
+      m = 8;
+      ++exp;
+    }
+    code = static_cast<uint8_t>((exp << 3) | (m - 8));
+  }
+  while (code > 0 && !std::isfinite(std::ldexp(fp8_to_float(code, 0), scale))) --code;
+  return sign | code;
+}
+
+TEST(Fp8, RoundingMatchesItsDefinitionOnAnyFloatAtAnyScale) {
+  std::mt19937 rng(21);
+  size_t mismatches = 0;
+  const auto check = [&](float v, int scale) {
+    const uint8_t got = float_to_fp8(v, scale), want = reference_code(v, scale);
+    if (got != want && ++mismatches <= 5) {
+      ADD_FAILURE() << v << " at 2^" << scale << ": code " << int(got) << ", the definition gives " << int(want);
+    }
+  };
+  for (int i = 0; i < 2000000; ++i) {  // any bit pattern, any scale
+    const uint32_t bits = static_cast<uint32_t>(rng());
+    float v;
+    std::memcpy(&v, &bits, 4);
+    check(v, kFp8MinScale + int(rng() % uint32_t(kFp8MaxScale - kFp8MinScale + 1)));
+  }
+  // Near the codes: every code's value, the midpoints to its neighbours and
+  // one float either side of them, at scales across the range.
+  for (int scale : {kFp8MinScale, -127, -20, 0, 5, 119, 120, kFp8MaxScale}) {
+    for (int c = 0; c < 0x78; ++c) {
+      const double lo = fp8_to_float(uint8_t(c), 0), hi = c < 0x77 ? fp8_to_float(uint8_t(c + 1), 0) : 256.0;
+      for (double x : {lo, (lo + hi) / 2}) {
+        const float f = static_cast<float>(std::ldexp(x, scale));
+        for (float y : {f, std::nextafter(f, 0.0f), std::nextafter(f, INFINITY)}) {
+          check(y, scale);
+          check(-y, scale);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
 }
 
 TEST(Fp8, TheCodesAreE4M3WithInfinity) {
