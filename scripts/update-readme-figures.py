@@ -38,11 +38,9 @@ README = os.path.join(ROOT, "README.md")
 PYTORCH_DOC = os.path.join(ROOT, "docs", "pytorch.md")
 COUNT = 25557032  # a ResNet-50 gradient
 ALGOS = ["dense", "dgc", "sbc", "sdagc", "csc", "onebit"]
-# How README names each algorithm's default setting in the link table
-# (COMPCOLL_DENSITY=auto: plugin/config.cc, collectives/registry.h density_for).
-LINK_LABEL = {"dense": "dense", "dgc": "dgc (d = 0.002, fp8 + rice)", "sbc": "sbc (d = 0.001)",
-              "sdagc": "sdagc (d = 0.002, fp8 + rice)", "csc": "csc (1 % of chunks)",
-              "onebit": "onebit"}
+# How README names each algorithm's setting in the link table; the sparse
+# ones' density and encodings are read from the codec bench (link_labels).
+LINK_LABEL = {"dense": "dense", "csc": "csc (1 % of chunks)", "onebit": "onebit"}
 
 
 def fail(msg):
@@ -120,6 +118,18 @@ def codec_section(bench):
     return {README: "\n".join(lines)}
 
 
+def link_labels(bench):
+    """LINK_LABEL with the sparse algorithms' resolved settings, as the codec
+    bench reports them for the same environment (COMPCOLL_DENSITY=auto:
+    collectives/registry.cc density_for), so the table names what ran."""
+    rows = run_json([bench, "codec", "--count", "100000", "--algo", "dgc,sdagc,sbc", "--json"])
+    labels = dict(LINK_LABEL)
+    for r in rows:
+        encoding = "" if r["algo"] == "sbc" else f", {r['values']} + {r['indices']}"
+        labels[r["algo"]] = f"{r['algo']} (d = {r['density']:g}{encoding})"
+    return labels
+
+
 def link_section(bench):
     if os.geteuid() != 0:
         fail("the link section needs root (network namespaces); use --only codec,digits")
@@ -127,6 +137,7 @@ def link_section(bench):
            "--algo", ",".join(ALGOS), "--link", "1gbit", "--json"]
     started = when()
     rows = run_json(cmd)
+    labels = link_labels(bench)
     by = {r["algo"]: r for r in rows}
     missing = [a for a in ALGOS if a not in by]
     if missing:
@@ -145,7 +156,7 @@ def link_section(bench):
     ]
     for a in ALGOS:
         r = by[a]
-        lines.append(f"| {LINK_LABEL[a]} | {r['time_ms']:.1f} | {r['speedup']:.1f}× | "
+        lines.append(f"| {labels[a]} | {r['time_ms']:.1f} | {r['speedup']:.1f}× | "
                      f"{r['wire_bytes']:,} | {ratio_text(r['ratio'])} | {r['rel_error']:.2g} | "
                      f"{r['running_rel_error']:.2g} | {'yes' if r['identical'] else 'NO'} |")
     lines += [
