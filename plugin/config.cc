@@ -119,7 +119,7 @@ const ConfigVar kTable[] = {
      "fraction of elements sent per step by dgc, sbc and sdagc; auto = a budget with a ceiling: "
      "dgc and sdagc send what DGC's 0.001 costs at 8 bytes an entry, at most 0.002 (0.002 at the "
      "default fp8 values and rice indices, and at fp16 + varint; 0.001 at fp32 and u32), sbc "
-     "0.001 (docs/convergence.md)",
+     "0.002 (its entries stay under that budget; docs/convergence.md)",
      CC_APPLY {
        cfg.params.density = value == "auto" ? kAutoDensity : fraction_in_unit(var, value);
      },

@@ -29,15 +29,16 @@ TEST(Config, DefaultsMatchTheDesign) {
   EXPECT_EQ(c.algo, "dense");
   EXPECT_FALSE(c.compression_enabled());
   // COMPCOLL_DENSITY=auto: twice DGC's entries (its budget would buy more
-  // at fp8 + rice; the ceiling keeps the saving as bytes); sbc's entry is a
-  // position, which these settings do not shrink (docs/convergence.md).
+  // at fp8 + rice; the ceiling keeps the saving as bytes); sbc's entry, a
+  // sign bit and a position, is under the budget at any of these settings
+  // and runs at the same ceiling (docs/convergence.md).
   EXPECT_EQ(c.params.density, kAutoDensity);
   EXPECT_EQ(c.params.values, ValueType::kFp8);
   EXPECT_EQ(c.params.indices, IndexType::kRiceGap);
   EXPECT_DOUBLE_EQ(density_for("dgc", c.params), 0.002);
   EXPECT_DOUBLE_EQ(density_for("sdagc", c.params), 0.002);
   EXPECT_DOUBLE_EQ(density_for("auto", c.params), 0.002);  // weighs dgc
-  EXPECT_DOUBLE_EQ(density_for("sbc", c.params), 0.001);
+  EXPECT_DOUBLE_EQ(density_for("sbc", c.params), 0.002);
   EXPECT_EQ(c.params.momentum, 0.0f);
   EXPECT_EQ(c.min_elems, 16384u);
   EXPECT_EQ(c.params.csc_chunk, 16384u);
@@ -73,8 +74,10 @@ TEST(Config, AutoDensityKeepsDgcsByteBudgetAndAnExplicitDensityWins) {
             IndexType::kVarintGap);
   EXPECT_NE(error_of({{"COMPCOLL_VALUE_DTYPE", "fp4"}}).find("fp32|fp16|bf16|fp8"), std::string::npos);
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_DENSITY", "auto"}}, "dgc"), 0.002);
-  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "sbc"), 0.001);
-  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_ALGO", "auto"}, {"COMPCOLL_AUTO_ALGO", "sbc"}}, "auto"), 0.001);
+  // sbc sends no values: the value type does not move its density.
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}, {"COMPCOLL_INDEX_CODING", "u32"}}, "sbc"),
+                   0.002);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_ALGO", "auto"}, {"COMPCOLL_AUTO_ALGO", "sbc"}}, "auto"), 0.002);
   for (const char* algo : {"dgc", "sdagc", "sbc", "auto"}) {
     EXPECT_DOUBLE_EQ(density({{"COMPCOLL_DENSITY", "0.01"}}, algo), 0.01) << algo;
   }
