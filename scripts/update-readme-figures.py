@@ -154,9 +154,15 @@ def link_section(bench):
         "rel_err (one call) | run_err (all calls) | same bits on all ranks |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
+    patterns = {}  # what COMPCOLL_SPARSE_PATTERN=auto chose, from the measured link
     for a in ALGOS:
         r = by[a]
-        lines.append(f"| {labels[a]} | {r['time_ms']:.1f} | {r['speedup']:.1f}× | "
+        pattern = r.get("decision", "").split(" ", 1)[0]
+        label = labels[a]
+        if pattern in ("allgather", "scatter"):
+            label = f"{label[:-1]}; {pattern})" if label.endswith(")") else f"{label} ({pattern})"
+            patterns[a] = pattern
+        lines.append(f"| {label} | {r['time_ms']:.1f} | {r['speedup']:.1f}× | "
                      f"{r['wire_bytes']:,} | {ratio_text(r['ratio'])} | {r['rel_error']:.2g} | "
                      f"{r['running_rel_error']:.2g} | {'yes' if r['identical'] else 'NO'} |")
     lines += [
@@ -165,6 +171,12 @@ def link_section(bench):
         f"rank), so Gloo's {gloo_ms / 1000:.2f} s is at {100 * limit_s * 1000 / gloo_ms:.0f} % of it. "
         "`rel_err` and `run_err` are explained in `docs/benchmark.md`.",
     ]
+    if patterns:
+        lines[-1] += (
+            " The dgc and sdagc rows name the pattern `COMPCOLL_SPARSE_PATTERN=auto` chose from the "
+            "link each run measured at its start (the benchmark's `decision` field; sbc always "
+            "allgathers): at 4 ranks the two patterns' predicted times are a few ms apart, so on this "
+            "shared machine either may run (`docs/scaling.md`).")
     return {README: "\n".join(lines)}
 
 
