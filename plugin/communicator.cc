@@ -13,10 +13,12 @@
 #include "collectives/agreement.h"
 #include "collectives/dense.h"
 #include "collectives/dispatch.h"
+#include "collectives/machine_load.h"
 #include "collectives/momentum_handover.h"
 #include "collectives/registry.h"
 #include "compcoll/error.h"
 #include "plugin/state_file.h"
+#include "transport/machine_cpus.h"
 #include "transport/shm_group.h"
 #include "transport/shm_host.h"
 
@@ -305,6 +307,24 @@ HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
                              "; ", layout.describe(), ")", undetected);
     return out;
   }
+  std::string cores;
+  if (cfg.hierarchy == "auto") {
+    // The leader compresses alone what its host's ranks would compress in
+    // parallel, so the hierarchy pays only where they would contend for
+    // cores anyway (docs/scaling.md, "When auto takes the hierarchy").
+    const std::vector<MachineLoad> loads = exchange_machine_loads(world, describe_machine_cpus());
+    const MachineLoad* busiest = &busiest_machine(loads);
+    cores = detail::concat(busiest->ranks, " ranks on ", busiest->cpus,
+                           busiest->cpus == 1 ? " CPU" : " CPUs", " on the busiest machine");
+    if (!busiest->oversubscribed()) {
+      out.why = detail::concat(
+          "host hierarchy off (COMPCOLL_HIERARCHY=auto: every rank has a core of its own, ", cores,
+          ", so the ranks compress in parallel faster than their leaders would alone; "
+          "COMPCOLL_HIERARCHY=host forces it; ", layout.describe(), ")", undetected);
+      return out;
+    }
+    cores = "; " + cores;
+  }
   const bool leader = layout.is_leader(world.rank());
   const int hosts = layout.hosts();
   const std::string described = layout.describe();
@@ -313,7 +333,8 @@ HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
   out.why = detail::concat(
       "host hierarchy on (COMPCOLL_HIERARCHY=", cfg.hierarchy, "): ", described, "; this rank ",
       leader ? "leads its host and keeps the error-feedback state" : "follows its host's leader",
-      "; ", cfg.algo, " runs between ", hosts, hosts == 1 ? " leader" : " leaders", undetected);
+      "; ", cfg.algo, " runs between ", hosts, hosts == 1 ? " leader" : " leaders", cores,
+      undetected);
   return out;
 }
 

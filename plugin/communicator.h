@@ -11,7 +11,8 @@
 //   errors    any failure marks the communicator broken: later calls throw,
 //             saying it must be rebuilt.
 //   hierarchy with COMPCOLL_HIERARCHY (host, or auto when some host has
-//             several ranks and there are several hosts), compressed calls
+//             several ranks, there are several hosts and some machine's
+//             ranks outnumber its CPUs), compressed calls
 //             take the host hierarchy (collectives/hierarchical.h): a dense
 //             sum over shared memory inside each host, the algorithm between
 //             one leader per host, the result shared back. Error-feedback

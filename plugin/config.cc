@@ -325,7 +325,9 @@ const ConfigVar kTable[] = {
      "two-level host hierarchy for compressed calls: each host's ranks sum densely over shared "
      "memory, one leader per host runs COMPCOLL_ALGO between hosts and shares the result back "
      "(error feedback on the leaders only; docs/scaling.md); host = always, auto = when some host "
-     "has several ranks and there are several hosts",
+     "has several ranks, there are several hosts, and some machine's ranks outnumber the CPUs "
+     "they may use (with a core per rank the ranks compress in parallel faster than their leaders "
+     "would alone)",
      CC_APPLY {
        check_enum(var, value);
        cfg.hierarchy = value;

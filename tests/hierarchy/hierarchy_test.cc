@@ -9,6 +9,7 @@
 // adds them), and requires the same bits on every rank, call after call
 // (so the leaders' error-feedback state evolves as the flat run's does).
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cmath>
 #include <cstring>
@@ -20,11 +21,13 @@
 #include "collectives/dense.h"
 #include "collectives/hierarchical.h"
 #include "collectives/lent_comm.h"
+#include "collectives/machine_load.h"
 #include "collectives/registry.h"
 #include "compcoll/error.h"
 #include "plugin/communicator.h"
 #include "plugin/config.h"
 #include "tests/support/gloo_harness.h"
+#include "transport/machine_cpus.h"
 #include "transport/shm_group.h"
 
 namespace compcoll {
@@ -374,24 +377,41 @@ INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, HierarchyNonFinite,
                          ::testing::Values("dgc", "sbc", "sdagc", "csc", "onebit", "auto"));
 
 // auto uses the hierarchy only with several hosts and a host of several
-// ranks; off never builds one; auto as the algorithm runs between leaders.
+// ranks, and only where the ranks outnumber the CPUs they may use (here the
+// ranks are threads of this process, so its affinity decides); off never
+// builds one, host always; auto as the algorithm runs between leaders.
 TEST(Hierarchy, AutoModeUsesTheHierarchyOnlyWhereItHelps) {
   struct Want {
     Layout layout;
     const char* mode;
+    bool pinned;  // the ranks run on one CPU
     bool hierarchical;
   };
-  const std::vector<Want> wants = {{blocks({4}), "auto", false},     {blocks({1, 1, 1}), "auto", false},
-                                   {blocks({2, 1}), "auto", true},   {blocks({2, 2}), "off", false},
-                                   {blocks({4}), "host", true}};
+  const int cpus = machine_loads({describe_machine_cpus()}).front().cpus;
+  const std::vector<Want> wants = {
+      {blocks({4}), "auto", true, false},     {blocks({1, 1, 1}), "auto", true, false},
+      {blocks({2, 1}), "auto", true, true},   {blocks({2, 1}), "auto", false, 3 > cpus},
+      {blocks({2, 2}), "off", true, false},   {blocks({4}), "host", false, true}};
   for (const Want& w : wants) {
     const int P = int(w.layout.host_of.size());
+    cpu_set_t before;
+    ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
+    if (w.pinned) {  // the rank threads inherit this thread's affinity
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      int first = 0;
+      while (!CPU_ISSET(first, &before)) ++first;
+      CPU_SET(first, &one);
+      ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    }
     testing::run_gloo_ranks(P, [&](Comm& comm) {
       const int r = comm.rank();
       Communicator cc(std::make_unique<LentComm>(comm),
                       config_for("auto", {{"COMPCOLL_HIERARCHY", w.mode},
                                           {"COMPCOLL_HOST_ID", host_label(w.layout.host_of[r])}}));
-      EXPECT_EQ(cc.hierarchy() != nullptr, w.hierarchical) << w.layout.name << " " << w.mode;
+      EXPECT_EQ(cc.hierarchy() != nullptr, w.hierarchical)
+          << w.layout.name << " " << w.mode << (w.pinned ? " on one CPU" : "") << ", " << cpus
+          << " CPUs here";
       std::vector<float> g = gradient(r, 0, 30000);
       cc.allreduce(g.data(), g.size(), DType::kFloat32, ReduceOp::kSum, "g");
       const Gathered all = comm.allgatherv({reinterpret_cast<const uint8_t*>(g.data()), g.size() * 4},
@@ -400,6 +420,7 @@ TEST(Hierarchy, AutoModeUsesTheHierarchyOnlyWhereItHelps) {
         ASSERT_EQ(std::memcmp(all.part(q).data(), g.data(), g.size() * 4), 0) << q;
       }
     });
+    ASSERT_EQ(sched_setaffinity(0, sizeof before, &before), 0);
   }
 }
 
