@@ -38,9 +38,9 @@ README = os.path.join(ROOT, "README.md")
 PYTORCH_DOC = os.path.join(ROOT, "docs", "pytorch.md")
 COUNT = 25557032  # a ResNet-50 gradient
 ALGOS = ["dense", "dgc", "sbc", "sdagc", "csc", "onebit"]
-# How README names each algorithm's setting in the link table; the sparse
-# ones' density and encodings are read from the codec bench (link_labels).
-LINK_LABEL = {"dense": "dense", "csc": "csc (1 % of chunks)", "onebit": "onebit"}
+# What the link table says of each algorithm besides its name; the sparse
+# ones get their resolved settings from the codec bench (link_details).
+LINK_DETAILS = {"dense": [], "csc": ["1 % of chunks"], "onebit": []}
 
 
 def fail(msg):
@@ -77,6 +77,14 @@ def x(v):
     return f"{v:.2f}" if v >= 0.1 else f"{v:.3f}"
 
 
+def setting_text(r):
+    """A codec bench row's resolved setting: "d = 0.002, fp8 + rice" (sbc
+    sends no values or indices: its density alone)."""
+    if r["algo"] == "sbc":
+        return f"d = {r['density']:g}"
+    return f"d = {r['density']:g}, {r['values']} + {r['indices']}"
+
+
 def codec_section(bench):
     """The codecs at the library's defaults (the bench reads COMPCOLL_* as an
     allreduce would, so they are left out here), and dgc at DGC's own setting."""
@@ -90,9 +98,6 @@ def codec_section(bench):
     by = {r["algo"]: r for r in others}
     iters = dgc["iters"]
 
-    def setting(r):
-        return f"d = {r['density']:g}, {r['values']} + {r['indices']}"
-
     lines = [
         "Codecs on one thread at the default settings, as ratios to `memcpy` of the same buffer",
         f"timed in the same run (`compcoll-bench codec --count {COUNT}`, median of {iters}; "
@@ -100,13 +105,13 @@ def codec_section(bench):
         "",
         "| codec | encode (× memcpy) | decode-accumulate (× memcpy) | payload ratio |",
         "|---|---:|---:|---:|",
-        f"| dgc, momentum 0.9 ({setting(dgc)}) | {x(dgc['encode_vs_memcpy'])} "
+        f"| dgc, momentum 0.9 ({setting_text(dgc)}) | {x(dgc['encode_vs_memcpy'])} "
         f"({dgc['encode_ms']:.1f} ms) | {x(dgc['decode_vs_memcpy'])} | {dgc['ratio']:.0f} |",
-        f"| dgc, momentum 0.9 ({setting(dgc8)}: DGC's) | {x(dgc8['encode_vs_memcpy'])} | "
+        f"| dgc, momentum 0.9 ({setting_text(dgc8)}: DGC's) | {x(dgc8['encode_vs_memcpy'])} | "
         f"{x(dgc8['decode_vs_memcpy'])} | {dgc8['ratio']:.0f} |",
-        f"| sdagc ({setting(by['sdagc'])}) | {x(by['sdagc']['encode_vs_memcpy'])} | "
+        f"| sdagc ({setting_text(by['sdagc'])}) | {x(by['sdagc']['encode_vs_memcpy'])} | "
         f"{x(by['sdagc']['decode_vs_memcpy'])} | {by['sdagc']['ratio']:.0f} |",
-        f"| sbc (d = {by['sbc']['density']:g}) | {x(by['sbc']['encode_vs_memcpy'])} | "
+        f"| sbc ({setting_text(by['sbc'])}) | {x(by['sbc']['encode_vs_memcpy'])} | "
         f"{x(by['sbc']['decode_vs_memcpy'])} | {by['sbc']['ratio']:.0f} |",
         f"| csc (accumulate + chunk norms) | {x(by['csc']['encode_vs_memcpy'])} | "
         f"{x(by['csc']['decode_vs_memcpy'])} (unpack) | {by['csc']['ratio']:.0f} |",
@@ -118,16 +123,15 @@ def codec_section(bench):
     return {README: "\n".join(lines)}
 
 
-def link_labels(bench):
-    """LINK_LABEL with the sparse algorithms' resolved settings, as the codec
+def link_details(bench):
+    """LINK_DETAILS with the sparse algorithms' resolved settings, as the codec
     bench reports them for the same environment (COMPCOLL_DENSITY=auto:
     collectives/registry.cc density_for), so the table names what ran."""
     rows = run_json([bench, "codec", "--count", "100000", "--algo", "dgc,sdagc,sbc", "--json"])
-    labels = dict(LINK_LABEL)
+    details = {a: list(d) for a, d in LINK_DETAILS.items()}
     for r in rows:
-        encoding = "" if r["algo"] == "sbc" else f", {r['values']} + {r['indices']}"
-        labels[r["algo"]] = f"{r['algo']} (d = {r['density']:g}{encoding})"
-    return labels
+        details[r["algo"]] = [setting_text(r)]
+    return details
 
 
 def link_section(bench):
@@ -137,7 +141,7 @@ def link_section(bench):
            "--algo", ",".join(ALGOS), "--link", "1gbit", "--json"]
     started = when()
     rows = run_json(cmd)
-    labels = link_labels(bench)
+    details = link_details(bench)
     by = {r["algo"]: r for r in rows}
     missing = [a for a in ALGOS if a not in by]
     if missing:
@@ -154,14 +158,15 @@ def link_section(bench):
         "rel_err (one call) | run_err (all calls) | same bits on all ranks |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    patterns = {}  # what COMPCOLL_SPARSE_PATTERN=auto chose, from the measured link
+    named_pattern = False  # whether a row names what COMPCOLL_SPARSE_PATTERN=auto chose
     for a in ALGOS:
         r = by[a]
+        parts = list(details[a])
         pattern = r.get("decision", "").split(" ", 1)[0]
-        label = labels[a]
         if pattern in ("allgather", "scatter"):
-            label = f"{label[:-1]}; {pattern})" if label.endswith(")") else f"{label} ({pattern})"
-            patterns[a] = pattern
+            parts.append(pattern)
+            named_pattern = True
+        label = f"{a} ({'; '.join(parts)})" if parts else a
         lines.append(f"| {label} | {r['time_ms']:.1f} | {r['speedup']:.1f}× | "
                      f"{r['wire_bytes']:,} | {ratio_text(r['ratio'])} | {r['rel_error']:.2g} | "
                      f"{r['running_rel_error']:.2g} | {'yes' if r['identical'] else 'NO'} |")
@@ -171,7 +176,7 @@ def link_section(bench):
         f"rank), so Gloo's {gloo_ms / 1000:.2f} s is at {100 * limit_s * 1000 / gloo_ms:.0f} % of it. "
         "`rel_err` and `run_err` are explained in `docs/benchmark.md`.",
     ]
-    if patterns:
+    if named_pattern:
         lines[-1] += (
             " The dgc and sdagc rows name the pattern `COMPCOLL_SPARSE_PATTERN=auto` chose from the "
             "link each run measured at its start (the benchmark's `decision` field; sbc always "
