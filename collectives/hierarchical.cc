@@ -9,7 +9,8 @@
 
 namespace compcoll {
 
-Hierarchy::Hierarchy(Comm& world, HostLayout layout, std::unique_ptr<LocalGroup> local)
+Hierarchy::Hierarchy(Comm& world, HostLayout layout, std::unique_ptr<LocalGroup> local,
+                     bool sharded)
     : world_(world), layout_(std::move(layout)), local_(std::move(local)) {
   CC_CHECK_EQ(layout_.world(), world.size(), kInternal, "the host layout covers ", layout_.world(),
               " ranks of a ", world.size(), "-rank world");
@@ -19,22 +20,59 @@ Hierarchy::Hierarchy(Comm& world, HostLayout layout, std::unique_ptr<LocalGroup>
   leader_ = layout_.is_leader(r);
   // Every rank runs the same transport, so every rank takes the same branch.
   direct_mode_ = world.can_connect_subgroup();
+  if (sharded) {
+    // Every rank sees the same layout and transport: the same decision.
+    if (!direct_mode_) {
+      sharded_fallback_ = "the transport cannot connect the slices' subgroups";
+    } else if (layout_.min_local_size() < 2) {
+      sharded_fallback_ = "some host has a single rank, so a tensor has one slice";
+    } else {
+      slices_ = layout_.min_local_size();
+      const int j = layout_.local_rank(r);
+      my_slice_ = j < slices_ ? j : -1;
+      leader_ = my_slice_ >= 0;
+    }
+  }
+  if (leader_ && slices_ == 1) my_slice_ = 0;
   if (!direct_mode_) {
     if (leader_) on_world_ = std::make_unique<LeaderComm>(world, layout_.leaders());
     return;
   }
-  char name[40];
-  std::snprintf(name, sizeof name, "leaders-%016llx",
-                static_cast<unsigned long long>(shared_nonce(world)));
+  const unsigned long long nonce = shared_nonce(world);
+  char name[48];
+  if (slices_ > 1) {
+    std::snprintf(name, sizeof name, "slice%d-%016llx", my_slice_, nonce);
+  } else {
+    std::snprintf(name, sizeof name, "leaders-%016llx", nonce);
+  }
   std::string error;
   if (leader_) {
     try {
-      direct_ = world.connect_subgroup(layout_.leaders(), name);
+      direct_ = world.connect_subgroup(
+          slices_ > 1 ? layout_.slice_members(my_slice_) : layout_.leaders(), name);
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
-  agree_step_succeeded(world, "the host leaders could not connect among themselves", error);
+  agree_step_succeeded(world, slices_ > 1 ? "the slices' ranks could not connect among themselves"
+                                          : "the host leaders could not connect among themselves",
+                       error);
+}
+
+std::vector<size_t> Hierarchy::slice_bounds(size_t n) const {
+  constexpr size_t kLine = 16;  // floats per 64-byte cache line
+  std::vector<size_t> b(static_cast<size_t>(slices_) + 1, n);
+  b[0] = 0;
+  for (int j = 1; j < slices_; ++j) {
+    b[static_cast<size_t>(j)] = n / static_cast<size_t>(slices_) * static_cast<size_t>(j) / kLine * kLine;
+  }
+  return b;
+}
+
+size_t Hierarchy::state_elems(size_t n) const {
+  if (slices_ == 1 || my_slice_ < 0) return n;
+  const std::vector<size_t> b = slice_bounds(n);
+  return b[static_cast<size_t>(my_slice_) + 1] - b[static_cast<size_t>(my_slice_)];
 }
 
 void Hierarchy::fail_now(const std::string& why) noexcept {
@@ -66,6 +104,24 @@ CallInfo Hierarchy::allreduce(const Algorithm& algo, float* buf, size_t n, bool 
            "a host leader's compressed allreduce without error-feedback state");
   const auto timeout = world_.timeout();
   CallInfo info;
+  if (slices_ > 1) {
+    try {
+      const std::vector<size_t> b = slice_bounds(n);
+      local_->reduce_to_owners(buf, n, b, timeout);
+      leader_phase([&](Comm& slice) {
+        const size_t lo = b[static_cast<size_t>(my_slice_)];
+        const size_t len = b[static_cast<size_t>(my_slice_) + 1] - lo;
+        info = algo.allreduce(slice, buf + lo, len, false, *state);
+        info.support.reset();  // its indices are the slice's; the gather copies densely
+        if (average) scale_in_place(buf + lo, len, world_.size());
+      });
+      local_->gather_from_owners(buf, n, b, timeout);
+    } catch (const std::exception& e) {
+      fail_now(e.what());
+      throw;
+    }
+    return info;
+  }
   try {
     Addends last_round;
     // The leader's algorithm adds the last round itself (allreduce_host_sum).
@@ -97,7 +153,7 @@ HierarchicalAlgorithm::HierarchicalAlgorithm(std::unique_ptr<Algorithm> inner, H
 
 std::unique_ptr<CodecState> HierarchicalAlgorithm::make_state(size_t n, int) const {
   if (!hierarchy_.is_leader()) return std::make_unique<CodecState>(0);
-  return inner_->make_state(n, hierarchy_.layout().hosts());
+  return inner_->make_state(hierarchy_.state_elems(n), hierarchy_.layout().hosts());
 }
 
 CallInfo HierarchicalAlgorithm::allreduce(Comm&, float* buf, size_t n, bool average,

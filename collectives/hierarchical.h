@@ -27,6 +27,18 @@
 // lowest world rank of each host); a layout change means a new communicator,
 // which starts with empty residuals like any rebuilt communicator.
 //
+// Sharded (COMPCOLL_HIERARCHY=shards): with a core per rank, one leader
+// compressing the whole host sum is slower than the ranks compressing in
+// parallel (docs/scaling.md). Sharded, every tensor is cut into S slices,
+// S the smallest host's number of ranks, and local rank j < S leads slice
+// j: the host's ranks reduce each slice into its owner over the shared
+// segment (LocalGroup::reduce_to_owners), the hosts' j-th ranks run the
+// algorithm on slice j over a subgroup of their own, and every rank gathers
+// all slices back (gather_from_owners). Each owner keeps its slice's error
+// feedback: the residual of that slice of the host sum, so nothing is held
+// twice and nothing is lost. It needs subgroups (Gloo); elsewhere, or with a
+// host of one rank, it runs with one leader per host and says why.
+//
 // Arithmetic: the algorithm sums the host sums (SUM); AVG divides the result
 // by the world size on the leaders before it is shared, so every rank gets
 // the same bits. Local clipping (COMPCOLL_CLIP) applies to the host sum with
@@ -75,6 +87,17 @@ class LocalGroup {
   // nonzero, so that it need not be scanned for them (CallInfo::support).
   virtual void broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout,
                                      const std::vector<uint32_t>* support) = 0;
+  // Sharded hierarchy (COMPCOLL_HIERARCHY=shards): the tensor is cut into
+  // S slices, bounds[j] to bounds[j + 1] (S + 1 ascending bounds, the last
+  // n), and local rank j < S owns slice j. reduce_to_owners: every owner's
+  // buf holds, in its slice, the sum of every local rank's buf there, added
+  // in local-rank order; the rest of every buf is left as it was.
+  // gather_from_owners: every local rank's buf becomes, slice by slice, its
+  // owner's buf. All local ranks pass the same n and bounds.
+  virtual void reduce_to_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
+                                std::chrono::milliseconds timeout) = 0;
+  virtual void gather_from_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
+                                  std::chrono::milliseconds timeout) = 0;
   // Marks the group failed, so that local peers waiting on this rank fail
   // now, naming it and `why`, instead of at their timeout. Never throws.
   virtual void abort(const std::string& why) noexcept = 0;
@@ -84,12 +107,33 @@ class Hierarchy {
  public:
   // world: the communicator of all ranks (outlives this object). local: the
   // host's group, null when this rank is alone on its host.
-  Hierarchy(Comm& world, HostLayout layout, std::unique_ptr<LocalGroup> local);
+  // sharded (COMPCOLL_HIERARCHY=shards): every local rank j < S, S the
+  // smallest host's number of ranks, leads slice j of every tensor between
+  // the hosts' j-th ranks, instead of local rank 0 leading all of it. Needs
+  // subgroups (Comm::can_connect_subgroup) and S >= 2; else the one leader
+  // per host (sharded_fallback() says why).
+  Hierarchy(Comm& world, HostLayout layout, std::unique_ptr<LocalGroup> local,
+            bool sharded = false);
   ~Hierarchy();
 
   const HostLayout& layout() const { return layout_; }
+  // Whether this rank compresses (a leader, or a slice's owner) and keeps
+  // error-feedback state.
   bool is_leader() const { return leader_; }
-  // The leaders' communicator; null on followers (and after a failure).
+  // S: how many slices a tensor is cut into (1: one leader per host).
+  int slices() const { return slices_; }
+  // This rank's slice, -1 when it owns none.
+  int my_slice() const { return my_slice_; }
+  // Why a sharded hierarchy runs with one leader per host ("" otherwise).
+  const std::string& sharded_fallback() const { return sharded_fallback_; }
+  // The slices of an n-element tensor: S + 1 ascending bounds from 0 to n,
+  // cut at multiples of 16 elements (64-byte lines).
+  std::vector<size_t> slice_bounds(size_t n) const;
+  // The error-feedback state's element count for an n-element tensor on
+  // this rank: its slice's length when sharded, else n.
+  size_t state_elems(size_t n) const;
+  // The leaders' communicator (sharded: this rank's slice's); null on
+  // followers (and after a failure).
   Comm* leaders() { return direct_ ? direct_.get() : static_cast<Comm*>(on_world_.get()); }
   // Whether the leaders talk over a subgroup of their own (no followers).
   bool leaders_connected_directly() const { return direct_mode_; }
@@ -114,6 +158,9 @@ class Hierarchy {
   HostLayout layout_;
   std::unique_ptr<LocalGroup> local_;
   bool leader_ = false;
+  int slices_ = 1;
+  int my_slice_ = -1;
+  std::string sharded_fallback_;
   bool direct_mode_ = false;
   std::unique_ptr<Comm> direct_;             // leaders' subgroup (direct mode)
   std::unique_ptr<LeaderComm> on_world_;     // else: on the world's calls

@@ -19,6 +19,20 @@ int HostLayout::max_local_size() const {
   return static_cast<int>(most);
 }
 
+int HostLayout::min_local_size() const {
+  size_t fewest = members.empty() ? 0 : members.front().size();
+  for (const auto& m : members) fewest = std::min(fewest, m.size());
+  return static_cast<int>(fewest);
+}
+
+std::vector<int> HostLayout::slice_members(int j) const {
+  CC_CHECK(j >= 0 && j < min_local_size(), kInternal, "slice ", j, " of a layout whose smallest host has ",
+           min_local_size(), " ranks");
+  std::vector<int> out;
+  for (const auto& m : members) out.push_back(m[static_cast<size_t>(j)]);
+  return out;
+}
+
 std::vector<int> HostLayout::leaders() const {
   std::vector<int> out;
   for (int h = 0; h < hosts(); ++h) out.push_back(leader(h));

@@ -37,6 +37,10 @@ struct HostLayout {
     return static_cast<int>(members[static_cast<size_t>(host_of[static_cast<size_t>(rank)])].size());
   }
   int max_local_size() const;
+  int min_local_size() const;
+  // The world ranks of local rank j of every host, by host index (every host
+  // must have more than j ranks): slice j's ranks under COMPCOLL_HIERARCHY=shards.
+  std::vector<int> slice_members(int j) const;
   // The world ranks of the leaders, by host index.
   std::vector<int> leaders() const;
   // "3 hosts: {0,1} {2,3} {4}"

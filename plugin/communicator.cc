@@ -301,7 +301,7 @@ HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
   HostLayout layout = exchange_host_layout(world, id);
   const bool several_hosts = layout.hosts() > 1;
   const bool shared_host = layout.max_local_size() > 1;
-  if (cfg.hierarchy != "host" && !(several_hosts && shared_host)) {
+  if (cfg.hierarchy == "auto" && !(several_hosts && shared_host)) {
     out.why = detail::concat("host hierarchy off (COMPCOLL_HIERARCHY=auto: ",
                              several_hosts ? "every host has one rank" : "all ranks share one host",
                              "; ", layout.describe(), ")", undetected);
@@ -325,16 +325,32 @@ HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
     }
     cores = "; " + cores;
   }
-  const bool leader = layout.is_leader(world.rank());
   const int hosts = layout.hosts();
   const std::string described = layout.describe();
   std::unique_ptr<LocalGroup> local = connect_local_group(world, layout);
-  out.hierarchy = std::make_unique<Hierarchy>(world, std::move(layout), std::move(local));
-  out.why = detail::concat(
-      "host hierarchy on (COMPCOLL_HIERARCHY=", cfg.hierarchy, "): ", described, "; this rank ",
-      leader ? "leads its host and keeps the error-feedback state" : "follows its host's leader",
-      "; ", cfg.algo, " runs between ", hosts, hosts == 1 ? " leader" : " leaders", cores,
-      undetected);
+  out.hierarchy = std::make_unique<Hierarchy>(world, std::move(layout), std::move(local),
+                                              cfg.hierarchy == "shards");
+  const Hierarchy& h = *out.hierarchy;
+  std::string role;
+  if (h.slices() > 1) {
+    role = h.is_leader()
+               ? detail::concat("leads slice ", h.my_slice(), " of ", h.slices(),
+                                " and keeps its error-feedback state; ", cfg.algo,
+                                " runs between the ", hosts, " hosts' local rank ", h.my_slice())
+               : detail::concat("owns no slice (its host has more ranks than the smallest, ",
+                                h.slices(), ")");
+  } else {
+    role = detail::concat(
+        h.is_leader() ? "leads its host and keeps the error-feedback state"
+                      : "follows its host's leader",
+        "; ", cfg.algo, " runs between ", hosts, hosts == 1 ? " leader" : " leaders");
+  }
+  const std::string fallback =
+      h.sharded_fallback().empty()
+          ? ""
+          : detail::concat("; one leader per host, not slices: ", h.sharded_fallback());
+  out.why = detail::concat("host hierarchy on (COMPCOLL_HIERARCHY=", cfg.hierarchy, "): ",
+                           described, "; this rank ", role, fallback, cores, undetected);
   return out;
 }
 
@@ -444,18 +460,20 @@ void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, 
   StateKey skey{key ? key : "", reinterpret_cast<uintptr_t>(buf), count, dtype};
   const std::string skey_text = skey.str();
   CodecState* state = nullptr;
-  if (const CodecState* old = states_.find(skey); old != nullptr && old->size() != count) {
+  const bool hierarchical = route.compressed && hier_ != nullptr;
+  // Sharded, a rank keeps the state of its slice only.
+  const size_t elems = hierarchical ? hier_->state_elems(count) : count;
+  if (const CodecState* old = states_.find(skey); old != nullptr && old->size() != elems) {
     // A restored checkpoint (or a reused key) for a tensor of another size.
-    log_.info("error-feedback state of ", skey_text, " has ", old->size(), " elements, the tensor ",
-              count, ": starting it fresh");
+    log_.info("error-feedback state of ", skey_text, " has ", old->size(), " elements, this rank's ",
+              elems == count ? "tensor " : "slice of the tensor ", elems, ": starting it fresh");
   }
   // Under the hierarchy only leaders compress, so only they keep state, sized
   // for the leaders' communicator.
-  const bool hierarchical = route.compressed && hier_ != nullptr;
   if (route.compressed && (!hierarchical || hier_->is_leader())) {
     bool created = false;
     const int algo_world = hierarchical ? hier_->layout().hosts() : comm_->size();
-    state = &states_.get(skey, count, [&] { return algo_->make_state(count, algo_world); },
+    state = &states_.get(skey, elems, [&] { return algo_->make_state(elems, algo_world); },
                          &created);
     if (created) log_.trace("new error-feedback state for ", skey_text, " (", count, " elements)");
   }

@@ -321,10 +321,13 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_TIMEOUT_MS", VarType::kInt, "30000", ">= 1",
      "limit of every collective call and of rendezvous, in milliseconds",
      CC_APPLY { cfg.timeout = std::chrono::milliseconds(int_at_least(var, value, 1, kIntMax)); }},
-    {"COMPCOLL_HIERARCHY", VarType::kEnum, "auto", "off|host|auto",
+    {"COMPCOLL_HIERARCHY", VarType::kEnum, "auto", "off|host|shards|auto",
      "two-level host hierarchy for compressed calls: each host's ranks sum densely over shared "
      "memory, one leader per host runs COMPCOLL_ALGO between hosts and shares the result back "
-     "(error feedback on the leaders only; docs/scaling.md); host = always, auto = when some host "
+     "(error feedback on the leaders only; docs/scaling.md); host = always; shards = always, with "
+     "every tensor cut into S slices (S = the smallest host's ranks) and local rank j leading "
+     "slice j between the hosts' j-th ranks, each keeping its slice's error feedback (Gloo "
+     "subgroups needed, else one leader per host, logged); auto = host when some host "
      "has several ranks, there are several hosts, and some machine's ranks outnumber the CPUs "
      "they may use (with a core per rank the ranks compress in parallel faster than their leaders "
      "would alone)",

@@ -30,7 +30,7 @@ struct Config {
   int rank = -1;           // -1: not given
   int world_size = -1;
   std::chrono::milliseconds timeout{30000};
-  // COMPCOLL_HIERARCHY (off|host|auto) and COMPCOLL_HOST_ID (this rank's host
+  // COMPCOLL_HIERARCHY (off|host|shards|auto) and COMPCOLL_HOST_ID (this rank's host
   // id; "" = detected, see transport/shm_host.h): the two-level host hierarchy.
   std::string hierarchy = "auto";
   std::string host_id;

@@ -31,7 +31,7 @@ static_assert(Counter::is_always_lock_free && sizeof(Counter) == sizeof(uint32_t
 namespace {
 
 constexpr uint64_t kMagic = 0x636f6d70636f6c6cull;  // "compcoll"
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 constexpr int kSpins = 256;
 // How often a sleeping wait looks at whether the awaited peer still runs.
 constexpr auto kLivenessEvery = std::chrono::milliseconds(50);
@@ -76,6 +76,8 @@ size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 struct alignas(64) ShmGroup::Slot {
   Counter arrive{0};
   Counter consumed{0};
+  Counter taken{0};   // sharded: this owner has read every input of the round
+  Counter shared{0};  // sharded: this owner's slice of the round is in R
   std::atomic<uint64_t> count{0};  // the call's element count, checked across ranks
   int32_t pid = 0;
   uint64_t pidns = 0;
@@ -447,6 +449,110 @@ void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::millisec
       publish(&slot(local_rank_).consumed, round);
     }
   }
+}
+
+namespace {
+
+void check_bounds(const std::vector<size_t>& bounds, size_t n, int local_size) {
+  CC_CHECK(bounds.size() >= 2 && bounds.size() - 1 <= static_cast<size_t>(local_size) &&
+               bounds.front() == 0 && bounds.back() == n &&
+               std::is_sorted(bounds.begin(), bounds.end()),
+           kInternal, "slice bounds for ", n, " elements over ", local_size,
+           " local ranks are not ascending from 0 to n");
+}
+
+}  // namespace
+
+void ShmGroup::reduce_to_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
+                                std::chrono::milliseconds timeout) {
+  check_usable();
+  check_bounds(bounds, n, local_size());
+  const auto deadline = Clock::now() + timeout;
+  const int L = local_size();
+  const int S = static_cast<int>(bounds.size()) - 1;
+  const int me = local_rank_;
+  const bool owner = me < S;
+  const size_t lo = owner ? bounds[size_t(me)] : 0, hi = owner ? bounds[size_t(me) + 1] : 0;
+  for (size_t k = 0; k < rounds(n); ++k) {
+    const auto [round, off, len] = next_round(k, n);
+    if (k > 0) {
+      // Every owner must have read this rank's previous round.
+      for (int o = 0; o < S; ++o) await(&slot(o).taken, round - 1, o, "take the previous round", deadline, timeout);
+    } else if (me == 0) {
+      // Rank 0's input goes to R, which held the last result until every rank read it.
+      for (int l = 1; l < L; ++l) {
+        await(&slot(l).consumed, last_gather_round_, l, "read the shared result", deadline, timeout);
+      }
+    }
+    slot(me).count.store(n, std::memory_order_relaxed);
+    stream_copy(area(me), buf + off, len * sizeof(float));
+    publish(&slot(me).arrive, round);
+    if (!owner) continue;
+    for (int l = 0; l < L; ++l) {
+      if (l == me) continue;
+      await(&slot(l).arrive, round, l, "arrive at the local reduce", deadline, timeout);
+      const uint64_t theirs = slot(l).count.load(std::memory_order_relaxed);
+      if (k == 0 && theirs != n) {
+        fail(ErrorKind::kMismatch, detail::concat("local peer ", peer_name(l), " reduces ", theirs,
+                                                  " elements, this rank ", n,
+                                                  " (every rank must pass the same count)"));
+      }
+    }
+    // This owner's slice of the round, added in local-rank order.
+    const size_t a = std::max(off, lo), b = std::min(off + len, hi);
+    if (a < b) {
+      float* out = buf + a;
+      const size_t m = b - a;
+      std::memcpy(out, area(0) + (a - off), m * sizeof(float));
+      for (int l = 1; l < L; ++l) {
+        const float* in = area(l) + (a - off);
+        for (size_t i = 0; i < m; ++i) out[i] += in[i];
+      }
+    }
+    publish(&slot(me).taken, round);
+  }
+  last_reduce_round_ = round_;
+}
+
+void ShmGroup::gather_from_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
+                                  std::chrono::milliseconds timeout) {
+  check_usable();
+  check_bounds(bounds, n, local_size());
+  const auto deadline = Clock::now() + timeout;
+  const int L = local_size();
+  const int S = static_cast<int>(bounds.size()) - 1;
+  const int me = local_rank_;
+  const bool owner = me < S;
+  const size_t lo = owner ? bounds[size_t(me)] : 0, hi = owner ? bounds[size_t(me) + 1] : 0;
+  float* r = data(L);
+  for (size_t k = 0; k < rounds(n); ++k) {
+    const auto [round, off, len] = next_round(k, n);
+    // This rank's own slice within the round, [a, b) (empty for a non-owner).
+    const size_t a = std::min(std::max(off, lo), off + len);
+    const size_t b = std::max(a, std::min(off + len, hi));
+    if (owner) {
+      if (k == 0) {
+        // R held rank 0's input until every owner took the last reduce round.
+        for (int o = 0; o < S; ++o) {
+          await(&slot(o).taken, last_reduce_round_, o, "finish the local reduce", deadline, timeout);
+        }
+      } else {
+        for (int l = 0; l < L; ++l) {
+          if (l != me) await(&slot(l).consumed, round - 1, l, "read the shared result", deadline, timeout);
+        }
+      }
+      if (a < b) stream_copy(r + (a - off), buf + a, (b - a) * sizeof(float));
+      publish(&slot(me).shared, round);
+    }
+    for (int o = 0; o < S; ++o) {
+      if (o != me) await(&slot(o).shared, round, o, "share its slice of the result", deadline, timeout);
+    }
+    // Everything but this rank's own slice, whose bits are already here.
+    if (a > off) stream_copy(buf + off, r, (a - off) * sizeof(float));
+    if (off + len > b) stream_copy(buf + b, r + (b - off), (off + len - b) * sizeof(float));
+    publish(&slot(me).consumed, round);
+  }
+  last_gather_round_ = round_;
 }
 
 constexpr const char* kSetupStep =

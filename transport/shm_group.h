@@ -98,6 +98,10 @@ class ShmGroup final : public LocalGroup {
                            LastRound last) override;
   void broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout,
                              const std::vector<uint32_t>* support) override;
+  void reduce_to_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
+                        std::chrono::milliseconds timeout) override;
+  void gather_from_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
+                          std::chrono::milliseconds timeout) override;
   void abort(const std::string& why) noexcept override;
 
   struct Header;  // the segment's layout (shm_group.cc)
@@ -109,6 +113,8 @@ class ShmGroup final : public LocalGroup {
 
   Slot& slot(int l) const;
   float* data(int l) const;  // l == local_size(): the result slot R
+  // The sharded calls' input area of local rank l: its slot, R for rank 0.
+  float* area(int l) const { return data(l == 0 ? local_size() : l); }
   std::string peer_name(int l) const;
   // Waits until the counter reaches `round`; throws as described above.
   void await(const void* counter, uint32_t round, int peer, const char* step,
@@ -142,6 +148,11 @@ class ShmGroup final : public LocalGroup {
   // The leader's last round returned as addends (LastRound::kReturn): its
   // `taken` is published when the result is shared.
   std::optional<uint32_t> lent_round_;
+  // The sharded calls' last rounds: R holds rank 0's input until every owner
+  // took the last reduce round, and a result until every rank read the last
+  // gather round.
+  uint32_t last_reduce_round_ = 0;
+  uint32_t last_gather_round_ = 0;
 };
 
 // Collective over `world`: each host with more than one rank gets a segment

@@ -61,7 +61,7 @@ int allreduce_main(int argc, char** argv, int first) {
       "loopback with everything else, so no host_tx_bytes is reported");
   const std::string hierarchy = args.str(
       "hierarchy", "",
-      "host hierarchy modes to compare in this run, comma-separated from off, host, auto (at most "
+      "host hierarchy modes to compare in this run, comma-separated from off, host, shards, auto (at most "
       "one other than off), e.g. off,host: every compressed algorithm then gets a row per mode "
       "(\"dgc+host\" behind the hierarchy; JSON \"hierarchy\"). Default: COMPCOLL_HIERARCHY");
   const bool probe_link = args.flag(
@@ -91,8 +91,8 @@ int allreduce_main(int argc, char** argv, int first) {
   const int hosts = ranks / static_cast<int>(ranks_per_host);
   int hierarchical_modes = 0;
   for (const auto& m : split_list(hierarchy)) {
-    CC_CHECK(m == "off" || m == "host" || m == "auto", kInvalidArgument, "--hierarchy: '", m,
-             "' is not one of off, host, auto");
+    CC_CHECK(m == "off" || m == "host" || m == "shards" || m == "auto", kInvalidArgument,
+             "--hierarchy: '", m, "' is not one of off, host, shards, auto");
     hierarchical_modes += m != "off";
   }
   CC_CHECK(hierarchical_modes <= 1, kInvalidArgument,

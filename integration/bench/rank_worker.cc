@@ -214,7 +214,7 @@ int worker_main(int argc, char** argv, int first) {
   }
   struct Row {
     std::string algo;
-    std::string hierarchy;  // "host" when the row runs behind the hierarchy, else "off"
+    std::string hierarchy;  // "host" or "shards" when the row runs behind the hierarchy, else "off"
     std::unique_ptr<Algorithm> algorithm;       // compressed rows
     std::unique_ptr<Communicator> communicator;  // the dense row: the path a user's call takes
   };
@@ -223,7 +223,10 @@ int worker_main(int argc, char** argv, int first) {
     const bool behind = hierarchy && mode != "off";
     for (const std::string& name : names) {
       if (name == "dense" && &mode != &modes.front()) continue;  // one dense row
-      Row row{name, behind && name != "dense" ? "host" : "off", nullptr, nullptr};
+      // Named by the hierarchy that runs ("host" for auto too; "shards"
+      // only when the slices did not fall back to one leader per host).
+      const std::string behind_as = hierarchy && hierarchy->slices() > 1 ? "shards" : "host";
+      Row row{name, behind && name != "dense" ? behind_as : "off", nullptr, nullptr};
       if (name == "dense") {
         // Through a real Communicator (policy, state keys, stats, logging)
         // over a view of the same transport: compcoll's dense row is then
@@ -241,7 +244,7 @@ int worker_main(int argc, char** argv, int first) {
         ensure_agreement(*comm, "algo=" + name + ";hierarchy=" + row.hierarchy + ";" +
                                     cfg.params.canonical());
         row.algorithm = make_algorithm(name, cfg.params);
-        if (row.hierarchy == "host") {
+        if (row.hierarchy != "off") {
           row.algorithm = std::make_unique<HierarchicalAlgorithm>(std::move(row.algorithm), *hierarchy);
         }
         row.algorithm->attach(*comm);

@@ -11,7 +11,7 @@ namespace compcoll::bench {
 
 struct AllreduceResult {
   std::string algo;
-  std::string hierarchy = "off";  // "host": the row ran behind the host hierarchy
+  std::string hierarchy = "off";  // "host" / "shards": the row ran behind the host hierarchy
   int ranks = 0;
   size_t count = 0;
   int iters = 0;

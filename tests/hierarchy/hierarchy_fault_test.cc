@@ -31,7 +31,8 @@ struct Outcome {
   double worst_ms = 0;        // latest survivor exit after the victim died
 };
 
-Outcome run_with_victim(const std::string& level, int victim, const std::string& algo) {
+Outcome run_with_victim(const std::string& level, int victim, const std::string& algo,
+                        bool shards = false) {
   TempDir dir;
   ChildSet children;
   const int world = 6;
@@ -43,7 +44,7 @@ Outcome run_with_victim(const std::string& level, int victim, const std::string&
          "0,0,1,1,2,2", "--rendezvous", "file://" + dir.path() + "/store", "--algo", algo,
          "--count", "200000", "--calls", "100000", "--timeout-ms", std::to_string(kTimeoutMs),
          "--kill-level", level, "--kill-rank", std::to_string(victim), "--kill-call",
-         std::to_string(kill_call)},
+         std::to_string(kill_call), "--shards", shards ? "1" : "0"},
         dir.path() + "/out" + std::to_string(r))));
   }
   Outcome out;
@@ -102,6 +103,28 @@ TEST(HierarchyFaults, ALeaderKilledBetweenHostsFailsEverySurvivorInTime) {
 TEST(HierarchyFaults, ALeaderKilledInOnebitsExchangeFailsEverySurvivorInTime) {
   const Outcome o = run_with_victim("leaders", 4, "onebit");
   expect_survivors_failed(o, 4);
+}
+
+// Sharded (COMPCOLL_HIERARCHY=shards), every rank owns a slice: rank 3
+// (host 1, slice 1) dies as its local reduce starts, and its host's other
+// owner names it as dead; or it dies in its slice's first exchange between
+// hosts, which fails slice 1's other ranks and, through their hosts' shared
+// memory, slice 0's.
+TEST(HierarchyFaults, ASliceOwnerKilledInTheLocalReduceFailsEverySurvivorInTime) {
+  const Outcome o = run_with_victim("local", 3, "dgc", true);
+  expect_survivors_failed(o, 3);
+  EXPECT_NE(o.logs[2].find("local peer world rank 3 (local rank 1"), std::string::npos) << o.logs[2];
+  EXPECT_NE(o.logs[2].find("died"), std::string::npos) << o.logs[2];
+}
+
+TEST(HierarchyFaults, ASliceOwnerKilledBetweenHostsFailsEverySurvivorInTime) {
+  const Outcome o = run_with_victim("leaders", 3, "dgc", true);
+  expect_survivors_failed(o, 3);
+}
+
+TEST(HierarchyFaults, ASliceOwnerKilledInOnebitsExchangeFailsEverySurvivorInTime) {
+  const Outcome o = run_with_victim("leaders", 0, "onebit", true);
+  expect_survivors_failed(o, 0);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 //   compcoll_hierarchy_rank --rank R --size P --hosts H0,H1,... --rendezvous file://DIR
 //       [--algo A] [--count N] [--calls C] [--timeout-ms T]
 //       [--kill-level local|leaders --kill-rank V --kill-call K] [--flat 1]
+//       [--shards 1]
 //
 // Connects over Gloo tcp on 127.0.0.1 (host of rank r: the label Hr), builds
 // the host hierarchy (shared memory inside a host, the leaders' communicator
@@ -11,6 +12,11 @@
 // each that every rank holds the same bytes. Rank V kills itself (SIGKILL)
 // inside call K: at the start of its local reduce (kill-level local), or at
 // its first exchange between hosts (kill-level leaders; V must be a leader).
+//
+// --shards 1 builds the sharded hierarchy (COMPCOLL_HIERARCHY=shards): every
+// local rank below the smallest host's size leads its slice of the tensor
+// over a Gloo subgroup of its own; kill-level leaders then kills rank V at
+// its slice's first exchange (V must own a slice).
 //
 // --flat 1 runs the algorithm on the world communicator instead (no
 // hierarchy), for comparison. Prints "call I" before each call and, at the
@@ -54,6 +60,7 @@ struct Args {
   int kill_rank = -1;
   long long kill_call = -1;
   bool flat = false;
+  bool shards = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -75,6 +82,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--kill-rank") a.kill_rank = std::stoi(v);
     else if (k == "--kill-call") a.kill_call = std::stoll(v);
     else if (k == "--flat") a.flat = v == "1";
+    else if (k == "--shards") a.shards = v == "1";
     else throw std::invalid_argument("unknown flag " + k);
   }
   if (a.rank < 0 || a.size < 1 || int(a.hosts.size()) != a.size || a.rendezvous.empty()) {
@@ -83,12 +91,54 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+// A slice's subgroup (--shards 1), able to kill this process at its next
+// exchange of any kind when the world's flag is armed.
+class ArmedSubgroup final : public Comm {
+ public:
+  ArmedSubgroup(std::unique_ptr<Comm> c, const bool& armed) : c_(std::move(c)), armed_(armed) {}
+  int rank() const override { return c_->rank(); }
+  int size() const override { return c_->size(); }
+  std::chrono::milliseconds timeout() const override { return c_->timeout(); }
+  Gathered allgatherv(std::span<const uint8_t> s, size_t m) override {
+    die_if_armed();
+    return c_->allgatherv(s, m);
+  }
+  std::vector<Bytes> alltoallv(const std::vector<Bytes>& s, size_t m) override {
+    die_if_armed();
+    return c_->alltoallv(s, m);
+  }
+  void allreduce(void* b, size_t n, DType d, ReduceOp o) override {
+    die_if_armed();
+    c_->allreduce(b, n, d, o);
+  }
+  void broadcast(void* b, size_t n, int root) override {
+    die_if_armed();
+    c_->broadcast(b, n, root);
+  }
+  void barrier() override { c_->barrier(); }
+  uint64_t bytes_sent() const override { return c_->bytes_sent(); }
+
+ private:
+  void die_if_armed() const {
+    if (armed_) raise(SIGKILL);
+  }
+  std::unique_ptr<Comm> c_;
+  const bool& armed_;
+};
+
 // The world Comm, able to kill this process at its next alltoallv (the
-// first exchange of a leader phase when armed before a call).
+// first exchange of a leader phase when armed before a call). With
+// subgroups (--shards 1) it connects them, armed by the same flag.
 class ArmedComm final : public Comm {
  public:
   explicit ArmedComm(Comm& c) : c_(c) {}
   bool armed = false;
+  bool subgroups = false;
+  bool can_connect_subgroup() const override { return subgroups && c_.can_connect_subgroup(); }
+  std::unique_ptr<Comm> connect_subgroup(const std::vector<int>& members,
+                                         const std::string& name) override {
+    return std::make_unique<ArmedSubgroup>(c_.connect_subgroup(members, name), armed);
+  }
   int rank() const override { return c_.rank(); }
   int size() const override { return c_.size(); }
   std::chrono::milliseconds timeout() const override { return c_.timeout(); }
@@ -122,6 +172,15 @@ class ArmedLocal final : public LocalGroup {
                              const std::vector<uint32_t>* support) override {
     g_->broadcast_from_leader(buf, n, t, support);
   }
+  void reduce_to_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
+                        std::chrono::milliseconds t) override {
+    if (armed) raise(SIGKILL);
+    g_->reduce_to_owners(buf, n, bounds, t);
+  }
+  void gather_from_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
+                          std::chrono::milliseconds t) override {
+    g_->gather_from_owners(buf, n, bounds, t);
+  }
   void abort(const std::string& why) noexcept override { g_->abort(why); }
 
  private:
@@ -149,6 +208,7 @@ int main(int argc, char** argv) {
     o.timeout = std::chrono::milliseconds(a.timeout_ms);
     auto gloo = connect_gloo(o);
     ArmedComm world(*gloo);
+    world.subgroups = a.shards;
     const HostLayout layout = exchange_host_layout(world, a.hosts[size_t(a.rank)]);
     std::unique_ptr<LocalGroup> shm = connect_local_group(world, layout);
     ArmedLocal* local = nullptr;
@@ -157,7 +217,8 @@ int main(int argc, char** argv) {
       local = wrapped.get();
       shm = std::move(wrapped);
     }
-    Hierarchy h(world, layout, std::move(shm));
+    Hierarchy h(world, layout, std::move(shm), a.shards);
+    if (a.shards && h.slices() < 2) throw std::invalid_argument("--shards 1 built no slices: " + h.sharded_fallback());
     AlgoParams params;
     params.density = 0.01;
     const auto algo = make_algorithm(a.algo, params);
@@ -167,7 +228,7 @@ int main(int argc, char** argv) {
       h.leader_phase([&](Comm& leaders) { algo->attach(leaders); });
     }
     auto state = a.flat ? algo->make_state(a.count, a.size)
-                 : h.is_leader() ? algo->make_state(a.count, layout.hosts()) : nullptr;
+                 : h.is_leader() ? algo->make_state(h.state_elems(a.count), layout.hosts()) : nullptr;
     std::vector<double> ms;
     uint64_t sent = 0;  // bytes this rank put on the wire inside the timed calls
     std::printf("READY leader %d\n", int(h.is_leader()));

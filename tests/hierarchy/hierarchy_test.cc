@@ -218,6 +218,159 @@ INSTANTIATE_TEST_SUITE_P(EveryAlgorithmAndLayout, HierarchyTest, ::testing::Valu
                                   "_" + i.param.layout.name;
                          });
 
+// COMPCOLL_HIERARCHY=shards: the tensor is cut into S slices (S = the
+// smallest host's ranks, bounds at multiples of 16 elements), and slice j
+// is, bit for bit, the algorithm run flat between H ranks on slice j of the
+// host sums, with its own error feedback on local rank j of each host.
+std::vector<Case> shard_cases() {
+  const std::vector<Layout> layouts = {blocks({2, 2}), blocks({3, 2, 2}), blocks({4, 4}),
+                                       blocks({2, 2, 2, 2}), dealt(8, 3), blocks({3, 3})};
+  std::vector<Case> out;
+  for (const auto& a : algorithm_table()) {
+    const std::string name = a.name;
+    if (name == "dense" || name == "auto") continue;
+    for (const auto& l : layouts) out.push_back({name, l});
+  }
+  if (table_has("COMPCOLL_SPARSE_PATTERN")) {
+    for (const char* name : {"dgc", "sdagc"}) {
+      for (const auto& l : {blocks({2, 2}), blocks({3, 2, 2}), blocks({4, 4})}) {
+        out.push_back({name, l, "scatter"});
+      }
+    }
+  }
+  return out;
+}
+
+class ShardedHierarchyTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ShardedHierarchyTest, EachSliceEqualsTheAlgorithmBetweenHostsOnHostSumsBitForBit) {
+  const Case& c = GetParam();
+  const int P = int(c.layout.host_of.size());
+  const auto hosts = hosts_of(c.layout);
+  const int H = int(hosts.size());
+  size_t S = hosts[0].size();
+  for (const auto& h : hosts) S = std::min(S, h.size());
+  const size_t n = 9011;  // slices of 2,240 to 4,515 elements, above COMPCOLL_MIN_ELEMS
+  std::vector<size_t> bounds = {0};
+  for (size_t j = 1; j < S; ++j) bounds.push_back(n / S * j / 16 * 16);
+  bounds.push_back(n);
+
+  std::vector<std::vector<std::vector<float>>> got(P, std::vector<std::vector<float>>(kSteps));
+  testing::run_gloo_ranks(P, [&](Comm& comm) {
+    const int r = comm.rank();
+    Config cfg = config_for(c.algo, {{"COMPCOLL_HIERARCHY", "shards"},
+                                     {"COMPCOLL_HOST_ID", host_label(c.layout.host_of[r])}},
+                            c.pattern);
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    ASSERT_NE(cc.hierarchy(), nullptr);
+    ASSERT_EQ(cc.hierarchy()->slices(), int(S)) << cc.hierarchy()->sharded_fallback();
+    EXPECT_EQ(cc.hierarchy()->slice_bounds(n), bounds);
+    for (int s = 0; s < kSteps; ++s) {
+      std::vector<float> g = gradient(r, s, n);
+      cc.allreduce(g.data(), n, DType::kFloat32, ReduceOp::kSum, "t");
+      got[r][s] = g;
+    }
+    // Only slice owners keep error feedback, for their slice.
+    const int j = cc.hierarchy()->my_slice();
+    EXPECT_EQ(cc.state_entries(), j >= 0 ? 1u : 0u);
+    if (j >= 0) {
+      EXPECT_EQ(cc.hierarchy()->state_elems(n), bounds[size_t(j) + 1] - bounds[size_t(j)]);
+    }
+  });
+
+  std::vector<std::vector<float>> ref(kSteps, std::vector<float>(n));
+  for (size_t j = 0; j < S; ++j) {
+    const size_t lo = bounds[j], len = bounds[j + 1] - lo;
+    testing::run_gloo_ranks(H, [&](Comm& comm) {
+      const int h = comm.rank();
+      Communicator cc(std::make_unique<LentComm>(comm),
+                      config_for(c.algo, {{"COMPCOLL_HIERARCHY", "off"}}, c.pattern));
+      for (int s = 0; s < kSteps; ++s) {
+        std::vector<float> sum(len, 0.0f);
+        for (size_t l = 0; l < hosts[h].size(); ++l) {
+          const auto g = gradient(hosts[h][l], s, n);
+          for (size_t i = 0; i < len; ++i) sum[i] = l == 0 ? g[lo + i] : sum[i] + g[lo + i];
+        }
+        cc.allreduce(sum.data(), len, DType::kFloat32, ReduceOp::kSum, "t");
+        if (h == 0) std::copy(sum.begin(), sum.end(), ref[s].begin() + std::ptrdiff_t(lo));
+      }
+    });
+  }
+  const bool exact = c.algo != "csc" || H <= 2;  // as in HierarchyTest
+  for (int s = 0; s < kSteps; ++s) {
+    for (int r = 0; r < P; ++r) {
+      ASSERT_TRUE(same_bits(got[r][s], got[0][s])) << c.algo << " " << c.layout.name << " step " << s
+                                                   << ": rank " << r << " differs from rank 0";
+    }
+    if (exact) {
+      ASSERT_TRUE(same_bits(got[0][s], ref[s])) << c.algo << " " << c.layout.name << " step " << s;
+      continue;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(got[0][s][i], ref[s][i], 1e-5f * (1.0f + std::fabs(ref[s][i])))
+          << c.algo << " " << c.layout.name << " step " << s << " element " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryAlgorithmAndLayout, ShardedHierarchyTest,
+                         ::testing::ValuesIn(shard_cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           return i.param.algo + (i.param.pattern == "allgather" ? "" : "_scatter") +
+                                  "_" + i.param.layout.name;
+                         });
+
+// shards needs every host to have two ranks or more; a host of one rank
+// leaves one slice, so the one leader per host runs it, and says so.
+TEST(ShardedHierarchy, AHostOfOneRankFallsBackToOneLeaderPerHost) {
+  const Layout l = blocks({2, 1});
+  const size_t n = 5003;
+  std::vector<std::vector<float>> got(3), ref(3);
+  for (const char* mode : {"shards", "host"}) {
+    testing::run_gloo_ranks(3, [&](Comm& comm) {
+      const int r = comm.rank();
+      Communicator cc(std::make_unique<LentComm>(comm),
+                      config_for("dgc", {{"COMPCOLL_HIERARCHY", mode},
+                                         {"COMPCOLL_HOST_ID", host_label(l.host_of[r])}}));
+      ASSERT_NE(cc.hierarchy(), nullptr);
+      EXPECT_EQ(cc.hierarchy()->slices(), 1);
+      if (std::string(mode) == "shards") {
+        EXPECT_NE(cc.hierarchy()->sharded_fallback().find("single rank"), std::string::npos)
+            << cc.hierarchy()->sharded_fallback();
+      }
+      std::vector<float> g = gradient(r, 0, n);
+      cc.allreduce(g.data(), n, DType::kFloat32, ReduceOp::kSum, "g");
+      (std::string(mode) == "shards" ? got : ref)[r] = g;
+    });
+  }
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(same_bits(got[r], ref[r])) << r;
+}
+
+// AVG divides by the world size on every slice; the slices' owners scale
+// their own slice, so every rank gets the same bits as the SUM times 1/P.
+TEST(ShardedHierarchy, AverageIsTheSumOverTheWorldSizeEverywhere) {
+  const Layout l = blocks({2, 2, 2});
+  const size_t n = 6007;
+  std::vector<std::vector<float>> sum(6), avg(6);
+  testing::run_gloo_ranks(6, [&](Comm& comm) {
+    const int r = comm.rank();
+    for (const char* op : {"sum", "avg"}) {
+      Communicator cc(std::make_unique<LentComm>(comm),
+                      config_for("dgc", {{"COMPCOLL_HIERARCHY", "shards"},
+                                         {"COMPCOLL_HOST_ID", host_label(l.host_of[r])}}));
+      std::vector<float> g = gradient(r, 0, n);
+      const bool is_avg = std::string(op) == "avg";
+      cc.allreduce(g.data(), n, DType::kFloat32, is_avg ? ReduceOp::kAvg : ReduceOp::kSum, "g");
+      (is_avg ? avg : sum)[r] = g;
+    }
+  });
+  for (int r = 0; r < 6; ++r) {
+    EXPECT_TRUE(same_bits(avg[r], avg[0])) << r;
+    // scale_in_place multiplies by 1/P, as the flat route does.
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(avg[0][i], sum[0][i] * (1.0f / 6.0f)) << i;
+  }
+}
+
 // AVG divides the hierarchical SUM by the world size (not by the number of
 // hosts); fp16 travels through fp32; every rank gets the same bits.
 TEST(Hierarchy, AverageAndHalfPrecisionAreIdenticalEverywhere) {
@@ -497,7 +650,7 @@ TEST(Hierarchy, BadSettingsAreErrorsNamingTheVariable) {
     FAIL() << "COMPCOLL_HIERARCHY=hosts was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("COMPCOLL_HIERARCHY=hosts"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("off|host|auto"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("off|host|shards|auto"), std::string::npos) << e.what();
   }
   EXPECT_THROW(config_for("dgc", {{"COMPCOLL_HOST_ID", std::string(257, 'h')}}), Error);
   EXPECT_EQ(config_for("dgc", {{"COMPCOLL_HOST_ID", std::string(256, 'h')}}).host_id.size(), 256u);

@@ -250,8 +250,32 @@ TEST(BenchHosts, HierarchyListAllowsOneModeBesidesOff) {
   const BenchRun bad = run_bench({"--ranks", "2", "--count", "1000", "--algo", "dgc",
                                   "--hierarchy", "flat"});
   EXPECT_EQ(bad.code, 1) << bad.out;
-  EXPECT_NE(bad.out.find("--hierarchy: 'flat' is not one of off, host, auto"), std::string::npos)
+  EXPECT_NE(bad.out.find("--hierarchy: 'flat' is not one of off, host, shards, auto"),
+            std::string::npos)
       << bad.out;
+}
+
+// --hierarchy off,shards: the sharded rows are named "+shards", give the
+// same bits on every rank, and each host's two slice owners send one
+// payload of half the tensor each where the flat run's ranks send theirs
+// to every other rank.
+TEST(BenchHosts, ShardedRowsAreNamedAndSendLessPerHost) {
+  if (!skip_reason().empty()) GTEST_SKIP() << skip_reason();
+  const BenchRun r = run_bench({"--ranks", "4", "--ranks-per-host", "2", "--link", "1gbit",
+                                "--count", std::to_string(1 << 20), "--algo", "dense,dgc,onebit",
+                                "--iters", "3", "--hierarchy", "off,shards", "--json"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::map<std::string, std::map<std::string, std::string>> by;
+  for (const auto& row : rows_of(r.out)) {
+    EXPECT_EQ(row.at("identical"), "true") << r.out;
+    by[row.at("algo") + "/" + row.at("hierarchy")] = row;
+  }
+  for (const char* algo : {"dgc", "onebit"}) {
+    const std::string flat = std::string(algo) + "/off", sharded = std::string(algo) + "/shards";
+    ASSERT_EQ(by.count(flat), 1u) << r.out;
+    ASSERT_EQ(by.count(sharded), 1u) << r.out;
+    EXPECT_LT(num(by[sharded], "host_tx_bytes"), 0.8 * num(by[flat], "host_tx_bytes")) << algo;
+  }
 }
 
 // One rank per host (the default): every rank's bytes are its host's.

@@ -20,3 +20,18 @@ def test_every_rank_gets_the_same_bits_through_the_hierarchy(compcoll_ext, algo)
             r.describe()
         leads = "this rank leads its host" in r.stderr
         assert leads == (r.rank in (0, 2, 4)), r.describe()
+
+
+def test_shards_under_the_backend_runs_one_leader_per_host_and_says_why(compcoll_ext):
+    """COMPCOLL_HIERARCHY=shards needs subgroups of its own, which the
+    backend's inner group cannot connect: the leaders run it, same bits
+    everywhere, and the log says so rather than silently doing something else."""
+    results = launch([worker("hierarchy.py"), "2"], 5, env={
+        "COMPCOLL_ALGO": "dgc", "COMPCOLL_HIERARCHY": "shards", "COMPCOLL_MIN_ELEMS": "1000",
+        "COMPCOLL_DEBUG": "INFO", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    first = results[0].result["digests"]
+    for r in results:
+        assert r.result["digests"] == first, r.describe()
+        assert "host hierarchy on (COMPCOLL_HIERARCHY=shards): 3 hosts: {0,1} {2,3} {4}" in r.stderr, \
+            r.describe()
+        assert "one leader per host, not slices: the transport cannot connect" in r.stderr, r.describe()
