@@ -352,6 +352,17 @@ ShmGroup::Round ShmGroup::next_round(size_t k, size_t n) {
   return {++round_, off, std::min(chunk_, n - std::min(n, off))};
 }
 
+void ShmGroup::await_arrival(int l, uint32_t round, bool first, size_t n,
+                             Clock::time_point deadline, std::chrono::milliseconds timeout) {
+  await(&slot(l).arrive, round, l, "arrive at the local reduce", deadline, timeout);
+  const uint64_t theirs = slot(l).count.load(std::memory_order_relaxed);
+  if (first && theirs != n) {
+    fail(ErrorKind::kMismatch, detail::concat("local peer ", peer_name(l), " reduces ", theirs,
+                                              " elements, this rank ", n,
+                                              " (every rank must pass the same count)"));
+  }
+}
+
 Addends ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout,
                                    LastRound last) {
   check_usable();
@@ -369,15 +380,7 @@ Addends ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::millisecon
       publish(&me.arrive, round);
       continue;
     }
-    for (int l = 1; l < L; ++l) {
-      await(&slot(l).arrive, round, l, "arrive at the local reduce", deadline, timeout);
-      const uint64_t theirs = slot(l).count.load(std::memory_order_relaxed);
-      if (k == 0 && theirs != n) {
-        fail(ErrorKind::kMismatch, detail::concat("local peer ", peer_name(l), " reduces ", theirs,
-                                                  " elements, this rank ", n,
-                                                  " (every rank must pass the same count)"));
-      }
-    }
+    for (int l = 1; l < L; ++l) await_arrival(l, round, k == 0, n, deadline, timeout);
     // In local-rank order: ((leader + 1) + 2) + ...
     Addends parts;
     parts.off = off;
@@ -463,21 +466,31 @@ void check_bounds(const std::vector<size_t>& bounds, size_t n, int local_size) {
 
 }  // namespace
 
-void ShmGroup::reduce_to_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
-                                std::chrono::milliseconds timeout) {
+ShmGroup::SliceCall ShmGroup::slice_call(const std::vector<size_t>& bounds, size_t n) const {
   check_usable();
   check_bounds(bounds, n, local_size());
+  SliceCall c;
+  c.slices = static_cast<int>(bounds.size()) - 1;
+  c.owner = local_rank_ < c.slices;
+  if (c.owner) {
+    c.lo = bounds[static_cast<size_t>(local_rank_)];
+    c.hi = bounds[static_cast<size_t>(local_rank_) + 1];
+  }
+  return c;
+}
+
+void ShmGroup::reduce_to_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
+                                std::chrono::milliseconds timeout) {
+  const SliceCall c = slice_call(bounds, n);
   const auto deadline = Clock::now() + timeout;
-  const int L = local_size();
-  const int S = static_cast<int>(bounds.size()) - 1;
-  const int me = local_rank_;
-  const bool owner = me < S;
-  const size_t lo = owner ? bounds[size_t(me)] : 0, hi = owner ? bounds[size_t(me) + 1] : 0;
+  const int L = local_size(), S = c.slices, me = local_rank_;
   for (size_t k = 0; k < rounds(n); ++k) {
     const auto [round, off, len] = next_round(k, n);
     if (k > 0) {
       // Every owner must have read this rank's previous round.
-      for (int o = 0; o < S; ++o) await(&slot(o).taken, round - 1, o, "take the previous round", deadline, timeout);
+      for (int o = 0; o < S; ++o) {
+        await(&slot(o).taken, round - 1, o, "take the previous round", deadline, timeout);
+      }
     } else if (me == 0) {
       // Rank 0's input goes to R, which held the last result until every rank read it.
       for (int l = 1; l < L; ++l) {
@@ -487,19 +500,12 @@ void ShmGroup::reduce_to_owners(float* buf, size_t n, const std::vector<size_t>&
     slot(me).count.store(n, std::memory_order_relaxed);
     stream_copy(area(me), buf + off, len * sizeof(float));
     publish(&slot(me).arrive, round);
-    if (!owner) continue;
+    if (!c.owner) continue;
     for (int l = 0; l < L; ++l) {
-      if (l == me) continue;
-      await(&slot(l).arrive, round, l, "arrive at the local reduce", deadline, timeout);
-      const uint64_t theirs = slot(l).count.load(std::memory_order_relaxed);
-      if (k == 0 && theirs != n) {
-        fail(ErrorKind::kMismatch, detail::concat("local peer ", peer_name(l), " reduces ", theirs,
-                                                  " elements, this rank ", n,
-                                                  " (every rank must pass the same count)"));
-      }
+      if (l != me) await_arrival(l, round, k == 0, n, deadline, timeout);
     }
     // This owner's slice of the round, added in local-rank order.
-    const size_t a = std::max(off, lo), b = std::min(off + len, hi);
+    const size_t a = std::max(off, c.lo), b = std::min(off + len, c.hi);
     if (a < b) {
       float* out = buf + a;
       const size_t m = b - a;
@@ -516,21 +522,16 @@ void ShmGroup::reduce_to_owners(float* buf, size_t n, const std::vector<size_t>&
 
 void ShmGroup::gather_from_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
                                   std::chrono::milliseconds timeout) {
-  check_usable();
-  check_bounds(bounds, n, local_size());
+  const SliceCall c = slice_call(bounds, n);
   const auto deadline = Clock::now() + timeout;
-  const int L = local_size();
-  const int S = static_cast<int>(bounds.size()) - 1;
-  const int me = local_rank_;
-  const bool owner = me < S;
-  const size_t lo = owner ? bounds[size_t(me)] : 0, hi = owner ? bounds[size_t(me) + 1] : 0;
+  const int L = local_size(), S = c.slices, me = local_rank_;
   float* r = data(L);
   for (size_t k = 0; k < rounds(n); ++k) {
     const auto [round, off, len] = next_round(k, n);
     // This rank's own slice within the round, [a, b) (empty for a non-owner).
-    const size_t a = std::min(std::max(off, lo), off + len);
-    const size_t b = std::max(a, std::min(off + len, hi));
-    if (owner) {
+    const size_t a = std::min(std::max(off, c.lo), off + len);
+    const size_t b = std::max(a, std::min(off + len, c.hi));
+    if (c.owner) {
       if (k == 0) {
         // R held rank 0's input until every owner took the last reduce round.
         for (int o = 0; o < S; ++o) {

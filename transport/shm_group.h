@@ -119,6 +119,10 @@ class ShmGroup final : public LocalGroup {
   // Waits until the counter reaches `round`; throws as described above.
   void await(const void* counter, uint32_t round, int peer, const char* step,
              Clock::time_point deadline, std::chrono::milliseconds timeout);
+  // Waits for local rank l's input of `round`; on a call's first round
+  // also checks that it reduces n elements too (kMismatch naming it).
+  void await_arrival(int l, uint32_t round, bool first, size_t n, Clock::time_point deadline,
+                     std::chrono::milliseconds timeout);
   void throw_if_failed() const;
   [[noreturn]] void fail(ErrorKind kind, const std::string& what);
   bool peer_gone(int l) const;
@@ -133,6 +137,14 @@ class ShmGroup final : public LocalGroup {
   };
   size_t rounds(size_t n) const;
   Round next_round(size_t k, size_t n);
+  // A sharded call's slices and this rank's part in it ([lo, hi), empty
+  // when it owns no slice), after checking the group and the bounds.
+  struct SliceCall {
+    int slices = 0;
+    bool owner = false;
+    size_t lo = 0, hi = 0;
+  };
+  SliceCall slice_call(const std::vector<size_t>& bounds, size_t n) const;
 
   std::string name_;
   int local_rank_;
