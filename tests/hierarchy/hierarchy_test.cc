@@ -499,31 +499,36 @@ class HierarchyNonFinite : public ::testing::TestWithParam<std::string> {};
 
 // A NaN or Inf of any rank (a follower here) reaches every rank's output
 // at its position and nowhere else; the next clean call is finite again.
+// Behind one leader per host and sharded (the Inf at 15000 lies in the
+// second slice, the others in the first).
 TEST_P(HierarchyNonFinite, ReachesTheOutputAndDoesNotPoisonTheNextCall) {
   const std::string algo = GetParam();
   const size_t n = 20000;
-  testing::run_gloo_ranks(4, [&](Comm& comm) {
-    const int r = comm.rank();
-    Communicator cc(std::make_unique<LentComm>(comm),
-                    config_for(algo, {{"COMPCOLL_HIERARCHY", "host"},
-                                      {"COMPCOLL_HOST_ID", host_label(r / 2)}}));
-    std::vector<float> g = gradient(r, 0, n);
-    if (r == 1) {
-      g[123] = NAN;
-      g[4567] = INFINITY;
-    }
-    if (r == 3) g[9000] = -INFINITY;
-    cc.allreduce(g.data(), n, DType::kFloat32, ReduceOp::kSum, "g");
-    EXPECT_TRUE(std::isnan(g[123])) << algo;
-    EXPECT_EQ(g[4567], INFINITY) << algo;
-    EXPECT_EQ(g[9000], -INFINITY) << algo;
-    size_t non_finite = 0;
-    for (float x : g) non_finite += !std::isfinite(x);
-    EXPECT_EQ(non_finite, 3u) << algo << ": non-finite values spread";
-    std::vector<float> clean = gradient(r, 1, n);
-    cc.allreduce(clean.data(), n, DType::kFloat32, ReduceOp::kSum, "g");
-    for (float x : clean) ASSERT_TRUE(std::isfinite(x)) << algo;
-  });
+  for (const char* mode : {"host", "shards"}) {
+    testing::run_gloo_ranks(4, [&](Comm& comm) {
+      const int r = comm.rank();
+      Communicator cc(std::make_unique<LentComm>(comm),
+                      config_for(algo, {{"COMPCOLL_HIERARCHY", mode},
+                                        {"COMPCOLL_HOST_ID", host_label(r / 2)}}));
+      ASSERT_EQ(cc.hierarchy()->slices(), std::string(mode) == "shards" ? 2 : 1);
+      std::vector<float> g = gradient(r, 0, n);
+      if (r == 1) {
+        g[123] = NAN;
+        g[4567] = INFINITY;
+      }
+      if (r == 3) g[15000] = -INFINITY;
+      cc.allreduce(g.data(), n, DType::kFloat32, ReduceOp::kSum, "g");
+      EXPECT_TRUE(std::isnan(g[123])) << algo << " " << mode;
+      EXPECT_EQ(g[4567], INFINITY) << algo << " " << mode;
+      EXPECT_EQ(g[15000], -INFINITY) << algo << " " << mode;
+      size_t non_finite = 0;
+      for (float x : g) non_finite += !std::isfinite(x);
+      EXPECT_EQ(non_finite, 3u) << algo << " " << mode << ": non-finite values spread";
+      std::vector<float> clean = gradient(r, 1, n);
+      cc.allreduce(clean.data(), n, DType::kFloat32, ReduceOp::kSum, "g");
+      for (float x : clean) ASSERT_TRUE(std::isfinite(x)) << algo << " " << mode;
+    });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, HierarchyNonFinite,
