@@ -96,9 +96,32 @@ if [ ${#missing_py[@]} -gt 0 ]; then
   note=
   case " ${pip_names[*]} " in *" torch "*) note=" (torch is about 3 GB: minutes)" ;; esac
   echo "install-deps: pip install ${pip_names[*]} into $COMPCOLL_VENV$note"
+  # Disk: torch with its CUDA libraries is about 3 GB of wheels that unpack
+  # to about 6 GB, so an install needs about 10 GB free at its peak. pip's
+  # wheel cache would keep a second copy of the 3 GB for nothing (the venv
+  # is made once), and its temporary files go beside the venv rather than
+  # to /tmp, which may be a small tmpfs: one filesystem to check and to
+  # name when it fills.
+  pip_tmp="$COMPCOLL_VENV/.pip-tmp"
+  mkdir -p "$pip_tmp"
+  free_gb=$(df -Pk "$pip_tmp" | awk 'NR == 2 { printf "%d", $4 / 1048576 }')
+  need_gb=1
+  case " ${pip_names[*]} " in *" torch "*) need_gb=10 ;; esac
+  if [ "$free_gb" -lt "$need_gb" ]; then
+    echo "install-deps: warning: $free_gb GB free under $COMPCOLL_VENV, and this install needs about $need_gb GB" >&2
+  fi
   # pip's lines (Collecting, Downloading, Installing) are the progress; the
   # bar itself is drawn only on a terminal.
-  "$PY" -m pip install --root-user-action=ignore --disable-pip-version-check "${pip_names[@]}"
+  if ! TMPDIR="$pip_tmp" "$PY" -m pip install --no-cache-dir --root-user-action=ignore \
+      --disable-pip-version-check "${pip_names[@]}"; then
+    free_gb=$(df -Pk "$pip_tmp" | awk 'NR == 2 { printf "%d", $4 / 1048576 }')
+    rm -rf "$pip_tmp"
+    echo "install-deps: pip install ${pip_names[*]} failed; $free_gb GB is free under $COMPCOLL_VENV" \
+         "and torch needs about 10 GB there while it installs (COMPCOLL_VENV puts the venv elsewhere," \
+         "COMPCOLL_PYTHON picks an interpreter that already has torch)" >&2
+    exit 1
+  fi
+  rm -rf "$pip_tmp"
 fi
 
 # torchrun for the venv: pip writes it when it installs torch into the
