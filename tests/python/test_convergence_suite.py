@@ -48,6 +48,17 @@ def test_suite_runs_and_reports(tmp_path):
         assert r["short"]["step"] == 3 and r["long"]["step"] == 6
         assert r["long"]["loss"] > 0 and 0 <= r["long"]["metric"] <= 1
     assert "loss_vs_dense_pct" in dgc["short"]
+    # A horizon's held-out figures are the means over its window (5 by
+    # default, a fiftieth of the horizon apart, at least a step: 2-6 for the
+    # long horizon here, 1-3 for the short); rank 0 evaluated at each.
+    evals = json.loads((out / "runs" / "mixed" / "dgc" / "rank0.json").read_text())["evals"]
+    assert sorted(map(int, evals)) == [1, 2, 3, 4, 5, 6]
+    for h, steps in (("long", [2, 3, 4, 5, 6]), ("short", [1, 2, 3])):
+        assert dgc[h]["steps_averaged"] == len(steps)
+        assert abs(dgc[h]["loss"] - sum(evals[str(s)]["loss"] for s in steps) / len(steps)) < 1e-12
+        assert abs(dgc[h]["metric"] - sum(evals[str(s)]["metric"] for s in steps) / len(steps)) < 1e-12
+        assert dgc[h]["loss_at_step"] == evals[str(dgc[h]["step"])]["loss"]
+    assert "the mean of 5 evaluations" in (out / "results.md").read_text()
     table = (out / "results.md").read_text()
     assert "| mixed | dgc |" in table and "| ratio, whole run | ratio, last 1 steps |" in table
     assert (out / "loss.png").stat().st_size > 1000

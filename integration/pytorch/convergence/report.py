@@ -1,6 +1,9 @@
 """The convergence suite's report: a table (JSON and markdown) and a PNG of
 training loss against step. Losses and metrics are rank 0's held-out
-evaluation at the short and the long horizon; "vs dense" is the relative
+evaluations at the short and the long horizon, each the mean over the
+horizon's window (run.py --eval-window: the evaluation at the horizon and
+the few before it; "loss_at_step" in the JSON keeps the one at the horizon
+itself); "vs dense" is the relative
 difference of the held-out loss to the dense run of the same task (so +5.0 %
 means 5 % higher, i.e. worse, than dense). Two compression ratios: over the
 whole run (every call, warm-up included) and over the calls of the last tenth
@@ -33,13 +36,12 @@ def summary(results):
         row["seed"] = r.get("seed")
         row["tail_ratio"] = 1.0 if r["algo"] == "dense" else r.get("tail_ratio")
         row["tail_steps"] = r.get("tail_steps", max(1, r["long"] // 10))
-        for name, step in (("short", r["short"]), ("long", r["long"])):
-            ev = r["evals"][str(step)]
-            row[name] = {"step": step, "loss": ev["loss"], "metric": ev["metric"]}
+        for name in ("short", "long"):
+            row[name] = dict(r["at"][name])
             d = dense.get((r["task"], r.get("seed")))
             if d is not None:
-                dl = d["evals"][str(step)]["loss"]
-                row[name]["loss_vs_dense_pct"] = 100.0 * (ev["loss"] - dl) / dl
+                dl = d["at"][name]["loss"]
+                row[name]["loss_vs_dense_pct"] = 100.0 * (row[name]["loss"] - dl) / dl
         rows.append(row)
     return rows
 
@@ -70,7 +72,10 @@ def across_seeds(results):
 
 
 def _header(r0, seeds):
-    return (f"{r0['ranks']} ranks; short horizon {r0['short']} steps, long {r0['long']} steps; "
+    window = r0["at"]["long"]["steps_averaged"]
+    return (f"{r0['ranks']} ranks; short horizon {r0['short']} steps, long {r0['long']} steps"
+            + (f" (held-out figures: the mean of {window} evaluations, a fiftieth of the horizon apart, "
+               "ending at it)" if window > 1 else "") + "; "
             f"optimizer {r0['optimizer']}; configuration `{r0['label']}`" +
             (" (" + " ".join(f"{k}={v}" for k, v in r0["env"].items()) + ")" if r0["env"] else "") +
             f"; seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")

@@ -74,8 +74,9 @@ def launch(task, algo, seed, args, run_dir):
         # them (the stats file only has the whole run's totals).
         base["COMPCOLL_DEBUG"] = "TRACE"
         base.update(args.env)
+    eval_at = sorted(set(window_steps(args.short, args.eval_window) + window_steps(args.long, args.eval_window)))
     cmd = [sys.executable, os.path.join(HERE, "train.py"), "--task", task, "--steps", str(args.long),
-           "--eval-at", f"{args.short},{args.long}", "--seed", str(seed), "--out", run_dir,
+           "--eval-at", ",".join(map(str, eval_at)), "--seed", str(seed), "--out", run_dir,
            "--optimizer", args.optimizer, "--perturb", repr(PLAIN.get(algo, 0.0))]
     procs, logs = [], []
     t0 = time.perf_counter()
@@ -110,6 +111,26 @@ def launch(task, algo, seed, args, run_dir):
     return merge(task, algo, seed, args, run_dir, wall)
 
 
+def window_steps(horizon, window):
+    """The steps whose held-out evaluations are averaged into a horizon's
+    figure: the horizon and the window - 1 before it, a fiftieth of the
+    horizon apart (1000: 920, 940, ..., 1000 for a window of 5). One
+    evaluation alone carries the noise of wherever SGD happens to be at that
+    step; on cnn it was most of one seed's +20 % gap (docs/convergence.md,
+    "The evaluation window")."""
+    stride = max(1, horizon // 50)
+    return [s for s in (horizon - j * stride for j in reversed(range(window))) if s >= 1]
+
+
+def at_horizon(evals, horizon, window):
+    """The held-out loss and metric at a horizon: their means over its window."""
+    points = [evals[str(s)] for s in window_steps(horizon, window)]
+    return {"step": horizon, "steps_averaged": len(points),
+            "loss": sum(p["loss"] for p in points) / len(points),
+            "metric": sum(p["metric"] for p in points) / len(points),
+            "loss_at_step": evals[str(horizon)]["loss"]}
+
+
 def merge(task, algo, seed, args, run_dir, wall):
     ranks = []
     for r in range(args.ranks):
@@ -120,7 +141,10 @@ def merge(task, algo, seed, args, run_dir, wall):
     out = {"task": task, "algo": algo, "seed": seed, "label": args.label, "optimizer": args.optimizer,
            "env": args.env if algo not in PLAIN else {},
            "ranks": args.ranks, "short": args.short, "long": args.long,
-           "evals": ranks[0]["evals"], "train_s": max(rk["train_s"] for rk in ranks),
+           "evals": ranks[0]["evals"], "eval_window": args.eval_window,
+           "at": {name: at_horizon(ranks[0]["evals"], h, args.eval_window)
+                  for name, h in (("short", args.short), ("long", args.long))},
+           "train_s": max(rk["train_s"] for rk in ranks),
            "wall_s": wall, "curve": curve}
     if algo in PLAIN:
         out.update(ratio=1.0, compressed_calls=0, calls=None, tail_ratio=1.0, tail_steps=max(1, steps // 10))
@@ -173,7 +197,7 @@ def reused(task, algo, seed, args, run_dir):
 
 def run_signature(task, algo, seed, args):
     return {"task": task, "algo": algo, "ranks": args.ranks, "short": args.short, "long": args.long,
-            "seed": seed, "optimizer": args.optimizer,
+            "eval_window": args.eval_window, "seed": seed, "optimizer": args.optimizer,
             "env": args.env if algo not in PLAIN else {}}
 
 
@@ -196,6 +220,9 @@ def main(argv=None):
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--short", type=int, default=200, help="short horizon (steps)")
     p.add_argument("--long", type=int, default=1000, help="long horizon (steps); the run length")
+    p.add_argument("--eval-window", type=int, default=5, metavar="N",
+                   help="a horizon's held-out loss and metric are the means of N evaluations, the last "
+                        "at the horizon, a fiftieth of it apart (1 = the single evaluation at the horizon)")
     p.add_argument("--quick", action="store_true", help="smoke test: short 20, long 60 steps")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--seeds", default=None, metavar="S1,S2,...",
@@ -216,6 +243,8 @@ def main(argv=None):
         args.short, args.long = 20, 60
     if not 1 <= args.short <= args.long:
         p.error(f"need 1 <= --short ({args.short}) <= --long ({args.long})")
+    if not 1 <= args.eval_window <= 50:
+        p.error(f"--eval-window {args.eval_window}: expected 1 to 50 evaluations per horizon")
     args.env = parse_env(args.env)
     try:
         seeds = [args.seed] if args.seeds is None else [int(x) for x in args.seeds.split(",")]
@@ -239,11 +268,11 @@ def main(argv=None):
             shutil.rmtree(run_dir, ignore_errors=True)
             res = launch(task, algo, seed, args, run_dir)
         results.append(res)
-        ev = res["evals"]
+        at = res["at"]
         tail = res.get("tail_ratio")
-        print(f"seed {seed} {task:>5} {algo:>7}: loss@{args.short} {ev[str(args.short)]['loss']:.4f}  "
-              f"loss@{args.long} {ev[str(args.long)]['loss']:.4f}  "
-              f"metric@{args.long} {ev[str(args.long)]['metric']:.4f}  ratio {res['ratio']:.1f}x "
+        print(f"seed {seed} {task:>5} {algo:>7}: loss@{args.short} {at['short']['loss']:.4f}  "
+              f"loss@{args.long} {at['long']['loss']:.4f}  "
+              f"metric@{args.long} {at['long']['metric']:.4f}  ratio {res['ratio']:.1f}x "
               f"(last tenth {'-' if tail is None else f'{tail:.1f}x'})  "
               f"train {res['train_s']:.1f} s", flush=True)
     print(f"{len(results)} runs in {time.perf_counter() - t0:.0f} s")
