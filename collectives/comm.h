@@ -117,4 +117,24 @@ inline void check_own_part(size_t bytes, size_t max_part, const char* what) {
               " bytes exceeds the call's bound of ", max_part, " bytes");
 }
 
+// Collective over `comm`: every rank contributes one string of 1 to
+// max_bytes bytes (`what` names it in the error: an empty or longer one is
+// kInvalidArgument here, before any traffic, and the bound refuses a peer's
+// longer one) and gets all of them in rank order. For the small reports
+// exchanged once at creation (host ids, machine loads).
+inline std::vector<std::string> gather_strings(Comm& comm, const std::string& mine,
+                                               size_t max_bytes, const char* what) {
+  CC_CHECK(!mine.empty() && mine.size() <= max_bytes, kInvalidArgument, "rank ", comm.rank(),
+           ": the ", what, " must have 1 to ", max_bytes, " bytes, got ", mine.size());
+  const Gathered all =
+      comm.allgatherv({reinterpret_cast<const uint8_t*>(mine.data()), mine.size()}, max_bytes);
+  std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(all.parts()));
+  for (int r = 0; r < all.parts(); ++r) {
+    const auto p = all.part(r);
+    out.emplace_back(reinterpret_cast<const char*>(p.data()), p.size());
+  }
+  return out;
+}
+
 }  // namespace compcoll

@@ -17,7 +17,8 @@ Hierarchy::Hierarchy(Comm& world, HostLayout layout, std::unique_ptr<LocalGroup>
   const int r = world.rank();
   CC_CHECK_EQ(local_ ? local_->local_size() : 1, layout_.local_size(r), kInternal,
               "rank ", r, ": the local group's size differs from the layout's");
-  leader_ = layout_.is_leader(r);
+  // One slice unless sharded below: the host's leader owns it, whole.
+  my_slice_ = layout_.is_leader(r) ? 0 : -1;
   // Every rank runs the same transport, so every rank takes the same branch.
   direct_mode_ = world.can_connect_subgroup();
   if (sharded) {
@@ -30,12 +31,10 @@ Hierarchy::Hierarchy(Comm& world, HostLayout layout, std::unique_ptr<LocalGroup>
       slices_ = layout_.min_local_size();
       const int j = layout_.local_rank(r);
       my_slice_ = j < slices_ ? j : -1;
-      leader_ = my_slice_ >= 0;
     }
   }
-  if (leader_ && slices_ == 1) my_slice_ = 0;
   if (!direct_mode_) {
-    if (leader_) on_world_ = std::make_unique<LeaderComm>(world, layout_.leaders());
+    if (is_leader()) on_world_ = std::make_unique<LeaderComm>(world, layout_.leaders());
     return;
   }
   const unsigned long long nonce = shared_nonce(world);
@@ -46,7 +45,7 @@ Hierarchy::Hierarchy(Comm& world, HostLayout layout, std::unique_ptr<LocalGroup>
     std::snprintf(name, sizeof name, "leaders-%016llx", nonce);
   }
   std::string error;
-  if (leader_) {
+  if (is_leader()) {
     try {
       direct_ = world.connect_subgroup(
           slices_ > 1 ? layout_.slice_members(my_slice_) : layout_.leaders(), name);
@@ -87,8 +86,8 @@ void Hierarchy::leader_phase(const std::function<void(Comm& leaders)>& fn) {
   CC_CHECK(failed_.empty(), kTransport, "rank ", world_.rank(),
            ": the host hierarchy failed earlier and must be rebuilt; first error: ", failed_);
   if (direct_mode_) {
-    if (leader_) fn(*direct_);  // followers take no part
-  } else if (leader_) {
+    if (is_leader()) fn(*direct_);  // followers take no part
+  } else if (is_leader()) {
     fn(*on_world_);
     on_world_->release();
   } else {
@@ -100,7 +99,7 @@ CallInfo Hierarchy::allreduce(const Algorithm& algo, float* buf, size_t n, bool 
                               CodecState* state) {
   CC_CHECK(buf != nullptr || n == 0, kInvalidArgument, "allreduce of ", n,
            " elements from a null buffer");
-  CC_CHECK(!leader_ || state != nullptr, kInternal,
+  CC_CHECK(!is_leader() || state != nullptr, kInternal,
            "a host leader's compressed allreduce without error-feedback state");
   const auto timeout = world_.timeout();
   CallInfo info;

@@ -119,10 +119,11 @@ class Hierarchy {
   const HostLayout& layout() const { return layout_; }
   // Whether this rank compresses (a leader, or a slice's owner) and keeps
   // error-feedback state.
-  bool is_leader() const { return leader_; }
+  bool is_leader() const { return my_slice_ >= 0; }
   // S: how many slices a tensor is cut into (1: one leader per host).
   int slices() const { return slices_; }
-  // This rank's slice, -1 when it owns none.
+  // This rank's slice, -1 when it owns none. With one slice (one leader
+  // per host) the leader's is 0: the whole tensor.
   int my_slice() const { return my_slice_; }
   // Why a sharded hierarchy runs with one leader per host ("" otherwise).
   const std::string& sharded_fallback() const { return sharded_fallback_; }
@@ -157,7 +158,6 @@ class Hierarchy {
   Comm& world_;
   HostLayout layout_;
   std::unique_ptr<LocalGroup> local_;
-  bool leader_ = false;
   int slices_ = 1;
   int my_slice_ = -1;
   std::string sharded_fallback_;

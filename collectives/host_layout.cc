@@ -64,17 +64,7 @@ HostLayout HostLayout::from_ids(const std::vector<std::string>& ids) {
 }
 
 HostLayout exchange_host_layout(Comm& world, const std::string& my_host_id) {
-  CC_CHECK(!my_host_id.empty() && my_host_id.size() <= kMaxHostIdBytes, kInvalidArgument,
-           "rank ", world.rank(), ": the host id must have 1 to ", kMaxHostIdBytes,
-           " bytes, got ", my_host_id.size());
-  const Gathered all = world.allgatherv(
-      {reinterpret_cast<const uint8_t*>(my_host_id.data()), my_host_id.size()}, kMaxHostIdBytes);
-  std::vector<std::string> ids;
-  for (int r = 0; r < all.parts(); ++r) {
-    const auto p = all.part(r);
-    ids.emplace_back(reinterpret_cast<const char*>(p.data()), p.size());
-  }
-  return HostLayout::from_ids(ids);
+  return HostLayout::from_ids(gather_strings(world, my_host_id, kMaxHostIdBytes, "host id"));
 }
 
 }  // namespace compcoll

@@ -70,18 +70,7 @@ const MachineLoad& busiest_machine(const std::vector<MachineLoad>& loads) {
 }
 
 std::vector<MachineLoad> exchange_machine_loads(Comm& world, const std::string& my_report) {
-  CC_CHECK(!my_report.empty() && my_report.size() <= kMaxMachineReportBytes, kInvalidArgument,
-           "rank ", world.rank(), ": the machine report must have 1 to ", kMaxMachineReportBytes,
-           " bytes, got ", my_report.size());
-  const Gathered all = world.allgatherv(
-      {reinterpret_cast<const uint8_t*>(my_report.data()), my_report.size()},
-      kMaxMachineReportBytes);
-  std::vector<std::string> reports;
-  for (int r = 0; r < all.parts(); ++r) {
-    const auto p = all.part(r);
-    reports.emplace_back(reinterpret_cast<const char*>(p.data()), p.size());
-  }
-  return machine_loads(reports);
+  return machine_loads(gather_strings(world, my_report, kMaxMachineReportBytes, "machine report"));
 }
 
 }  // namespace compcoll

@@ -346,49 +346,45 @@ TEST(ShardedHierarchy, AHostOfOneRankFallsBackToOneLeaderPerHost) {
   for (int r = 0; r < 3; ++r) EXPECT_TRUE(same_bits(got[r], ref[r])) << r;
 }
 
-// AVG divides by the world size on every slice; the slices' owners scale
-// their own slice, so every rank gets the same bits as the SUM times 1/P.
-TEST(ShardedHierarchy, AverageIsTheSumOverTheWorldSizeEverywhere) {
-  const Layout l = blocks({2, 2, 2});
-  const size_t n = 6007;
-  std::vector<std::vector<float>> sum(6), avg(6);
-  testing::run_gloo_ranks(6, [&](Comm& comm) {
+// dgc's SUM and AVG of the same gradients behind the hierarchy `mode` on
+// layout l: every rank gets the same bits, and AVG is the SUM times 1/P
+// (scale_in_place, as the flat route does), the world size, not the number
+// of hosts. Under shards each slice's owner scales its own slice.
+void expect_average_is_the_sum_over_the_world(const Layout& l, size_t n, const char* mode) {
+  const int P = static_cast<int>(l.host_of.size());
+  std::vector<std::vector<float>> sum(static_cast<size_t>(P)), avg(static_cast<size_t>(P));
+  testing::run_gloo_ranks(P, [&](Comm& comm) {
     const int r = comm.rank();
-    for (const char* op : {"sum", "avg"}) {
+    for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
       Communicator cc(std::make_unique<LentComm>(comm),
-                      config_for("dgc", {{"COMPCOLL_HIERARCHY", "shards"},
+                      config_for("dgc", {{"COMPCOLL_HIERARCHY", mode},
                                          {"COMPCOLL_HOST_ID", host_label(l.host_of[r])}}));
       std::vector<float> g = gradient(r, 0, n);
-      const bool is_avg = std::string(op) == "avg";
-      cc.allreduce(g.data(), n, DType::kFloat32, is_avg ? ReduceOp::kAvg : ReduceOp::kSum, "g");
-      (is_avg ? avg : sum)[r] = g;
+      cc.allreduce(g.data(), n, DType::kFloat32, op, "g");
+      (op == ReduceOp::kAvg ? avg : sum)[static_cast<size_t>(r)] = g;
     }
   });
-  for (int r = 0; r < 6; ++r) {
-    EXPECT_TRUE(same_bits(avg[r], avg[0])) << r;
-    // scale_in_place multiplies by 1/P, as the flat route does.
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(avg[0][i], sum[0][i] * (1.0f / 6.0f)) << i;
+  for (size_t r = 0; r < sum.size(); ++r) {
+    EXPECT_TRUE(same_bits(sum[r], sum[0])) << mode << " rank " << r;
+    EXPECT_TRUE(same_bits(avg[r], avg[0])) << mode << " rank " << r;
   }
+  const float inv = 1.0f / static_cast<float>(P);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(avg[0][i], sum[0][i] * inv) << mode << " element " << i;
 }
 
-// AVG divides the hierarchical SUM by the world size (not by the number of
-// hosts); fp16 travels through fp32; every rank gets the same bits.
+TEST(ShardedHierarchy, AverageIsTheSumOverTheWorldSizeEverywhere) {
+  expect_average_is_the_sum_over_the_world(blocks({2, 2, 2}), 6007, "shards");
+}
+
+// AVG divides the hierarchical SUM by the world size; fp16 travels through
+// fp32; every rank gets the same bits.
 TEST(Hierarchy, AverageAndHalfPrecisionAreIdenticalEverywhere) {
   const Layout l = blocks({3, 1, 2});
+  expect_average_is_the_sum_over_the_world(l, 4099, "host");
   const size_t n = 4099;
-  std::vector<std::vector<float>> sum(6), avg(6);
   std::vector<std::vector<uint16_t>> half(6);
   testing::run_gloo_ranks(6, [&](Comm& comm) {
     const int r = comm.rank();
-    for (const char* op : {"sum", "avg"}) {
-      Communicator cc(std::make_unique<LentComm>(comm),
-                      config_for("dgc", {{"COMPCOLL_HIERARCHY", "host"},
-                                         {"COMPCOLL_HOST_ID", host_label(l.host_of[r])}}));
-      std::vector<float> g = gradient(r, 0, n);
-      const bool is_avg = std::string(op) == "avg";
-      cc.allreduce(g.data(), n, DType::kFloat32, is_avg ? ReduceOp::kAvg : ReduceOp::kSum, "g");
-      (is_avg ? avg : sum)[r] = g;
-    }
     Communicator cc(std::make_unique<LentComm>(comm),
                     config_for("sdagc", {{"COMPCOLL_HIERARCHY", "host"},
                                          {"COMPCOLL_HOST_ID", host_label(l.host_of[r])}}));
@@ -397,13 +393,7 @@ TEST(Hierarchy, AverageAndHalfPrecisionAreIdenticalEverywhere) {
     EXPECT_EQ(cc.stats().compressed_calls(), 1u);
     half[r] = h;
   });
-  for (int r = 0; r < 6; ++r) {
-    EXPECT_TRUE(same_bits(sum[r], sum[0])) << r;
-    EXPECT_TRUE(same_bits(avg[r], avg[0])) << r;
-    EXPECT_EQ(half[r], half[0]) << r;
-  }
-  const float inv = 1.0f / 6.0f;
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(avg[0][i], sum[0][i] * inv) << i;
+  for (int r = 0; r < 6; ++r) EXPECT_EQ(half[r], half[0]) << r;
 }
 
 // The three steps with the exact dense algorithm between the leaders: the

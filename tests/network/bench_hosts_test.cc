@@ -217,6 +217,17 @@ TEST(BenchHosts, TheHostHierarchySendsOnePayloadPerHost) {
   EXPECT_TRUE(our_namespaces().empty()) << "left behind: " << our_namespaces().front();
 }
 
+// The rows of a run with --hierarchy, keyed "<algo>/<hierarchy>" ("dgc/off",
+// "dgc/host"); every one must have given the same bits on every rank.
+std::map<std::string, JsonRow> rows_by_algo_and_mode(const BenchRun& r) {
+  std::map<std::string, JsonRow> by;
+  for (const auto& row : rows_of(r.out)) {
+    EXPECT_EQ(row.at("identical"), "true") << r.out;
+    by[row.at("algo") + "/" + row.at("hierarchy")] = row;
+  }
+  return by;
+}
+
 // --hierarchy off,host: the flat and the hierarchical dgc in one run, the
 // same rotation and the same Gloo baseline; the row behind the hierarchy is
 // named by its "hierarchy" field and "dgc+host" in the table.
@@ -226,13 +237,8 @@ TEST(BenchHosts, FlatAndHierarchicalRowsInOneRun) {
                                 "--count", std::to_string(1 << 20), "--algo", "dense,dgc",
                                 "--iters", "3", "--hierarchy", "off,host", "--json"});
   ASSERT_EQ(r.code, 0) << r.out;
-  const auto rows = rows_of(r.out);
-  ASSERT_EQ(rows.size(), 3u) << r.out;  // dense once, dgc per mode
-  std::map<std::string, JsonRow> by;
-  for (const auto& row : rows) {
-    EXPECT_EQ(row.at("identical"), "true") << r.out;
-    by[row.at("algo") + "/" + row.at("hierarchy")] = row;
-  }
+  auto by = rows_by_algo_and_mode(r);
+  ASSERT_EQ(by.size(), 3u) << r.out;  // dense once, dgc per mode
   ASSERT_EQ(by.count("dense/off"), 1u) << r.out;
   ASSERT_EQ(by.count("dgc/off"), 1u) << r.out;
   ASSERT_EQ(by.count("dgc/host"), 1u) << r.out;
@@ -265,17 +271,14 @@ TEST(BenchHosts, ShardedRowsAreNamedAndSendLessPerHost) {
                                 "--count", std::to_string(1 << 20), "--algo", "dense,dgc,onebit",
                                 "--iters", "3", "--hierarchy", "off,shards", "--json"});
   ASSERT_EQ(r.code, 0) << r.out;
-  std::map<std::string, std::map<std::string, std::string>> by;
-  for (const auto& row : rows_of(r.out)) {
-    EXPECT_EQ(row.at("identical"), "true") << r.out;
-    by[row.at("algo") + "/" + row.at("hierarchy")] = row;
-  }
+  auto by = rows_by_algo_and_mode(r);
   for (const char* algo : {"dgc", "onebit"}) {
     const std::string flat = std::string(algo) + "/off", sharded = std::string(algo) + "/shards";
     ASSERT_EQ(by.count(flat), 1u) << r.out;
     ASSERT_EQ(by.count(sharded), 1u) << r.out;
     EXPECT_LT(num(by[sharded], "host_tx_bytes"), 0.8 * num(by[flat], "host_tx_bytes")) << algo;
   }
+  EXPECT_TRUE(our_namespaces().empty()) << "left behind: " << our_namespaces().front();
 }
 
 // One rank per host (the default): every rank's bytes are its host's.
