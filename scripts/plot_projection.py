@@ -2,7 +2,8 @@
 """Plots `compcoll-bench project --json` output: projected time per call vs
 rank count, one panel per link rate, one line per algorithm and sparse
 pattern (log-log). Solid lines: allgather pattern and the non-sparse
-algorithms; dashed: the scatter pattern; dotted: under the host hierarchy.
+algorithms; dashed: the scatter pattern; dotted: under the host hierarchy
+(one leader per host, "+host"); dash-dotted: sharded ("+shards").
 
 usage: plot_projection.py PROJECTION.json OUT.png [TITLE]
 """
@@ -18,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def label(r):
     return (r["algo"] + ("/" + r["pattern"] if r["pattern"] else "")
-            + ("+host" if r.get("hierarchy") else ""))
+            + ("+" + r["hierarchy"] if r.get("hierarchy", "off") != "off" else ""))
 
 
 def main() -> int:
@@ -44,12 +45,12 @@ def main() -> int:
                 series[label(r)].append((r["ranks"], r["time_ms"]))
         for name, points in series.items():
             points.sort()
-            algo = name.split("/")[0]
+            algo = name.split("+")[0].split("/")[0]  # one color per algorithm, in every mode
             if algo not in colors:
                 colors[algo] = f"C{len(colors)}"
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
                     color=colors[algo],
-                    linestyle=":" if name.endswith("+host")
+                    linestyle=":" if name.endswith("+host") else "-." if name.endswith("+shards")
                     else "--" if name.endswith("/scatter") else "-",
                     label=name)
         ax.set_xscale("log", base=2)

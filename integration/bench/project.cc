@@ -57,7 +57,7 @@ JsonObject to_json(const Projection& p, size_t count) {
   JsonObject j;
   j.add("algo", p.variant.algo)
       .add("pattern", p.variant.pattern)
-      .add("hierarchy", p.variant.hierarchical)
+      .add("hierarchy", p.variant.hierarchy)
       .add("ranks", p.ranks)
       .add("link", p.link.text)
       .add("count", count)
@@ -84,7 +84,13 @@ double contention(const ProjectionInputs& in) {
   return ratios.size() % 2 ? ratios[m] : 0.5 * (ratios[m - 1] + ratios[m]);
 }
 
-std::vector<Variant> variants_of(const std::vector<std::string>& algos, bool hierarchy) {
+std::vector<Variant> variants_of(const std::vector<std::string>& algos,
+                                 const std::vector<std::string>& modes) {
+  for (const auto& m : modes) {
+    CC_CHECK(m == "off" || m == "host" || m == "shards", kInvalidArgument, "--hierarchy: '", m,
+             "' is not one of off, host, shards (auto picks one of them per communicator; "
+             "project those instead)");
+  }
   std::vector<Variant> out;
   for (const auto& a : algos) {
     find_algorithm(a);  // unknown names fail here
@@ -100,13 +106,14 @@ std::vector<Variant> variants_of(const std::vector<std::string>& algos, bool hie
     }
   }
   CC_CHECK(!out.empty(), kInvalidArgument, "--algo: no algorithm given");
-  if (hierarchy) {
-    // Only compressed calls take the hierarchy (plugin/communicator.cc).
-    const size_t flat = out.size();
+  // Only compressed calls take the hierarchy (plugin/communicator.cc).
+  const size_t flat = out.size();
+  for (const auto& m : modes) {
+    if (m == "off") continue;
     for (size_t i = 0; i < flat; ++i) {
       if (out[i].algo == "dense") continue;
       Variant h = out[i];
-      h.hierarchical = true;
+      h.hierarchy = m;
       out.push_back(h);
     }
   }
@@ -125,30 +132,56 @@ LinkModel projected_link(const LinkRate& rate, int ranks, const ProjectionInputs
   return link;
 }
 
+namespace {
+
+// A variant behind the host hierarchy (project.h, "hosts"): the flat
+// variant between the hosts, plus the local steps.
+Projection project_hierarchical(const Variant& v, int ranks, const LinkRate& rate,
+                                const ProjectionInputs& in) {
+  const int per_host = in.ranks_per_host;
+  const int hosts = ranks / per_host;
+  const bool sharded = v.hierarchy == "shards";
+  const int slices = sharded ? per_host : 1;
+  Variant flat = v;
+  flat.hierarchy = "off";
+  // The flat variant among the hosts, a port each, with no sharing of
+  // cores yet: who computes at once is decided below. With a single host
+  // too: the hierarchy still compresses the host sum, with nothing to send.
+  ProjectionInputs between = in;
+  between.ranks_per_host = 1;
+  between.cores = 0;
+  Projection p = project_one(flat, hosts, rate, between);
+  p.variant = v;
+  p.ranks = ranks;
+  p.link = rate;
+  // The leaders compute, one per host; sharded, every rank does, on 1/N.
+  const auto shared = [&](int computing) {
+    return in.cores > 0 ? std::max(1.0, double(computing) / double(in.cores)) : 1.0;
+  };
+  p.compute_s = p.compute_s / double(slices) * shared(sharded ? ranks : hosts);
+  // Sharded: each owner sends 1/N of a leader's bytes; the port carries N
+  // owners' messages in each round.
+  p.wire_bytes /= double(slices);
+  p.comm_s += double(p.rounds) * double(slices - 1) * double(std::max(0, hosts - 1)) * in.message_s;
+  // memcpy of the tensor: the fastest of the codec runs' timings (each
+  // codec run times it once; the minimum is the least disturbed).
+  double memcpy_ms = in.speeds.at(v.algo).memcpy_ms;
+  for (const auto& [name, speed] : in.speeds) memcpy_ms = std::min(memcpy_ms, speed.memcpy_ms);
+  // The leader's copy in, N-1 additions and copy out, one after another;
+  // sharded, each rank's copy in, its slice's sum and the gather back, all
+  // ranks of the host at once on one memory bus: slowed as C(v) was by
+  // W workers at once (f, contention()).
+  const double local_ms =
+      sharded ? 3.0 * memcpy_ms * contention(in) : double(per_host + 1) * memcpy_ms;
+  p.compute_s += local_ms * shared(ranks) * 1e-3;
+  return p;
+}
+
+}  // namespace
+
 Projection project_one(const Variant& v, int ranks, const LinkRate& rate, const ProjectionInputs& in) {
   const int per_host = in.ranks_per_host;
-  if (v.hierarchical && per_host > 1) {
-    // The leaders run the flat variant, one per host, on a port of their own.
-    // With a single host too: the hierarchy (COMPCOLL_HIERARCHY=host) still
-    // compresses the host sum on its one leader, with nothing to send.
-    Variant flat = v;
-    flat.hierarchical = false;
-    ProjectionInputs leaders = in;
-    leaders.ranks_per_host = 1;
-    const int hosts = ranks / per_host;
-    Projection p = project_one(flat, hosts, rate, leaders);
-    p.variant = v;
-    p.ranks = ranks;
-    p.link = rate;
-    // memcpy of the tensor: the fastest of the codec runs' timings (each
-    // codec run times it once; the minimum is the least disturbed).
-    double memcpy_ms = in.speeds.at(v.algo).memcpy_ms;
-    for (const auto& [name, speed] : in.speeds) memcpy_ms = std::min(memcpy_ms, speed.memcpy_ms);
-    double local_ms = double(per_host + 1) * memcpy_ms;
-    if (in.cores > 0) local_ms *= std::max(1.0, double(ranks) / double(in.cores));
-    p.compute_s += local_ms * 1e-3;
-    return p;
-  }
+  if (!v.flat() && per_host > 1) return project_hierarchical(v, ranks, rate, in);
   const size_t n = in.count;
   const LinkModel link = projected_link(rate, ranks, in);
   Projection p;
@@ -219,7 +252,7 @@ void measure_calls(const std::vector<Variant>& variants, int iters, ProjectionIn
   for (const Variant& v : variants) {
     if (v.algo == "dense") continue;
     Variant flat = v;
-    flat.hierarchical = false;
+    flat.hierarchy = "off";
     const auto listed = [&](const std::vector<Variant>& l) {
       return std::any_of(l.begin(), l.end(), [&](const Variant& x) { return x.label() == flat.label(); });
     };
@@ -256,8 +289,13 @@ int project_main(int argc, char** argv, int first) {
       "cores", 0, "ranks share this many cores (compute x max(1, ranks/cores)); 0: a core each");
   const long long ranks_per_host = args.integer(
       "ranks-per-host", 1,
-      "N ranks per host share its port; adds every compressed variant under the host hierarchy "
-      "(\"+host\"). Every --ranks must be a multiple of N");
+      "N ranks per host share its port (and its memory, with the hierarchy). Every --ranks must "
+      "be a multiple of N");
+  const std::string hierarchy_s = args.str(
+      "hierarchy", "",
+      "with --ranks-per-host > 1: COMPCOLL_HIERARCHY modes to project, comma-separated from off, "
+      "host, shards; every compressed variant gets a column per mode (\"dgc/allgather+shards\"). "
+      "Default off,host");
   const long long codec_iters = args.integer("codec-iters", 5, "codec timings at start (median)");
   const bool json = args.flag("json", "print a JSON list, one object per (ranks, link, variant)");
   const std::string plot =
@@ -289,7 +327,13 @@ int project_main(int argc, char** argv, int first) {
              " is not a multiple of --ranks-per-host ", ranks_per_host);
   CC_CHECK(!(validate && ranks_per_host > 1), kInvalidArgument,
            "--validate runs flat allreduce with a rank per namespace; leave out --ranks-per-host");
-  const std::vector<Variant> variants = variants_of(split_list(algos), ranks_per_host > 1);
+  const std::vector<std::string> modes =
+      split_list(hierarchy_s.empty() ? (ranks_per_host > 1 ? "off,host" : "off") : hierarchy_s);
+  CC_CHECK(ranks_per_host > 1 || std::all_of(modes.begin(), modes.end(),
+                                             [](const std::string& m) { return m == "off"; }),
+           kInvalidArgument, "--hierarchy ", hierarchy_s,
+           ": a hierarchy needs hosts of several ranks; give --ranks-per-host N > 1");
+  const std::vector<Variant> variants = variants_of(split_list(algos), modes);
 
   ProjectionInputs in;
   in.count = static_cast<size_t>(count);
@@ -360,7 +404,9 @@ int project_main(int argc, char** argv, int first) {
                              : "a core per rank",
                 in.ranks_per_host);
     std::printf("#%8s %6s", "link", "ranks");
-    for (const Variant& v : variants) std::printf(" %*s", v.hierarchical ? 20 : 15, v.label().c_str());
+    // A column as wide as its label (at least 15), so labels never run together.
+    const auto width = [](const Variant& v) { return std::max<int>(15, int(v.label().size()) + 1); };
+    for (const Variant& v : variants) std::printf(" %*s", width(v), v.label().c_str());
     std::printf("  %s\n", "fastest");
     size_t i = 0;
     for (const LinkRate& l : links) {
@@ -368,7 +414,7 @@ int project_main(int argc, char** argv, int first) {
         std::printf(" %8s %6d", l.text.c_str(), r);
         const Projection* best = nullptr;
         for (size_t v = 0; v < variants.size(); ++v, ++i) {
-          std::printf(" %*.2f", variants[v].hierarchical ? 20 : 15, all[i].time_s() * 1e3);
+          std::printf(" %*.2f", width(variants[v]), all[i].time_s() * 1e3);
           if (!best || all[i].time_s() < best->time_s()) best = &all[i];
         }
         std::printf("  %s\n", best->variant.label().c_str());

@@ -60,6 +60,17 @@
 //            variant among the P/N leaders, plus the local steps, which move
 //            memory: (N+1) memcpy of the tensor (each rank's copy in, the
 //            leader's N-1 additions, the copy out), memcpy timed at start.
+//            Sharded (COMPCOLL_HIERARCHY=shards, "+shards"): each of a host's
+//            N ranks owns a slice of n/N and runs the variant on it among
+//            the P/N ranks of its index: the leaders' call with compute and
+//            bytes divided by N (the codecs' work and k scale with n), all P
+//            ranks computing at once (s = P / cores), the same bytes through
+//            the host's port as one leader's but N times the messages in
+//            each round ((N-1)(P/N-1) more, message_s each), and a local step
+//            of 3 memcpy per rank (the copy in, the slice's sum of N parts of
+//            n/N, the gather back), all of a host's ranks at once on its
+//            memory bus, so times f. Not validated against a measured run:
+//            --validate runs a rank per namespace (docs/scaling.md).
 #pragma once
 
 #include <map>
@@ -104,9 +115,13 @@ struct ProjectionInputs {
 struct Variant {
   std::string algo;     // registry name
   std::string pattern;  // "allgather" / "scatter" for dgc, sdagc, sbc; "" otherwise
-  bool hierarchical = false;  // the host hierarchy: this variant among the host leaders
+  // COMPCOLL_HIERARCHY's mode: "off" (flat), "host" (this variant among the
+  // host leaders) or "shards" (among the ranks of each local index, on a
+  // slice each).
+  std::string hierarchy = "off";
+  bool flat() const { return hierarchy == "off"; }
   std::string label() const {
-    return (pattern.empty() ? algo : algo + "/" + pattern) + (hierarchical ? "+host" : "");
+    return (pattern.empty() ? algo : algo + "/" + pattern) + (flat() ? "" : "+" + hierarchy);
   }
 };
 
@@ -122,8 +137,10 @@ struct Projection {
 };
 
 // The variants of these algorithms: every pattern each sparse one supports,
-// and with hierarchy each compressed one again under the host hierarchy.
-std::vector<Variant> variants_of(const std::vector<std::string>& algos, bool hierarchy = false);
+// and each compressed one again under every hierarchy mode of `modes`
+// other than "off" (off, host, shards; kInvalidArgument for another).
+std::vector<Variant> variants_of(const std::vector<std::string>& algos,
+                                 const std::vector<std::string>& modes = {"off"});
 
 // The link model above for P ranks on `rate`.
 LinkModel projected_link(const LinkRate& rate, int ranks, const ProjectionInputs& in);

@@ -172,10 +172,10 @@ TEST(Project, RanksPerHostAddsTheHierarchicalVariants) {
   ASSERT_EQ(rows.size(), 14u) << out;
   std::map<std::string, std::map<std::string, std::string>> by;  // "label ranks" -> row
   for (const auto& r : rows) {
-    by[r.at("algo") + "/" + r.at("pattern") + (r.at("hierarchy") == "true" ? "+host " : " ") +
+    by[r.at("algo") + "/" + r.at("pattern") + (r.at("hierarchy") == "host" ? "+host " : " ") +
        r.at("ranks")] = r;
     if (r.at("algo") == "dense") {
-      EXPECT_EQ(r.at("hierarchy"), "false");
+      EXPECT_EQ(r.at("hierarchy"), "off");
     }
   }
   // One host: the hierarchy sends nothing. 8 hosts of 8: the leaders' phase
@@ -198,6 +198,46 @@ TEST(Project, RanksPerHostAddsTheHierarchicalVariants) {
   std::tie(rc, err) = run_project({"--ranks", "4,12", "--ranks-per-host", "8", "--count", "1000"});
   EXPECT_EQ(rc, 1);
   EXPECT_NE(err.find("--ranks: 4 is not a multiple of --ranks-per-host 8"), std::string::npos) << err;
+}
+
+// --hierarchy off,host,shards: sharded, each of a host's 8 ranks runs the
+// leaders' call on an eighth of the tensor, so it sends an eighth of a
+// leader's bytes and computes less; the table names every column.
+TEST(Project, ShardsAreProjectedBesideTheLeaders) {
+  const auto [code, out] = run_project({"--ranks", "64", "--link", "1gbit", "--count", "262144",
+                                        "--algo", "dense,dgc", "--ranks-per-host", "8",
+                                        "--hierarchy", "off,host,shards", "--codec-iters", "1",
+                                        "--json"},
+                                       240, kEightByteEntries);
+  ASSERT_EQ(code, 0) << out;
+  std::map<std::string, std::map<std::string, std::string>> by;  // label -> row
+  for (const auto& r : rows_of(out)) by[r.at("algo") + "/" + r.at("pattern") + "+" + r.at("hierarchy")] = r;
+  ASSERT_EQ(by.size(), 7u) << out;  // dense; dgc's two patterns flat, +host, +shards
+  for (const char* pattern : {"allgather", "scatter"}) {
+    const auto& host = by.at(std::string("dgc/") + pattern + "+host");
+    const auto& shards = by.at(std::string("dgc/") + pattern + "+shards");
+    // (JSON prints 6 significant digits.)
+    EXPECT_NEAR(num(shards, "wire_bytes"), num(host, "wire_bytes") / 8, 1e-5 * num(host, "wire_bytes"))
+        << out;
+    EXPECT_LT(num(shards, "compute_ms"), num(host, "compute_ms")) << pattern << ": " << out;
+    // The same bytes through the port, more messages per round.
+    EXPECT_GT(num(shards, "comm_ms"), num(host, "comm_ms")) << pattern << ": " << out;
+  }
+  const auto [tcode, table] = run_project({"--ranks", "16", "--link", "1gbit", "--count", "65536",
+                                           "--algo", "dgc", "--ranks-per-host", "8",
+                                           "--hierarchy", "off,shards", "--codec-iters", "1"});
+  ASSERT_EQ(tcode, 0) << table;
+  EXPECT_NE(table.find(" dgc/allgather+shards "), std::string::npos) << table;
+  EXPECT_EQ(table.find("+host"), std::string::npos) << table;
+  auto [rc, err] = run_project({"--ranks", "16", "--count", "1000", "--hierarchy", "off,host"});
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err.find("a hierarchy needs hosts of several ranks; give --ranks-per-host N > 1"),
+            std::string::npos)
+      << err;
+  std::tie(rc, err) = run_project(
+      {"--ranks", "16", "--count", "1000", "--ranks-per-host", "8", "--hierarchy", "off,auto"});
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err.find("--hierarchy: 'auto' is not one of off, host, shards"), std::string::npos) << err;
 }
 
 TEST(Project, BadArgumentsAreClearErrors) {
