@@ -210,8 +210,6 @@ std::string AlgoParams::canonical() const {
 double density_for(std::string_view algo, const AlgoParams& p) {
   if (p.density != kAutoDensity) return p.density;
   if (algo == "auto") return p.auto_algo == "auto" ? 0.001 : density_for(p.auto_algo, p);
-  // More entries than this did not train better (registry.h).
-  constexpr double kMostUsefulDensity = 0.002;
   if (algo == "dgc" || algo == "sdagc") {
     // DGC's 0.1 % at fp32 + u32, in bytes per element. Rice codes grow
     // with 1/density, so the density that spends the budget is a fixed
@@ -220,11 +218,13 @@ double density_for(std::string_view algo, const AlgoParams& p) {
     constexpr double kDgcBytesPerElement = 8.0 / 1000.0;
     double d = kDgcBytesPerElement / sparse_entry_bytes(p, 0.001);
     for (int i = 0; i < 4; ++i) d = kDgcBytesPerElement / sparse_entry_bytes(p, d);
-    return std::min(d, kMostUsefulDensity);
+    return d;
   }
   // sbc's entry, a sign bit and a Rice-coded position (about 1.4 bytes at
-  // 0.002), would buy about 0.0057 of DGC's budget: the ceiling decides.
-  if (algo == "sbc") return kMostUsefulDensity;
+  // 0.002), would buy about 0.0057 of DGC's budget; where its accuracy
+  // stops paying for its ratio decides instead (registry.h).
+  constexpr double kSbcDensity = 0.002;
+  if (algo == "sbc") return kSbcDensity;
   return 0.001;
 }
 

@@ -116,10 +116,10 @@ const ConfigVar kTable[] = {
      },
      "auto"},
     {"COMPCOLL_DENSITY", VarType::kDouble, "auto", "auto or (0, 1]",
-     "fraction of elements sent per step by dgc, sbc and sdagc; auto = a budget with a ceiling: "
-     "dgc and sdagc send what DGC's 0.001 costs at 8 bytes an entry, at most 0.002 (0.002 at the "
-     "default fp8 values and rice indices, and at fp16 + varint; 0.001 at fp32 and u32), sbc "
-     "0.002 (its entries stay under that budget; docs/convergence.md)",
+     "fraction of elements sent per step by dgc, sbc and sdagc; auto = a byte budget: dgc and "
+     "sdagc send what DGC's 0.001 costs at 8 bytes an entry (about 0.0036 at the default fp8 "
+     "values and rice indices, 0.002 at fp16 + varint, 0.001 at fp32 and u32), sbc 0.002 (its "
+     "entries stay under that budget; docs/convergence.md)",
      CC_APPLY {
        cfg.params.density = value == "auto" ? kAutoDensity : fraction_in_unit(var, value);
      },
@@ -139,7 +139,7 @@ const ConfigVar kTable[] = {
      "chunk fraction); 1 = always (DGC), 0 = never; auto = 1 with COMPCOLL_MOMENTUM; with the "
      "momentum taken from the optimizer, 1 under Adam (beta1 moved) for dgc, sdagc and sbc, and "
      "2 x COMPCOLL_DENSITY (late in the warm-up: for dgc and sdagc at their default density its "
-     "last 13% with the smooth shape, its 0.39% stage with stages; csc: 2 x "
+     "last 23% with the smooth shape, its 0.39% stage with stages; csc: 2 x "
      "COMPCOLL_CSC_FRACTION, after its warm-up) under SGD's hand-over and for csc (docs/convergence.md)",
      CC_APPLY {
        cfg.params.momentum_masking_density =

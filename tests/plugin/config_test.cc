@@ -28,16 +28,16 @@ TEST(Config, DefaultsMatchTheDesign) {
   const Config c = load_config(env_of({}));
   EXPECT_EQ(c.algo, "dense");
   EXPECT_FALSE(c.compression_enabled());
-  // COMPCOLL_DENSITY=auto: twice DGC's entries (its budget would buy more
-  // at fp8 + rice; the ceiling keeps the saving as bytes); sbc's entry, a
+  // COMPCOLL_DENSITY=auto: dgc and sdagc spend DGC's byte budget on fp8 +
+  // rice entries (b* = 8 near 0.0036: 2.25 bytes each); sbc's entry, a
   // sign bit and a position, is under the budget at any of these settings
-  // and runs at the same ceiling (docs/convergence.md).
+  // and runs at 0.002 (docs/convergence.md).
   EXPECT_EQ(c.params.density, kAutoDensity);
   EXPECT_EQ(c.params.values, ValueType::kFp8);
   EXPECT_EQ(c.params.indices, IndexType::kRiceGap);
-  EXPECT_DOUBLE_EQ(density_for("dgc", c.params), 0.002);
-  EXPECT_DOUBLE_EQ(density_for("sdagc", c.params), 0.002);
-  EXPECT_DOUBLE_EQ(density_for("auto", c.params), 0.002);  // weighs dgc
+  EXPECT_DOUBLE_EQ(density_for("dgc", c.params), 0.008 / 2.25);
+  EXPECT_DOUBLE_EQ(density_for("sdagc", c.params), 0.008 / 2.25);
+  EXPECT_DOUBLE_EQ(density_for("auto", c.params), 0.008 / 2.25);  // weighs dgc
   EXPECT_DOUBLE_EQ(density_for("sbc", c.params), 0.002);
   EXPECT_EQ(c.params.momentum, 0.0f);
   EXPECT_EQ(c.min_elems, 16384u);
@@ -62,18 +62,20 @@ TEST(Config, AutoDensityKeepsDgcsByteBudgetAndAnExplicitDensityWins) {
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "bf16"}, {"COMPCOLL_INDEX_CODING", "varint"}},
                            "dgc"),
                    0.002);
-  // Cheaper entries than 4 bytes stop at the ceiling, 0.002: fp8 + rice
-  // (the default) would settle at 0.008 / 2.25 (b* = 8 near 0.0036), fp16 +
-  // rice at 0.008 / 3.25. Rice codes cost b* + 2 bits, b* from the density.
-  EXPECT_DOUBLE_EQ(density({}, "dgc"), 0.002);
-  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp16"}}, "sdagc"), 0.002);
-  // Below the ceiling the budget still rules: fp32 + rice, b* = 9 near 0.0015.
+  // Cheaper entries than 4 bytes buy more: fp8 + rice (the default)
+  // settles at 0.008 / 2.25 (b* = 8 near 0.0036), fp16 + rice at 0.008 /
+  // 3.25, fp32 + rice at 0.008 / 5.375 (b* = 9 near 0.0015). Rice codes cost
+  // b* + 2 bits, b* from the density.
+  EXPECT_DOUBLE_EQ(density({}, "dgc"), 0.008 / 2.25);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp16"}}, "dgc"), 0.008 / 3.25);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp16"}}, "sdagc"), 0.008 / 3.25);
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "dgc"), 0.008 / 5.375);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "sdagc"), 0.008 / 5.375);
   EXPECT_EQ(load_config(env_of({{"COMPCOLL_VALUE_DTYPE", "fp16"}})).params.values, ValueType::kFp16);
   EXPECT_EQ(load_config(env_of({{"COMPCOLL_INDEX_CODING", "varint"}})).params.indices,
             IndexType::kVarintGap);
   EXPECT_NE(error_of({{"COMPCOLL_VALUE_DTYPE", "fp4"}}).find("fp32|fp16|bf16|fp8"), std::string::npos);
-  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_DENSITY", "auto"}}, "dgc"), 0.002);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_DENSITY", "auto"}}, "dgc"), 0.008 / 2.25);
   // sbc sends no values: the value type does not move its density.
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}, {"COMPCOLL_INDEX_CODING", "u32"}}, "sbc"),
                    0.002);

@@ -9,6 +9,12 @@ means 5 % higher, i.e. worse, than dense). Two compression ratios: over the
 whole run (every call, warm-up included) and over the calls of the last tenth
 of the run (the long horizon's steady state).
 
+Where a gap opens and whether it closes, the horizons see at two moments
+only: the report also gives each run's training loss (rank-mean, every
+step) against dense's of the same seed, averaged over each tenth of the
+run, in % ("train_gap_pct", and a table over the seeds). With a warm-up,
+that table shows which part of it costs.
+
 Over several seeds, each run is compared with dense of its own seed, and the
 table gives the mean, min and max of those gaps and how many seeds met the
 issue's bounds (5 % at the short horizon, 2 % at the long); dense's row gives
@@ -16,6 +22,23 @@ its own spread between seeds, (max - min) / mean of its loss.
 """
 
 SHORT_BOUND_PCT, LONG_BOUND_PCT = 5.0, 2.0  # issue 13's bounds at the two horizons
+TRAIN_GAP_PARTS = 10  # the run's tenths, for the training-loss gap
+
+
+def train_gap_pct(curve, dense_curve, parts=TRAIN_GAP_PARTS):
+    """The relative gap of one run's training loss to dense's, in %, per
+    part of the run: mean loss over the part's steps against dense's mean
+    over the same steps (a batch's loss is noisy; a part's mean is not)."""
+    n = min(len(curve), len(dense_curve))
+    bounds = [round(i * n / parts) for i in range(parts + 1)]
+    gaps = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        if hi <= lo:
+            gaps.append(None)
+            continue
+        mine, ref = sum(curve[lo:hi]) / (hi - lo), sum(dense_curve[lo:hi]) / (hi - lo)
+        gaps.append(100.0 * (mine - ref) / ref if ref else None)
+    return gaps
 
 
 def _dense_of(results):
@@ -36,12 +59,14 @@ def summary(results):
         row["seed"] = r.get("seed")
         row["tail_ratio"] = 1.0 if r["algo"] == "dense" else r.get("tail_ratio")
         row["tail_steps"] = r.get("tail_steps", max(1, r["long"] // 10))
+        d = dense.get((r["task"], r.get("seed")))
         for name in ("short", "long"):
             row[name] = dict(r["at"][name])
-            d = dense.get((r["task"], r.get("seed")))
             if d is not None:
                 dl = d["at"][name]["loss"]
                 row[name]["loss_vs_dense_pct"] = 100.0 * (row[name]["loss"] - dl) / dl
+        if d is not None and r.get("curve") and d.get("curve"):
+            row["train_gap_pct"] = train_gap_pct(r["curve"], d["curve"])
         rows.append(row)
     return rows
 
@@ -67,6 +92,11 @@ def across_seeds(results):
                               seeds_within_bound=sum(g <= bound for g in gaps), seeds_compared=len(gaps))
         tails = [r["tail_ratio"] for r in mine if r["tail_ratio"] is not None]
         agg["tail_ratio_mean"] = sum(tails) / len(tails) if tails else None
+        parts = [r["train_gap_pct"] for r in mine if "train_gap_pct" in r]
+        if parts and key[1] != "dense":
+            agg["train_gap_pct_mean"] = [
+                None if any(p[i] is None for p in parts) else sum(p[i] for p in parts) / len(parts)
+                for i in range(len(parts[0]))]
         out.append(agg)
     return out
 
@@ -108,6 +138,27 @@ def _across_seeds_markdown(results):
     return lines + ["", "Every run:", ""]
 
 
+def _train_gap_markdown(results):
+    """Training loss against dense per tenth of the run (mean over the seeds)."""
+    r0 = results[0]
+    aggs = [a for a in across_seeds(results) if "train_gap_pct_mean" in a]
+    if not aggs:
+        return []
+    n = r0["long"]
+    bounds = [round(i * n / TRAIN_GAP_PARTS) for i in range(TRAIN_GAP_PARTS + 1)]
+    cols = [f"{lo}-{hi}" for lo, hi in zip(bounds, bounds[1:])]
+    lines = ["Training loss against dense of the same seed, per tenth of the run (steps), "
+             "mean over the steps" + (" and the seeds" if len(_seeds(results)) > 1 else "") +
+             ", in %: where the gap opens and whether it closes.",
+             "",
+             "| task | algo | " + " | ".join(cols) + " |",
+             "|---|---|" + "---|" * len(cols)]
+    for a in aggs:
+        cells = ["" if g is None else f"{g:+.1f}" for g in a["train_gap_pct_mean"]]
+        lines.append(f"| {a['task']} | {a['algo']} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def markdown(results):
     from tasks import TASKS
 
@@ -115,6 +166,7 @@ def markdown(results):
     r0 = results[0]
     seeds = _seeds(results)
     lines = [_header(r0, seeds), ""]
+    lines += _train_gap_markdown(results)
     if len(seeds) > 1:
         lines += _across_seeds_markdown(results)
     seed_col = len(seeds) > 1
