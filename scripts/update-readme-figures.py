@@ -81,8 +81,8 @@ def setting_text(r):
     """A codec bench row's resolved setting: "d = 0.002, fp8 + rice" (sbc
     sends no values or indices: its density alone)."""
     if r["algo"] == "sbc":
-        return f"d = {r['density']:g}"
-    return f"d = {r['density']:g}, {r['values']} + {r['indices']}"
+        return f"d = {r['density']:.3g}"
+    return f"d = {r['density']:.3g}, {r['values']} + {r['indices']}"
 
 
 def codec_section(bench):
