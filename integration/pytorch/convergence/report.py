@@ -25,14 +25,18 @@ SHORT_BOUND_PCT, LONG_BOUND_PCT = 5.0, 2.0  # issue 13's bounds at the two horiz
 TRAIN_GAP_PARTS = 10  # the run's tenths, for the training-loss gap
 
 
+def part_bounds(steps, parts=TRAIN_GAP_PARTS):
+    """[(first, end), ...]: the steps of each part of a run, end exclusive."""
+    edges = [round(i * steps / parts) for i in range(parts + 1)]
+    return list(zip(edges, edges[1:]))
+
+
 def train_gap_pct(curve, dense_curve, parts=TRAIN_GAP_PARTS):
     """The relative gap of one run's training loss to dense's, in %, per
     part of the run: mean loss over the part's steps against dense's mean
     over the same steps (a batch's loss is noisy; a part's mean is not)."""
-    n = min(len(curve), len(dense_curve))
-    bounds = [round(i * n / parts) for i in range(parts + 1)]
     gaps = []
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in part_bounds(min(len(curve), len(dense_curve)), parts):
         if hi <= lo:
             gaps.append(None)
             continue
@@ -144,9 +148,7 @@ def _train_gap_markdown(results):
     aggs = [a for a in across_seeds(results) if "train_gap_pct_mean" in a]
     if not aggs:
         return []
-    n = r0["long"]
-    bounds = [round(i * n / TRAIN_GAP_PARTS) for i in range(TRAIN_GAP_PARTS + 1)]
-    cols = [f"{lo}-{hi}" for lo, hi in zip(bounds, bounds[1:])]
+    cols = [f"{lo}-{hi}" for lo, hi in part_bounds(r0["long"])]
     lines = ["Training loss against dense of the same seed, per tenth of the run (steps), "
              "mean over the steps" + (" and the seeds" if len(_seeds(results)) > 1 else "") +
              ", in %: where the gap opens and whether it closes.",
