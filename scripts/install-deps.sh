@@ -104,7 +104,8 @@ if [ ${#missing_py[@]} -gt 0 ]; then
   # name when it fills.
   pip_tmp="$COMPCOLL_VENV/.pip-tmp"
   mkdir -p "$pip_tmp"
-  free_gb=$(df -Pk "$pip_tmp" | awk 'NR == 2 { printf "%d", $4 / 1048576 }')
+  free_gb_at() { df -Pk "$1" | awk 'NR == 2 { printf "%d", $4 / 1048576 }'; }
+  free_gb=$(free_gb_at "$pip_tmp")
   need_gb=1
   case " ${pip_names[*]} " in *" torch "*) need_gb=10 ;; esac
   if [ "$free_gb" -lt "$need_gb" ]; then
@@ -114,7 +115,7 @@ if [ ${#missing_py[@]} -gt 0 ]; then
   # bar itself is drawn only on a terminal.
   if ! TMPDIR="$pip_tmp" "$PY" -m pip install --no-cache-dir --root-user-action=ignore \
       --disable-pip-version-check "${pip_names[@]}"; then
-    free_gb=$(df -Pk "$pip_tmp" | awk 'NR == 2 { printf "%d", $4 / 1048576 }')
+    free_gb=$(free_gb_at "$pip_tmp")
     rm -rf "$pip_tmp"
     echo "install-deps: pip install ${pip_names[*]} failed; $free_gb GB is free under $COMPCOLL_VENV" \
          "and torch needs about 10 GB there while it installs (COMPCOLL_VENV puts the venv elsewhere," \
