@@ -40,7 +40,7 @@ def train_gap_pct(curve, dense_curve, parts=TRAIN_GAP_PARTS):
         if hi <= lo:
             gaps.append(None)
             continue
-        mine, ref = sum(curve[lo:hi]) / (hi - lo), sum(dense_curve[lo:hi]) / (hi - lo)
+        mine, ref = sum(curve[lo:hi]), sum(dense_curve[lo:hi])  # means over the same steps
         gaps.append(100.0 * (mine - ref) / ref if ref else None)
     return gaps
 
@@ -115,7 +115,7 @@ def _header(r0, seeds):
             f"; seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")
 
 
-def _across_seeds_markdown(results):
+def _across_seeds_markdown(results, aggs):
     r0 = results[0]
     lines = ["Over the seeds: the gap to dense of the same seed, mean [min, max], and the seeds "
              f"within {SHORT_BOUND_PCT:g} % (short) / {LONG_BOUND_PCT:g} % (long); for dense, its loss's "
@@ -125,7 +125,7 @@ def _across_seeds_markdown(results):
              f"vs dense @{r0['long']} | within {LONG_BOUND_PCT:g} % | metric@{r0['long']}, mean | "
              f"ratio, last {max(1, r0['long'] // 10)} steps, mean |",
              "|---|---|---|---|---|---|---|---|"]
-    for a in across_seeds(results):
+    for a in aggs:
         cells = []
         for h in ("short", "long"):
             g = a[h]
@@ -142,10 +142,10 @@ def _across_seeds_markdown(results):
     return lines + ["", "Every run:", ""]
 
 
-def _train_gap_markdown(results):
+def _train_gap_markdown(results, aggs):
     """Training loss against dense per tenth of the run (mean over the seeds)."""
     r0 = results[0]
-    aggs = [a for a in across_seeds(results) if "train_gap_pct_mean" in a]
+    aggs = [a for a in aggs if "train_gap_pct_mean" in a]
     if not aggs:
         return []
     cols = [f"{lo}-{hi}" for lo, hi in part_bounds(r0["long"])]
@@ -168,9 +168,10 @@ def markdown(results):
     r0 = results[0]
     seeds = _seeds(results)
     lines = [_header(r0, seeds), ""]
-    lines += _train_gap_markdown(results)
+    aggs = across_seeds(results)
+    lines += _train_gap_markdown(results, aggs)
     if len(seeds) > 1:
-        lines += _across_seeds_markdown(results)
+        lines += _across_seeds_markdown(results, aggs)
     seed_col = len(seeds) > 1
     lines += ["| task | algo | " + ("seed | " if seed_col else "") +
               "loss@short | vs dense | metric@short | loss@long | vs dense | metric@long | "
