@@ -165,10 +165,11 @@ const ConfigVar kTable[] = {
      "0 = off",
      CC_APPLY { cfg.params.clip = static_cast<float>(non_negative(var, value)); },
      "dgc,sdagc"},
-    {"COMPCOLL_WARMUP_STEPS", VarType::kInt, "500", ">= 0",
+    {"COMPCOLL_WARMUP_STEPS", VarType::kInt, "700", ">= 0",
      "warm-up of each tensor: over its first STEPS calls dgc, sdagc and sbc density falls from 25% "
      "to COMPCOLL_DENSITY (as COMPCOLL_WARMUP_SHAPE says), csc sends every chunk and onebit runs "
-     "dense",
+     "dense (700: with 500 the convergence suite's gap to dense opened in the warm-up's second "
+     "half, a slower fall closed 2-3 points of it; docs/convergence.md)",
      CC_APPLY { cfg.params.warmup_steps = static_cast<int>(int_at_least(var, value, 0, kIntMax)); },
      "dgc,sdagc,sbc,csc,onebit"},
     {"COMPCOLL_WARMUP_SHAPE", VarType::kEnum, "smooth", "smooth|stages",
