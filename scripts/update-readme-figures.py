@@ -185,7 +185,7 @@ def link_section(bench):
     return {README: "\n".join(lines)}
 
 
-# Past the default warm-up (700 calls), as the example's own default.
+# Past the default warm-up (COMPCOLL_WARMUP_STEPS), as the example's own default.
 DIGITS_STEPS = 1000
 
 

@@ -41,7 +41,7 @@ struct BenchRun {
 BenchRun run_bench(const std::vector<std::string>& args, int limit_s = 180) {
   TempDir dir;
   // The byte counts below are the steady state's: no warm-up calls
-  // (COMPCOLL_WARMUP_STEPS defaults to 700, in which dgc sends more and
+  // (the default COMPCOLL_WARMUP_STEPS, in which dgc sends more and
   // onebit runs dense).
   std::vector<std::string> argv{"/usr/bin/env", "COMPCOLL_WARMUP_STEPS=0", kBench, "allreduce"};
   argv.insert(argv.end(), args.begin(), args.end());

@@ -38,7 +38,7 @@ def base_env(extra=None):
     env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     # The tests check compression's steady state (ratios, exact codec output)
     # in a few steps: no warm-up unless a test asks for one (the default's
-    # 700 steps of higher density are the convergence suite's business).
+    # steps of higher density are the convergence suite's business).
     env["COMPCOLL_WARMUP_STEPS"] = "0"
     env.update(extra or {})
     return env

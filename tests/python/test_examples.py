@@ -84,7 +84,7 @@ def test_digits_comparison_writes_the_users_stats_per_algorithm(tmp_path):
 
 
 def test_a_job_that_ends_in_the_warm_up_is_told_so(tmp_path):
-    """csc through a 20-step job with a 50-call warm-up (the default 700
+    """csc through a 20-step job with a 50-call warm-up (the default warm-up
     would do the same to a short job): every gradient allreduce ran dense.
     The stats count them, the example says so next to the ratio, and rank 0
     warns once at the end, naming COMPCOLL_WARMUP_STEPS: compression asked

@@ -246,7 +246,7 @@ def main(argv=None):
     p.add_argument("--algos", default="",
                    help=f"algorithms to compare (default {','.join(ALGOS)}; not with COMPCOLL_ALGO set)")
     p.add_argument("--ranks", type=int, default=4)
-    # Past the default warm-up (COMPCOLL_WARMUP_STEPS=700), so every
+    # Past the default warm-up (COMPCOLL_WARMUP_STEPS, plugin/config.cc), so every
     # algorithm's steady state shows in the ratio.
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--batch", type=int, default=16, help="per rank")

@@ -37,7 +37,7 @@ def load_digits_tensors(seed):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    # Past compcoll's default warm-up (700 calls): the stats show the steady state too.
+    # Past compcoll's default warm-up (COMPCOLL_WARMUP_STEPS): the stats show the steady state too.
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--batch", type=int, default=16, help="per rank")
     p.add_argument("--lr", type=float, default=0.2)
