@@ -22,6 +22,15 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 EXAMPLES = os.path.join(REPO, "integration", "pytorch", "examples")
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "end_to_end: a whole user job (an example, the convergence suite, a launcher, a "
+        "wheel install, a long accuracy run). Its compcoll calls are the ones the API tests "
+        "make, repeated for many steps, so the sanitized run (scripts/run-sanitizers.sh "
+        "python) leaves it out with -m 'not end_to_end'; every other run includes it.")
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -7,7 +7,11 @@ import re
 import shutil
 import sys
 
+import pytest
+
 from conftest import launch, run_single, worker
+
+pytestmark = pytest.mark.end_to_end  # conftest.py says what that means
 
 SCRIPT = worker("plain_ddp.py")
 

@@ -8,7 +8,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, base_env
+
+pytestmark = pytest.mark.end_to_end  # conftest.py says what that means
 
 RUN = os.path.join(REPO, "integration", "pytorch", "convergence", "run.py")
 

@@ -11,6 +11,7 @@ from conftest import EXAMPLES, launch, run_single, worker
 ALGOS = ["dgc", "sbc", "sdagc", "csc", "onebit"]
 
 
+@pytest.mark.end_to_end
 def test_ddp_accuracy_matches_dense(tmp_path):
     """4 ranks, the digits example (same seed, data order and steps for every
     run): each algorithm's final test accuracy is within 1 point of dense

@@ -7,7 +7,11 @@ import os
 import re
 import sys
 
+import pytest
+
 from conftest import EXAMPLES, run_single
+
+pytestmark = pytest.mark.end_to_end  # conftest.py says what that means
 
 DIGITS = os.path.join(EXAMPLES, "ddp_digits.py")
 PLAIN = os.path.join(EXAMPLES, "train_ddp.py")

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import REPO, base_env
 
+pytestmark = pytest.mark.end_to_end  # conftest.py says what that means
+
 WHEELS = sorted(glob.glob(os.path.join(os.environ.get("COMPCOLL_WHEEL_DIR", os.path.join(REPO, "build-wheel")),
                                        "compcoll-*.whl")))
 
