@@ -139,13 +139,15 @@ run_tsan() {
   #   compcoll_reliability_tests   reliability.Concurrency.* (two
   #                                communicators driven from two threads; the
   #                                8-process fault test adds nothing here)
-  # Left out under TSan (each still runs in the plain and the ASan suites):
+  # Left out under TSan:
   #  - the collectives cases of 1,048,579 elements (_n1048579): ~20-30 s
   #    each under TSan, 40 of them; the 0/1/5/1000-element cases run the same
-  #    code paths at every world size (1, 2, 3, 4, 7, 8);
+  #    code paths at every world size (1, 2, 3, 4, 7, 8); the Release suite
+  #    runs them all, ASan world 4's;
   #  - the 200-step ErrorFeedbackTest (4 ranks x 409,600 elements): 90-140 s
   #    each under TSan, 7 of them, three quarters of the whole TSan run. Its
-  #    200 calls repeat one call's thread interplay; NonFiniteTest (every
+  #    200 calls repeat one call's thread interplay, and the Release and
+  #    ASan suites run it; NonFiniteTest (every
   #    algorithm and pattern, state carried across calls), the transport's
   #    back-to-back calls and reliability.Concurrency keep multi-call runs
   #    under TSan.
