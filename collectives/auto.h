@@ -53,7 +53,7 @@ double predict_seconds(const CostShape& shape, const LinkModel& link);
 // The sparse patterns' traffic (COMPCOLL_SPARSE_PATTERN), for the choice
 // below, the benchmark's projection and the docs (docs/scaling.md). For an
 // n-element call on P ranks at density d, k = target_count(d, n) entries of
-// e bytes, h = the 24-byte payload header (+4 for sbc's mean) and 8 bytes
+// e bytes, h = the payload header (kPayloadHeaderBytes; +4 for sbc's mean) and 8 bytes
 // per peer for each size announcement, the bytes ONE rank sends:
 //   allgather  (P-1) * (8 + h + k e)                          1 round
 //   scatter    (P-1)/P * k e + (P-1) * b e + 2 (P-1)(8 + h)    2 rounds

@@ -57,14 +57,19 @@ size_t value_type_size(ValueType v) {
 }
 
 void write_header(const PayloadHeader& h, uint8_t* out) {
+  CC_CHECK(h.n <= kMaxPayloadElements, kInvalidArgument, payload_format_name(h.format),
+           " payloads describe at most ", kMaxPayloadElements, " elements; a tensor of ", h.n,
+           " elements is too large");
+  CC_CHECK(h.k <= kMaxPayloadElements, kInvalidArgument, payload_format_name(h.format),
+           " payloads carry at most ", kMaxPayloadElements, " entries, not ", h.k);
   store_le<uint16_t>(out + 0, kPayloadMagic);
   out[2] = kPayloadVersion;
   out[3] = static_cast<uint8_t>(h.format);
   out[4] = h.aux0;
   out[5] = h.aux1;
   store_le<uint16_t>(out + 6, 0);
-  store_le<uint64_t>(out + 8, h.n);
-  store_le<uint64_t>(out + 16, h.k);
+  store_le<uint32_t>(out + 8, static_cast<uint32_t>(h.n));
+  store_le<uint32_t>(out + 12, static_cast<uint32_t>(h.k));
 }
 
 PayloadFormat peek_format(std::span<const uint8_t> payload) {
@@ -90,8 +95,8 @@ PayloadHeader read_header(std::span<const uint8_t> payload, PayloadFormat expect
   h.format = format;
   h.aux0 = payload[4];
   h.aux1 = payload[5];
-  h.n = load_le<uint64_t>(payload.data() + 8);
-  h.k = load_le<uint64_t>(payload.data() + 16);
+  h.n = load_le<uint32_t>(payload.data() + 8);
+  h.k = load_le<uint32_t>(payload.data() + 12);
   CC_PAYLOAD_CHECK(h.n == expected_n, "payload describes ", h.n, " elements but the tensor has ",
                    expected_n);
   return h;

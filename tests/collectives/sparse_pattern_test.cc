@@ -233,7 +233,7 @@ class TamperingComm final : public Comm {
     std::vector<Bytes> bad = s;
     for (Bytes& part : bad) {  // [regions tag][payload: ..., n at offset 8, ...]
       if (part.size() >= kScatterTagBytes + kPayloadHeaderBytes) {
-        store_le<uint64_t>(part.data() + kScatterTagBytes + 8, 1u << 31);  // n
+        store_le<uint32_t>(part.data() + kScatterTagBytes + 8, 1u << 31);  // n
       }
     }
     return c_.alltoallv(bad, max_part);

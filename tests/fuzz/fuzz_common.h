@@ -72,8 +72,8 @@ inline DecoderInput split_input(const uint8_t* data, size_t size) {
   in.flags = data[0];
   in.payload = {data + 3, size - 3};
   if ((in.flags & 1) && in.payload.size() >= kPayloadHeaderBytes) {
-    uint64_t h;
-    std::memcpy(&h, in.payload.data() + 8, 8);
+    uint32_t h;  // the header's n (payload.h: 32 bits at offset 8)
+    std::memcpy(&h, in.payload.data() + 8, sizeof h);
     in.n = h <= kMaxN ? h : kMaxN;
   } else {
     in.n = uint64_t{data[1]} | (uint64_t{data[2]} << 8);

@@ -17,6 +17,7 @@
 
 #include "compression/non_finite.h"
 #include "compression/onebit.h"
+#include "compression/payload.h"
 #include "tests/fuzz/fuzz_common.h"
 
 using namespace compcoll;
@@ -76,8 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   FUZZ_CHECK(in.payload[4] <= 1, "unknown scale mode accepted");
   FUZZ_CHECK(in.payload[5] >= 3 && in.payload[5] <= 24, "block size outside [8, 2^24] accepted");
-  uint64_t k;
-  std::memcpy(&k, in.payload.data() + 16, 8);
+  const uint64_t k = read_header(in.payload, PayloadFormat::kOneBit, n).k;
   const uint64_t block = uint64_t{1} << in.payload[5];
   FUZZ_CHECK(k == (n + block - 1) / block, "block count differs from ceil(n / block)");
   // Scales are finite: the encoder sends NaN/Inf elements in the

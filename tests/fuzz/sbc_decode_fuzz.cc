@@ -25,6 +25,7 @@
 
 #include "compression/golomb.h"
 #include "compression/non_finite.h"
+#include "compression/payload.h"
 #include "compression/sbc.h"
 #include "tests/fuzz/fuzz_common.h"
 
@@ -74,8 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(ok == ok2, "decode_sbc and decode_sbc_accumulate disagree on validity");
   if (!ok) return 0;
 
-  uint64_t k;
-  std::memcpy(&k, in.payload.data() + 16, 8);
+  const uint64_t k = read_header(in.payload, PayloadFormat::kSbc, n).k;
   FUZZ_CHECK(e.idx.size() == k, "position count differs from the header's k");
   check_positions(e.idx, n);
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "compression/payload.h"
 #include "compression/sparse_payload.h"
 #include "tests/fuzz/fuzz_common.h"
 
@@ -45,8 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The header is valid here: read what it promised.
   const uint8_t value_type = in.payload[4];
   const uint8_t index_type = in.payload[5];
-  uint64_t k;
-  std::memcpy(&k, in.payload.data() + 16, 8);
+  const uint64_t k = read_header(in.payload, PayloadFormat::kSparse, n).k;
   FUZZ_CHECK(e.idx.size() == k && e.values.size() == k, "entry count differs from the header's k");
 
   std::vector<float> expect = before;

@@ -7,9 +7,11 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 
 #include "compcoll/error.h"
 #include "compression/half.h"
+#include "compression/payload.h"
 #include "compression/sparse_payload.h"
 
 namespace compcoll {
@@ -98,6 +100,35 @@ TEST(BFloat16, KeepsEightBitsOfMantissa) {
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(NAN))));
 }
 
+// Version 2's layout, byte by byte (payload.h): a peer built from another
+// commit must agree on every offset, so the test spells them out.
+TEST(PayloadHeader, IsSixteenLittleEndianBytesWithThirtyTwoBitCounts) {
+  ASSERT_EQ(kPayloadHeaderBytes, 16u);
+  uint8_t h[kPayloadHeaderBytes];
+  write_header({PayloadFormat::kSbc, 7, 2, 0x01020304u, 0x0A0B0C0Du}, h);
+  const uint8_t want[kPayloadHeaderBytes] = {0x0C, 0xCC, kPayloadVersion, 2, 7, 2, 0, 0,
+                                             0x04, 0x03, 0x02, 0x01, 0x0D, 0x0C, 0x0B, 0x0A};
+  EXPECT_EQ(std::memcmp(h, want, sizeof h), 0);
+  const PayloadHeader back = read_header(h, PayloadFormat::kSbc, 0x01020304u);
+  EXPECT_EQ(back.aux0, 7);
+  EXPECT_EQ(back.aux1, 2);
+  EXPECT_EQ(back.k, 0x0A0B0C0Du);
+  // The largest n fits; one more is refused at the writer, naming the size.
+  write_header({PayloadFormat::kOneBit, 0, 0, kMaxPayloadElements, 1}, h);
+  EXPECT_EQ(read_header(h, PayloadFormat::kOneBit, kMaxPayloadElements).n, kMaxPayloadElements);
+  try {
+    write_header({PayloadFormat::kOneBit, 0, 0, kMaxPayloadElements + 1, 1}, h);
+    FAIL() << "n = 2^32 written into a 32-bit field";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("4294967296"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(write_header({PayloadFormat::kSparse, 0, 0, 10, kMaxPayloadElements + 1}, h), Error);
+  // A version-1 payload (24-byte header) is refused by its version byte.
+  h[2] = 1;
+  EXPECT_THROW(read_header(h, PayloadFormat::kOneBit, kMaxPayloadElements), Error);
+}
+
 struct SparseCase {
   ValueType vt;
   IndexType it;
@@ -169,7 +200,7 @@ TEST_P(SparsePayloadTest, RejectsOutOfRangeIndicesAndWrongSizes) {
   }
   // Inflate k: the body no longer holds that many entries.
   Bytes inflated = payload;
-  inflated[16] = 200;
+  inflated[12] = 200;
   EXPECT_THROW(decode_sparse_accumulate(inflated, out.data(), 10), Error);
   // Bad magic, version, format.
   for (size_t byte : {0, 2, 3}) {

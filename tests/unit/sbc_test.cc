@@ -238,7 +238,7 @@ TEST(Sbc, BothSidesPayloadRejectsBadSignBitsAndStrayMeans) {
   EXPECT_THROW(decode_sbc_accumulate({payload.data(), bits_at + 1}, out.data(), n), Error);
   // k larger than the tensor.
   bad = payload;
-  store_le<uint64_t>(bad.data() + 16, n + 1);
+  store_le<uint32_t>(bad.data() + 12, static_cast<uint32_t>(n + 1));
   EXPECT_THROW(decode_sbc_accumulate(bad, out.data(), n), Error);
   EXPECT_EQ(out, std::vector<float>(n, 0.0f));
 }
