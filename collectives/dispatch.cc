@@ -7,6 +7,7 @@
 #include "collectives/dense.h"
 #include "compcoll/error.h"
 #include "compression/half.h"
+#include "compression/payload.h"
 
 namespace compcoll {
 
@@ -17,6 +18,12 @@ Route choose_route(const Algorithm& algo, size_t count, DType dtype, ReduceOp op
   }
   if (op != ReduceOp::kSum && op != ReduceOp::kAvg) return {false, "op is not SUM or AVG"};
   if (count < min_elems) return {false, "tensor is smaller than COMPCOLL_MIN_ELEMS"};
+  // Refused here, before any error-feedback state is touched: an encoder
+  // that found the count too large for its header would throw mid-call,
+  // with the residual already updated.
+  if (count > kMaxPayloadElements) {
+    return {false, "tensor has more than 4294967295 elements, the most a payload describes"};
+  }
   return {true, "compressed"};
 }
 

@@ -1,7 +1,8 @@
 // Routing one allreduce call: the compressed algorithm takes float32, fp16
-// and bf16 tensors of at least min_elems elements with SUM or AVG (fp16/bf16
-// run through an fp32 copy, so residuals stay fp32); everything else takes
-// the exact dense path.
+// and bf16 tensors of at least min_elems and at most kMaxPayloadElements
+// (2^32 - 1, what a payload header counts) elements with SUM or AVG
+// (fp16/bf16 run through an fp32 copy, so residuals stay fp32); everything
+// else takes the exact dense path.
 #pragma once
 
 #include <cstddef>

@@ -22,10 +22,12 @@
 
 #include "collectives/chunked_norm.h"
 #include "collectives/dense.h"
+#include "collectives/dispatch.h"
 #include "collectives/onebit_allreduce.h"
 #include "collectives/registry.h"
 #include "compression/csc.h"
 #include "compression/decode.h"
+#include "compression/payload.h"
 #include "integration/bench/gradients.h"
 #include "tests/support/expected.h"
 #include "tests/support/gloo_harness.h"
@@ -279,6 +281,18 @@ INSTANTIATE_TEST_SUITE_P(DefaultSettings, ErrorFeedbackTest,
                            for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return s;
                          });
+
+TEST(Route, TensorsAPayloadCannotDescribeTakeTheDensePath) {
+  // No buffer is needed: the route is decided from the count alone.
+  const auto algo = make_algorithm("dgc", AlgoParams{});
+  const Route fits = choose_route(*algo, kMaxPayloadElements, DType::kFloat32, ReduceOp::kSum, 16);
+  EXPECT_TRUE(fits.compressed) << fits.reason;
+  const Route too_large =
+      choose_route(*algo, kMaxPayloadElements + 1, DType::kFloat32, ReduceOp::kSum, 16);
+  EXPECT_FALSE(too_large.compressed);
+  EXPECT_NE(std::string(too_large.reason).find("4294967295 elements"), std::string::npos)
+      << too_large.reason;
+}
 
 TEST(Allreduce, AverageDividesTheSumByTheWorldSize) {
   const size_t n = 100000;
