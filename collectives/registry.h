@@ -29,16 +29,16 @@ std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const Algo
 
 // The density `algo` runs at: p.density, or for kAutoDensity a byte
 // budget. dgc and sdagc (and auto weighing them) send as many entries as
-// DGC's 0.1 % costs at 8 bytes an entry (fp32 value, u32 index): 0.001 at
-// fp32 + u32, 0.00133 with one field compact, 0.002 at fp16 + varint (~4
-// bytes), about 0.0036 at the default fp8 + rice (~2.25 bytes). Measured
-// on the convergence suite (docs/convergence.md, "Spending the whole
-// budget"): against 0.002, 0.0036 lowered cnn's training loss after the
-// warm-up for both, over 15 seeds, and lm's held-out loss on every seed,
-// at 224-240x where DGC's 0.001 at fp32 + u32 gives 250x. sbc's entry (a
-// sign bit and a Rice-coded position, ~1.4 bytes) stays far under the
-// budget; its density weighs its accuracy against its ratio
-// (docs/convergence.md, "sbc's density").
+// density 0.006 costs at the default fp8 values and Rice-coded gaps (2.125
+// bytes an entry; 1.6x DGC's 0.1 % at 8 bytes): 0.006 at the default,
+// about 0.0016 at fp32 + u32, 0.0032 at fp16 + varint. Measured on the
+// convergence suite (docs/convergence.md, "Density 0.006"): on cnn over 15
+// seeds, against the 0.0036 the budget of DGC's 0.1 % bought, it took
+// dgc's held-out gap to dense at 1000 steps from +3.1 % to -2.0 % and
+// sdagc's from +2.5 % (see there), at 149x over the last 100 steps (the
+// issue's floor is 120x). sbc's entry (a sign bit and a Rice-coded
+// position, ~1.4 bytes) stays far under the budget; its density weighs
+// its accuracy against its ratio (docs/convergence.md, "sbc's density").
 double density_for(std::string_view algo, const AlgoParams& p);
 
 // Whether COMPCOLL_SELECTION changes what `algo` sends: dgc and sdagc rank

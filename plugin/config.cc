@@ -117,9 +117,9 @@ const ConfigVar kTable[] = {
      "auto"},
     {"COMPCOLL_DENSITY", VarType::kDouble, "auto", "auto or (0, 1]",
      "fraction of elements sent per step by dgc, sbc and sdagc; auto = a byte budget: dgc and "
-     "sdagc send what DGC's 0.001 costs at 8 bytes an entry (about 0.0036 at the default fp8 "
-     "values and rice indices, 0.002 at fp16 + varint, 0.001 at fp32 and u32), sbc 0.002 (its "
-     "entries stay under that budget; docs/convergence.md)",
+     "sdagc send what 0.006 costs at the default fp8 values and rice indices (1.6x DGC's 0.001 "
+     "at 8 bytes an entry; about 0.0032 at fp16 + varint, 0.0016 at fp32 and u32), sbc 0.002 "
+     "(its entries stay under that budget; docs/convergence.md)",
      CC_APPLY {
        cfg.params.density = value == "auto" ? kAutoDensity : fraction_in_unit(var, value);
      },

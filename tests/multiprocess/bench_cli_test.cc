@@ -215,10 +215,10 @@ TEST(BenchCli, CodecTableUsesTheLibrarysSettingsForTheEnvironment) {
     const char *density, *values, *indices;
   };
   const std::vector<Case> cases{
-      // COMPCOLL_DENSITY=auto: 8 bytes per thousand elements, 2.25 per entry.
-      {{}, {}, "0.00355", "fp8", "rice"},
-      // The same budget at 8-byte entries: DGC's 0.001.
-      {{"COMPCOLL_VALUE_DTYPE=fp32", "COMPCOLL_INDEX_CODING=u32"}, {}, "0.001", "fp32", "u32"},
+      // COMPCOLL_DENSITY=auto: 12.75 bytes per thousand elements, 2.125 per entry.
+      {{}, {}, "0.006", "fp8", "rice"},
+      // The same budget at 8-byte entries: 0.0016 (1.6x DGC's 0.001).
+      {{"COMPCOLL_VALUE_DTYPE=fp32", "COMPCOLL_INDEX_CODING=u32"}, {}, "0.00159", "fp32", "u32"},
       {{"COMPCOLL_DENSITY=0.01"}, {}, "0.01", "fp8", "rice"},
       // A flag wins over the environment, which it replaces for this run.
       {{"COMPCOLL_DENSITY=0.01"}, {"--density", "0.004", "--values", "bf16"}, "0.004", "bf16",

@@ -28,16 +28,17 @@ TEST(Config, DefaultsMatchTheDesign) {
   const Config c = load_config(env_of({}));
   EXPECT_EQ(c.algo, "dense");
   EXPECT_FALSE(c.compression_enabled());
-  // COMPCOLL_DENSITY=auto: dgc and sdagc spend DGC's byte budget on fp8 +
-  // rice entries (b* = 8 near 0.0036: 2.25 bytes each); sbc's entry, a
+  // COMPCOLL_DENSITY=auto: dgc and sdagc spend a budget of 0.006 x 2.125
+  // bytes per element on fp8 + rice entries (b* = 7 near 0.006: 2.125 bytes
+  // each), so 0.006 (to rounding); sbc's entry, a
   // sign bit and a position, is under the budget at any of these settings
   // and runs at 0.002 (docs/convergence.md).
   EXPECT_EQ(c.params.density, kAutoDensity);
   EXPECT_EQ(c.params.values, ValueType::kFp8);
   EXPECT_EQ(c.params.indices, IndexType::kRiceGap);
-  EXPECT_DOUBLE_EQ(density_for("dgc", c.params), 0.008 / 2.25);
-  EXPECT_DOUBLE_EQ(density_for("sdagc", c.params), 0.008 / 2.25);
-  EXPECT_DOUBLE_EQ(density_for("auto", c.params), 0.008 / 2.25);  // weighs dgc
+  EXPECT_NEAR(density_for("dgc", c.params), 0.006, 1e-15);
+  EXPECT_NEAR(density_for("sdagc", c.params), 0.006, 1e-15);
+  EXPECT_NEAR(density_for("auto", c.params), 0.006, 1e-15);  // weighs dgc
   EXPECT_DOUBLE_EQ(density_for("sbc", c.params), 0.002);
   EXPECT_EQ(c.params.momentum, 0.0f);
   EXPECT_EQ(c.min_elems, 16384u);
@@ -48,34 +49,33 @@ TEST(Config, DefaultsMatchTheDesign) {
   EXPECT_EQ(c.rank, -1);
 }
 
-TEST(Config, AutoDensityKeepsDgcsByteBudgetAndAnExplicitDensityWins) {
+TEST(Config, AutoDensityKeepsItsByteBudgetAndAnExplicitDensityWins) {
   auto density = [](std::map<std::string, std::string> env, const char* algo) {
     return density_for(algo, load_config(env_of(env)).params);
   };
-  // 8 bytes per thousand elements: 8-byte entries (fp32 + u32) at DGC's
-  // 0.001, 6-byte ones (one field compact) at 0.00133, 4-byte ones at 0.002.
+  constexpr double kBudget = 0.006 * 2.125;  // bytes per element
+  // Fixed-size entries: 8 bytes (fp32 + u32), 6 (one field compact), 4.
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}, {"COMPCOLL_INDEX_CODING", "u32"}}, "dgc"),
-                   0.001);
+                   kBudget / 8.0);
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}, {"COMPCOLL_INDEX_CODING", "varint"}},
                            "sdagc"),
-                   0.008 / 6.0);
+                   kBudget / 6.0);
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "bf16"}, {"COMPCOLL_INDEX_CODING", "varint"}},
                            "dgc"),
-                   0.002);
-  // Cheaper entries than 4 bytes buy more: fp8 + rice (the default)
-  // settles at 0.008 / 2.25 (b* = 8 near 0.0036), fp16 + rice at 0.008 /
-  // 3.25, fp32 + rice at 0.008 / 5.375 (b* = 9 near 0.0015). Rice codes cost
-  // b* + 2 bits, b* from the density.
-  EXPECT_DOUBLE_EQ(density({}, "dgc"), 0.008 / 2.25);
-  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp16"}}, "dgc"), 0.008 / 3.25);
-  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp16"}}, "sdagc"), 0.008 / 3.25);
-  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "dgc"), 0.008 / 5.375);
-  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "sdagc"), 0.008 / 5.375);
+                   kBudget / 4.0);
+  // Rice codes cost b* + 2 bits, b* from the density: fp8 + rice (the
+  // default) settles at b* = 7 (2.125 bytes), fp16 + rice at b* = 7 near
+  // 0.0041 (3.125 bytes), fp32 + rice at b* = 8 near 0.0024 (5.25 bytes).
+  EXPECT_DOUBLE_EQ(density({}, "dgc"), kBudget / 2.125);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp16"}}, "dgc"), kBudget / 3.125);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp16"}}, "sdagc"), kBudget / 3.125);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "dgc"), kBudget / 5.25);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}}, "sdagc"), kBudget / 5.25);
   EXPECT_EQ(load_config(env_of({{"COMPCOLL_VALUE_DTYPE", "fp16"}})).params.values, ValueType::kFp16);
   EXPECT_EQ(load_config(env_of({{"COMPCOLL_INDEX_CODING", "varint"}})).params.indices,
             IndexType::kVarintGap);
   EXPECT_NE(error_of({{"COMPCOLL_VALUE_DTYPE", "fp4"}}).find("fp32|fp16|bf16|fp8"), std::string::npos);
-  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_DENSITY", "auto"}}, "dgc"), 0.008 / 2.25);
+  EXPECT_DOUBLE_EQ(density({{"COMPCOLL_DENSITY", "auto"}}, "dgc"), kBudget / 2.125);
   // sbc sends no values: the value type does not move its density.
   EXPECT_DOUBLE_EQ(density({{"COMPCOLL_VALUE_DTYPE", "fp32"}, {"COMPCOLL_INDEX_CODING", "u32"}}, "sbc"),
                    0.002);

@@ -50,7 +50,7 @@ def test_digits_example_trains_with_the_users_environment(tmp_path):
         # Density 0.01 of the 85,002-element bucket, about 2.1 bytes per sent
         # element (the default fp8 value and a Rice-coded gap of 6 + ~2.6
         # bits) to the one peer: about 190x fewer bytes than dense (the
-        # default density, 0.00356, would give about 470x).
+        # default density, 0.006, would give about 310x).
         assert 120 < st["dense_bytes"] / st["wire_bytes"] < 300, st
     assert res["accuracy"] > 0.5, res
 
