@@ -21,6 +21,7 @@ Route choose_route(const Algorithm& algo, size_t count, DType dtype, ReduceOp op
   // Refused here, before any error-feedback state is touched: an encoder
   // that found the count too large for its header would throw mid-call,
   // with the residual already updated.
+  static_assert(kMaxPayloadElements == 4294967295ull, "the reason below names the limit");
   if (count > kMaxPayloadElements) {
     return {false, "tensor has more than 4294967295 elements, the most a payload describes"};
   }
