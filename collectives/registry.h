@@ -36,8 +36,8 @@ std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const Algo
 // seeds, against the 0.0036 the budget of DGC's 0.1 % bought, it took
 // dgc's held-out gap to dense at 1000 steps from +3.1 % to -2.0 % and
 // sdagc's from +2.5 % to -0.5 %, at 149x over the last 100 steps (the
-// issue's floor is 120x); on lm (Adam) one seed measured so far, +1.4 %
-// -> +2.3 % for dgc (see there). sbc's entry (a sign bit and a Rice-coded
+// issue's floor is 120x); on lm (Adam) and mixed over four seeds every
+// mean stays within 2 % (lm dgc +0.7 %, one seed +2.3 %). sbc's entry (a sign bit and a Rice-coded
 // position, ~1.4 bytes) stays far under the budget; its density weighs
 // its accuracy against its ratio (docs/convergence.md, "sbc's density").
 double density_for(std::string_view algo, const AlgoParams& p);
