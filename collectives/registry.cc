@@ -74,7 +74,7 @@ std::unique_ptr<Algorithm> make_sbc(const AlgoParams& given) {
   const AlgoParams p = resolved("sbc", given);
   // Golomb-Rice: about b* + 2 bits per position, and a sign bit with both sides.
   const double bits = golomb_rice_parameter(p.density) + 2.0 + (p.sbc_both_sides ? 1.0 : 0.0);
-  return std::make_unique<SparseAllreduce>("sbc", make_sparse_codec("sbc", p), p.density,
+  return std::make_unique<SparseAllreduce>("sbc", make_sparse_codec("sbc", given), p.density,
                                            bits / 8.0, p.sparse_pattern, SparseEncoding{});
 }
 
@@ -145,11 +145,14 @@ std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const Algo
   }
   if (name == "sdagc") return std::make_unique<SdagcCodec>(sparsify_config(p));
   if (name == "sbc") {
-    return std::make_unique<SbcCodec>(SbcConfig{p.density, p.sample_fraction, p.warmup_steps,
-                                                p.momentum, p.nesterov,
-                                                masking_density_or_always(p), p.sbc_exact_warmup,
-                                                p.sbc_both_sides, second_moment_beta(p),
-                                                p.warmup_shape});
+    SbcConfig c{p.density, p.sample_fraction, p.warmup_steps, p.momentum, p.nesterov,
+                masking_density_or_always(p), p.sbc_exact_warmup, p.sbc_both_sides,
+                second_moment_beta(p), p.warmup_shape};
+    // The exact warm-up is dgc's: its entries and, under COMPCOLL_DENSITY=auto,
+    // its density (`given`: make_sbc passes the density unresolved).
+    c.warmup_encoding = {p.values, p.indices};
+    c.warmup_density = density_for("dgc", given);
+    return std::make_unique<SbcCodec>(c);
   }
   return nullptr;
 }

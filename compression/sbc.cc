@@ -66,7 +66,8 @@ size_t side_bits_bytes(uint64_t k) { return static_cast<size_t>((k + 7) / 8); }
 
 DgcConfig sbc_warmup_config(const SbcConfig& config) {
   DgcConfig d;
-  d.density = config.density;
+  d.density = config.warmup_density > 0.0 ? config.warmup_density : config.density;
+  d.encoding = config.warmup_encoding;
   d.momentum = config.momentum;
   d.nesterov = config.nesterov;
   d.mask_density = config.mask_density;

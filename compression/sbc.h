@@ -31,9 +31,13 @@
 // (padding bits zero), then the Rice bit stream of all k positions.
 //
 // Warm-up (exact_warmup): over the first warmup_steps steps the codec is
-// dgc at the same densities, on the same residual and velocity: the top-k
-// by magnitude with their exact values, in dgc's payload (decode.h reads
-// either). Binarising a warm-up stage's 25 % ... 1.6 % of a tensor to one
+// dgc, on the same residual and velocity: the top-k by magnitude with their
+// values, in dgc's payload (decode.h reads either), in warmup_encoding's
+// entries and at warmup_density's schedule (the registry passes dgc's:
+// fp8 values and Rice-coded gaps, and dgc's density under
+// COMPCOLL_DENSITY=auto, so sbc warms up exactly as dgc does; a 1000-step
+// job then sends 4x fewer bytes than with fp32 values and u32 indices at
+// sbc's own density, at the same accuracy, docs/convergence.md). Binarising a warm-up stage's 25 % ... 1.6 % of a tensor to one
 // mean loses most of what it sends at once and left sbc 11-35 % behind
 // dense at 200 steps (docs/convergence.md); exact values while the model
 // moves fastest, then positions and means once it has settled.
@@ -68,10 +72,16 @@ struct SbcConfig {
   // the entries it stands for, and ranking by normalized value mixes scales.
   float second_moment_beta = 0.0f;
   WarmupShape warmup_shape = WarmupShape::kStages;  // how the warm-up's density falls (dgc.h)
+  // The exact warm-up's entries and the density it ramps down to: dgc's
+  // (COMPCOLL_VALUE_DTYPE, COMPCOLL_INDEX_CODING; dgc's density under
+  // COMPCOLL_DENSITY=auto), so that sbc warms up exactly as dgc does and
+  // binarises at its own density from the first step after it. 0 = density.
+  SparseEncoding warmup_encoding{};
+  double warmup_density = 0.0;
 };
 
-// The dgc configuration sbc's exact warm-up runs (no clipping, fp32 values,
-// u32 indices; sbc's density, schedule, momentum and masking gate).
+// The dgc configuration sbc's exact warm-up runs (no clipping; its warm-up
+// encoding and density; sbc's schedule, momentum and masking gate).
 DgcConfig sbc_warmup_config(const SbcConfig& config);
 
 // dgc keeps m times Nesterov's velocity in u (dgc.h), sbc the velocity:

@@ -183,9 +183,11 @@ const ConfigVar kTable[] = {
      },
      "dgc,sdagc,sbc"},
     {"COMPCOLL_SBC_WARMUP", VarType::kEnum, "exact", "exact|binary",
-     "what sbc sends over its warm-up (COMPCOLL_WARMUP_STEPS): exact = dgc's top-k with their "
-     "values at the same densities, binarised (positions and one mean) only after it; binary = "
-     "binarised from the first step, as the SBC paper (docs/convergence.md)",
+     "what sbc sends over its warm-up (COMPCOLL_WARMUP_STEPS): exact = what dgc sends, its "
+     "top-k with their values in dgc's entries (COMPCOLL_VALUE_DTYPE, COMPCOLL_INDEX_CODING) "
+     "and, under COMPCOLL_DENSITY=auto, at dgc's densities, binarised (positions and one mean "
+     "per side) at sbc's density only after it; binary = binarised from the first step, as the "
+     "SBC paper (docs/convergence.md)",
      CC_APPLY {
        check_enum(var, value);
        cfg.params.sbc_exact_warmup = value == "exact";
@@ -250,26 +252,26 @@ const ConfigVar kTable[] = {
      CC_APPLY { cfg.params.onebit_residual_bound = static_cast<float>(non_negative(var, value)); },
      "onebit"},
     {"COMPCOLL_VALUE_DTYPE", VarType::kEnum, "fp8", "fp32|fp16|bf16|fp8",
-     "how dgc/sdagc values travel: fp8 = E4M3 behind a power-of-two scale per payload "
-     "(rounding error, and the excess of a finite value beyond the type's range, stay in the "
-     "residual; Inf and NaN travel as such)",
+     "how dgc/sdagc values travel, and sbc's over its exact warm-up: fp8 = E4M3 behind a "
+     "power-of-two scale per payload (rounding error, and the excess of a finite value beyond "
+     "the type's range, stay in the residual; Inf and NaN travel as such)",
      CC_APPLY {
        check_enum(var, value);
        const auto t = value_type_from_name(value);
        if (!t) reject(var, value, "unknown value");  // the allowed list names one the codec lacks
        cfg.params.values = *t;
      },
-     "dgc,sdagc"},
+     "dgc,sdagc,sbc"},
     {"COMPCOLL_INDEX_CODING", VarType::kEnum, "rice", "u32|varint|rice",
-     "how dgc/sdagc indices travel: raw 32-bit, LEB128 gaps, or Golomb-Rice gaps (about "
-     "log2(1/density) + 2 bits each)",
+     "how dgc/sdagc indices travel, and sbc's over its exact warm-up: raw 32-bit, LEB128 gaps, "
+     "or Golomb-Rice gaps (about log2(1/density) + 2 bits each)",
      CC_APPLY {
        check_enum(var, value);
        const auto t = index_type_from_name(value);
        if (!t) reject(var, value, "unknown value");  // the allowed list names one the codec lacks
        cfg.params.indices = *t;
      },
-     "dgc,sdagc"},
+     "dgc,sdagc,sbc"},
     {"COMPCOLL_SAMPLE_FRACTION", VarType::kDouble, "0.01", "(0, 1]",
      "share of elements dgc and sbc sample to set their threshold",
      CC_APPLY { cfg.params.sample_fraction = fraction_in_unit(var, value); },
@@ -422,6 +424,12 @@ std::vector<std::string_view> algorithms_in_use(const Config& cfg) {
   return {cfg.algo};
 }
 
+// The sparsifier in use is sbc (COMPCOLL_ALGO=sbc, or auto over it).
+bool sbc_in_use(const Config& cfg) {
+  const auto in_use = algorithms_in_use(cfg);
+  return std::find(in_use.begin(), in_use.end(), "sbc") != in_use.end();
+}
+
 }  // namespace
 
 std::vector<std::string_view> tuned_algorithms(const ConfigVar& var) {
@@ -466,6 +474,15 @@ std::vector<std::string> inert_settings(const Config& cfg, const EnvLookup& env)
       if (std::string_view(var.name) == "COMPCOLL_WARMUP_SHAPE" && cfg.params.warmup_steps == 0) {
         out.push_back("COMPCOLL_WARMUP_SHAPE=" + *value +
                       " changes nothing with COMPCOLL_WARMUP_STEPS=0: there is no warm-up to shape");
+      }
+      // sbc reads the entry encoding only for its exact warm-up (dgc's entries).
+      const std::string_view name = var.name;
+      if ((name == "COMPCOLL_VALUE_DTYPE" || name == "COMPCOLL_INDEX_CODING") &&
+          sbc_in_use(cfg) && !(cfg.params.sbc_exact_warmup && cfg.params.warmup_steps > 0)) {
+        out.push_back(std::string(name) + "=" + *value +
+                      " changes nothing for sbc without its exact warm-up (COMPCOLL_SBC_WARMUP="
+                      "binary or COMPCOLL_WARMUP_STEPS=0): its binarised steps send positions and "
+                      "one mean per side");
       }
       continue;
     }

@@ -2,12 +2,14 @@
 // the variable, the value and what is allowed; the torchrun fallbacks.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "collectives/registry.h"
 #include "compcoll/error.h"
+#include "compression/payload.h"
 #include "plugin/config.h"
 #include "tests/plugin/env_of.h"
 
@@ -47,6 +49,42 @@ TEST(Config, DefaultsMatchTheDesign) {
   EXPECT_EQ(c.transport, "tcp");
   EXPECT_EQ(c.timeout.count(), 30000);
   EXPECT_EQ(c.rank, -1);
+}
+
+// At the defaults sbc's exact warm-up is dgc's: the same payload bytes from
+// the same gradients (dgc's fp8 values and Rice-coded gaps, and under
+// COMPCOLL_DENSITY=auto dgc's density, not sbc's), and sbc's own payload at
+// sbc's density once the warm-up is over. An explicit density is both's.
+TEST(Config, SbcWarmsUpAsDgcDoesAtTheDefaults) {
+  const size_t n = 50000;
+  for (const char* density : {"auto", "0.003"}) {
+    auto params = load_config(env_of({{"COMPCOLL_DENSITY", density},
+                                      {"COMPCOLL_WARMUP_STEPS", "3"}})).params;
+    params.momentum = 0.9f;  // as the momentum hand-over sets it
+    const auto sbc = make_sparse_codec("sbc", params);
+    const auto dgc = make_sparse_codec("dgc", params);
+    auto s = sbc->make_state(n);
+    auto d = dgc->make_state(n);
+    std::vector<float> g(n);
+    for (uint64_t step = 0; step < 5; ++step) {
+      for (size_t i = 0; i < n; ++i) {
+        g[i] = std::sin(0.37f * float(i) + float(step)) * (1.0f + float(i % 7));
+      }
+      Bytes a, b;
+      const EncodeInfo ia = sbc->encode(g.data(), n, *s, a);
+      const EncodeInfo ib = dgc->encode(g.data(), n, *d, b);
+      if (step < 3) {
+        EXPECT_EQ(a, b) << density << " step " << step;
+        EXPECT_DOUBLE_EQ(ia.density, ib.density) << density << " step " << step;
+      } else {
+        EXPECT_EQ(peek_format(a), PayloadFormat::kSbc) << density << " step " << step;
+        EXPECT_DOUBLE_EQ(ia.density, density_for("sbc", params)) << density << " step " << step;
+      }
+    }
+  }
+  // Under auto the two densities differ, so the warm-up above really ran at dgc's.
+  const auto defaults = load_config(env_of({})).params;
+  EXPECT_GT(density_for("dgc", defaults), density_for("sbc", defaults));
 }
 
 TEST(Config, AutoDensityKeepsItsByteBudgetAndAnExplicitDensityWins) {

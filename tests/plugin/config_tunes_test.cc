@@ -61,6 +61,26 @@ TEST(InertSettings, AWarmUpShapeWithoutAWarmUpIsNamed) {
   EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_WARMUP_SHAPE", "stages"}}).empty());
 }
 
+// sbc sends dgc's entries over its exact warm-up only; its binarised steps
+// have no values and code their positions their own way.
+TEST(InertSettings, AnEntryEncodingForSbcWithoutItsExactWarmUpIsNamed) {
+  const std::string why =
+      " changes nothing for sbc without its exact warm-up (COMPCOLL_SBC_WARMUP=binary or "
+      "COMPCOLL_WARMUP_STEPS=0): its binarised steps send positions and one mean per side";
+  EXPECT_EQ(inert({{"COMPCOLL_ALGO", "sbc"}, {"COMPCOLL_SBC_WARMUP", "binary"},
+                   {"COMPCOLL_VALUE_DTYPE", "fp16"}}),
+            std::vector<std::string>{"COMPCOLL_VALUE_DTYPE=fp16" + why});
+  EXPECT_EQ(inert({{"COMPCOLL_ALGO", "auto"}, {"COMPCOLL_AUTO_ALGO", "sbc"},
+                   {"COMPCOLL_WARMUP_STEPS", "0"}, {"COMPCOLL_INDEX_CODING", "u32"}}),
+            std::vector<std::string>{"COMPCOLL_INDEX_CODING=u32" + why});
+  EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "sbc"}, {"COMPCOLL_VALUE_DTYPE", "fp16"},
+                     {"COMPCOLL_INDEX_CODING", "u32"}})
+                  .empty());
+  EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_SBC_WARMUP", "binary"},
+                     {"COMPCOLL_VALUE_DTYPE", "fp16"}})
+                  .size() == 1);  // only COMPCOLL_SBC_WARMUP, which dgc does not read
+}
+
 TEST(InertSettings, AutoReadsItsOwnVariablesAndItsAlgorithms) {
   EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "auto"}, {"COMPCOLL_AUTO_ALGO", "csc"},
                      {"COMPCOLL_CSC_CHUNK", "1024"}})

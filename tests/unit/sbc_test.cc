@@ -337,6 +337,60 @@ TEST_P(SbcSides, ExactWarmUpIsDgcThenBinarises) {
   EXPECT_EQ(peek_format(payload), PayloadFormat::kSbc);
 }
 
+// The exact warm-up runs at its own entries and density (dgc's, from the
+// registry) and sbc binarises at its own density from the first step after
+// it; what the warm-up rounds (fp8 values) stays in the residual.
+TEST(Sbc, ExactWarmUpRunsAtItsOwnEncodingAndDensityThenBinarisesAtSbcs) {
+  const size_t n = 60000;
+  SbcConfig c{0.001, 0.01};
+  c.both_sides = true;
+  c.warmup_steps = 6;
+  c.exact_warmup = true;
+  c.warmup_shape = WarmupShape::kSmooth;
+  c.warmup_encoding = {ValueType::kFp8, IndexType::kRiceGap};
+  c.warmup_density = 0.004;
+  const DgcConfig d = sbc_warmup_config(c);
+  EXPECT_DOUBLE_EQ(d.density, 0.004);
+  EXPECT_EQ(d.encoding.values, ValueType::kFp8);
+  EXPECT_EQ(d.encoding.indices, IndexType::kRiceGap);
+  SbcCodec codec(c);
+  DgcCodec dgc(d);
+  auto st = codec.make_state(n);
+  auto ref = dgc.make_state(n);
+  std::vector<double> fed(n, 0.0), got(n, 0.0);
+  for (uint64_t step = 0; step < 10; ++step) {
+    const auto g = bench::make_gradient(bench::GradientKind::kMixedScale, n, 90 + step);
+    Bytes payload, expected;
+    const EncodeInfo info = codec.encode(g.data(), n, *st, payload);
+    std::vector<float> out(n, 0.0f);
+    decode_accumulate(payload, out.data(), n);
+    if (step < 6) {
+      EXPECT_DOUBLE_EQ(info.density, warmup_density(0.004, 6, step, c.warmup_shape)) << step;
+      dgc.encode(g.data(), n, *ref, expected);
+      EXPECT_EQ(payload, expected) << "step " << step;
+      EXPECT_EQ(st->v, ref->v) << "step " << step;
+    } else {
+      EXPECT_DOUBLE_EQ(info.density, 0.001) << step;
+      EXPECT_EQ(peek_format(payload), PayloadFormat::kSbc) << step;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      fed[i] += g[i];
+      got[i] += out[i];
+    }
+  }
+  double worst = 0.0, scale = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    worst = std::max(worst, std::fabs(got[i] + st->v[i] - fed[i]));
+    scale = std::max(scale, std::fabs(fed[i]));
+  }
+  EXPECT_LT(worst, 1e-4 * scale);
+  // Unset, the warm-up keeps sbc's density and fp32 values with u32 indices.
+  const DgcConfig plain = sbc_warmup_config(SbcConfig{0.001, 0.01});
+  EXPECT_DOUBLE_EQ(plain.density, 0.001);
+  EXPECT_EQ(plain.encoding.values, ValueType::kFp32);
+  EXPECT_EQ(plain.encoding.indices, IndexType::kU32);
+}
+
 // dgc keeps m times Nesterov's velocity in u, sbc the velocity itself: at
 // the end of an exact warm-up the state is converted, so sbc's first binary
 // step continues the same velocity.
