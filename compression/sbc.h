@@ -33,14 +33,15 @@
 // Warm-up (exact_warmup): over the first warmup_steps steps the codec is
 // dgc, on the same residual and velocity: the top-k by magnitude with their
 // values, in dgc's payload (decode.h reads either), in warmup_encoding's
-// entries and at warmup_density's schedule (the registry passes dgc's:
-// fp8 values and Rice-coded gaps, and dgc's density under
-// COMPCOLL_DENSITY=auto, so sbc warms up exactly as dgc does; a 1000-step
-// job then sends 4x fewer bytes than with fp32 values and u32 indices at
-// sbc's own density, at the same accuracy, docs/convergence.md). Binarising a warm-up stage's 25 % ... 1.6 % of a tensor to one
-// mean loses most of what it sends at once and left sbc 11-35 % behind
-// dense at 200 steps (docs/convergence.md); exact values while the model
-// moves fastest, then positions and means once it has settled.
+// entries and at warmup_density's schedule. The registry passes dgc's (fp8
+// values and Rice-coded gaps, and dgc's density under COMPCOLL_DENSITY=auto),
+// so sbc warms up exactly as dgc does: a 1000-step job sends 3-4x fewer
+// bytes than with fp32 values and u32 indices at sbc's own density, at the
+// same accuracy (docs/convergence.md). Binarising a warm-up stage's 25 % ...
+// 1.6 % of a tensor to one mean loses most of what it sends at once and
+// left sbc 11-35 % behind dense at 200 steps (docs/convergence.md); exact
+// values while the model moves fastest, then positions and means once it
+// has settled.
 #pragma once
 
 #include <memory>
