@@ -79,6 +79,10 @@ struct AlgoParams {
   // sbc: dgc's exact values over the warm-up, binarised after it (sbc.h).
   // COMPCOLL_SBC_WARMUP's default (exact) applies through the configuration.
   bool sbc_exact_warmup = false;
+  // Whether sbc sends dgc's entries at all: its exact warm-up asked for
+  // and a warm-up to run it in. Without it sbc reads none of dgc's entry
+  // settings (selection, value and index coding).
+  bool sbc_runs_exact_warmup() const { return sbc_exact_warmup && warmup_steps > 0; }
   // sbc: both signs, each with its mean (sbc.h). COMPCOLL_SBC_SIDES's
   // default (both) applies through the configuration.
   bool sbc_both_sides = false;

@@ -236,13 +236,6 @@ double density_for(std::string_view algo, const AlgoParams& p) {
   return 0.001;
 }
 
-bool ranks_a_residual(std::string_view algo, const AlgoParams& p) {
-  if (algo == "dgc" || algo == "sdagc") return true;
-  if (algo == "sbc") return p.sbc_exact_warmup && p.warmup_steps > 0;
-  if (algo == "auto") return p.auto_algo != "auto" && ranks_a_residual(p.auto_algo, p);
-  return false;
-}
-
 const char* selection_name(Selection s) {
   switch (s) {
     case Selection::kMagnitude: return "magnitude";

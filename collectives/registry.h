@@ -42,11 +42,6 @@ std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const Algo
 // its accuracy against its ratio (docs/convergence.md, "sbc's density").
 double density_for(std::string_view algo, const AlgoParams& p);
 
-// Whether COMPCOLL_SELECTION changes what `algo` sends: dgc and sdagc rank
-// their residual, sbc only over its exact warm-up, auto through the
-// algorithm it weighs (p.auto_algo); csc, onebit and dense rank none.
-bool ranks_a_residual(std::string_view algo, const AlgoParams& p);
-
 // "dense, dgc, sbc, sdagc, csc, onebit"
 std::string algorithm_names();
 

@@ -85,16 +85,6 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
   }
   log_.info("communicator of ", comm_->size(), " ranks, algo ", cfg_.algo, ", config hash ",
             std::hex, config_hash(description), std::dec, " (", description, ")");
-  // Settings the algorithm does not read at all are reported above; sbc
-  // reads COMPCOLL_SELECTION only while its exact warm-up runs.
-  static std::atomic<bool> selection_warned{false};
-  const bool sbc = cfg_.algo == "sbc" || (cfg_.algo == "auto" && cfg_.params.auto_algo == "sbc");
-  if (sbc && cfg_.params.selection == Selection::kNormalized &&
-      !ranks_a_residual(cfg_.algo, cfg_.params) && !selection_warned.exchange(true)) {
-    log_.warn("COMPCOLL_SELECTION=normalized changes nothing for sbc without its exact warm-up "
-              "(COMPCOLL_SBC_WARMUP=binary or COMPCOLL_WARMUP_STEPS=0): its binarised steps "
-              "fit one mean per side to what they send and do not rank a residual");
-  }
   load_state_dir();
 }
 

@@ -92,6 +92,43 @@ long long int_at_least(const ConfigVar& var, const std::string& value, long long
 // fits a steady_clock deadline, in nanoseconds, for 290 years).
 constexpr long long kIntMax = std::numeric_limits<int>::max();
 
+// The algorithms whose variables cfg's communicator reads: none for dense,
+// auto's own and its COMPCOLL_AUTO_ALGO's for auto.
+std::vector<std::string_view> algorithms_in_use(const Config& cfg) {
+  if (!cfg.compression_enabled()) return {};
+  if (cfg.algo == "auto") return {"auto", cfg.params.auto_algo};
+  return {cfg.algo};
+}
+
+// The sparsifier in use is sbc (COMPCOLL_ALGO=sbc, or auto over it).
+bool sbc_in_use(const Config& cfg) {
+  const auto in_use = algorithms_in_use(cfg);
+  return std::find(in_use.begin(), in_use.end(), "sbc") != in_use.end();
+}
+
+// Conditional readers (ConfigVar::idle_because).
+
+const char* idle_without_warmup(const Config& cfg) {
+  return cfg.params.warmup_steps == 0 ? "with COMPCOLL_WARMUP_STEPS=0: there is no warm-up to shape"
+                                      : nullptr;
+}
+
+// dgc's entry settings reach sbc only through its exact warm-up.
+const char* idle_for_binary_sbc(const Config& cfg) {
+  if (!sbc_in_use(cfg) || cfg.params.sbc_runs_exact_warmup()) return nullptr;
+  return "for sbc without its exact warm-up (COMPCOLL_SBC_WARMUP=binary or "
+         "COMPCOLL_WARMUP_STEPS=0): its binarised steps pick by magnitude and send positions "
+         "and one mean per side";
+}
+
+// Only dgc and sdagc have a choice of pattern. sbc refuses scatter (a
+// change: an error), and allgather or auto leave it as it is.
+const char* idle_for_sbc_pattern(const Config& cfg) {
+  return sbc_in_use(cfg) && cfg.params.sparse_pattern != SparsePattern::kScatter
+             ? "for sbc: allgather is its only pattern"
+             : nullptr;
+}
+
 #define CC_APPLY [](const ConfigVar& var, const std::string& value, Config& cfg)
 
 // Kept in one place so that compcoll-info, docs/ and the tests agree.
@@ -181,7 +218,7 @@ const ConfigVar kTable[] = {
        check_enum(var, value);
        cfg.params.warmup_shape = value == "stages" ? WarmupShape::kStages : WarmupShape::kSmooth;
      },
-     "dgc,sdagc,sbc"},
+     "dgc,sdagc,sbc", idle_without_warmup},
     {"COMPCOLL_SBC_WARMUP", VarType::kEnum, "exact", "exact|binary",
      "what sbc sends over its warm-up (COMPCOLL_WARMUP_STEPS): exact = what dgc sends, its "
      "top-k with their values in dgc's entries (COMPCOLL_VALUE_DTYPE, COMPCOLL_INDEX_CODING) "
@@ -216,7 +253,7 @@ const ConfigVar kTable[] = {
                               : value == "normalized" ? Selection::kNormalized
                                                       : Selection::kAuto;
      },
-     "dgc,sdagc,sbc"},
+     "dgc,sdagc,sbc", idle_for_binary_sbc},
     {"COMPCOLL_MIN_ELEMS", VarType::kInt, "16384", ">= 0",
      "tensors with fewer elements take the exact dense path",
      CC_APPLY { cfg.min_elems = static_cast<size_t>(int_at_least(var, value, 0)); },
@@ -261,7 +298,7 @@ const ConfigVar kTable[] = {
        if (!t) reject(var, value, "unknown value");  // the allowed list names one the codec lacks
        cfg.params.values = *t;
      },
-     "dgc,sdagc,sbc"},
+     "dgc,sdagc,sbc", idle_for_binary_sbc},
     {"COMPCOLL_INDEX_CODING", VarType::kEnum, "rice", "u32|varint|rice",
      "how dgc/sdagc indices travel, and sbc's over its exact warm-up: raw 32-bit, LEB128 gaps, "
      "or Golomb-Rice gaps (about log2(1/density) + 2 bits each)",
@@ -271,7 +308,7 @@ const ConfigVar kTable[] = {
        if (!t) reject(var, value, "unknown value");  // the allowed list names one the codec lacks
        cfg.params.indices = *t;
      },
-     "dgc,sdagc,sbc"},
+     "dgc,sdagc,sbc", idle_for_binary_sbc},
     {"COMPCOLL_SAMPLE_FRACTION", VarType::kDouble, "0.01", "(0, 1]",
      "share of elements dgc and sbc sample to set their threshold",
      CC_APPLY { cfg.params.sample_fraction = fraction_in_unit(var, value); },
@@ -287,7 +324,7 @@ const ConfigVar kTable[] = {
                                    : value == "allgather" ? SparsePattern::kAllgather
                                                           : SparsePattern::kAuto;
      },
-     "dgc,sdagc,sbc"},
+     "dgc,sdagc,sbc", idle_for_sbc_pattern},
     {"COMPCOLL_TRANSPORT", VarType::kEnum, "tcp", "tcp",
      "Gloo device. ibverbs (RDMA) is refused: Debian's Gloo has no unbound buffers on its "
      "ibverbs device, and compcoll's collectives need them",
@@ -414,24 +451,6 @@ Config load_config(const EnvLookup& env) {
   return cfg;
 }
 
-namespace {
-
-// The algorithms whose variables cfg's communicator reads: none for dense,
-// auto's own and its COMPCOLL_AUTO_ALGO's for auto.
-std::vector<std::string_view> algorithms_in_use(const Config& cfg) {
-  if (!cfg.compression_enabled()) return {};
-  if (cfg.algo == "auto") return {"auto", cfg.params.auto_algo};
-  return {cfg.algo};
-}
-
-// The sparsifier in use is sbc (COMPCOLL_ALGO=sbc, or auto over it).
-bool sbc_in_use(const Config& cfg) {
-  const auto in_use = algorithms_in_use(cfg);
-  return std::find(in_use.begin(), in_use.end(), "sbc") != in_use.end();
-}
-
-}  // namespace
-
 std::vector<std::string_view> tuned_algorithms(const ConfigVar& var) {
   const std::string_view list = var.tunes;
   if (list.empty() || list == kTunesCompressed) return {};
@@ -470,19 +489,9 @@ std::vector<std::string> inert_settings(const Config& cfg, const EnvLookup& env)
     const std::optional<std::string> value = env(var.name);
     if (!value || value->empty()) continue;
     if (tunes(var, cfg)) {
-      // Read by the algorithm, but only while a warm-up runs.
-      if (std::string_view(var.name) == "COMPCOLL_WARMUP_SHAPE" && cfg.params.warmup_steps == 0) {
-        out.push_back("COMPCOLL_WARMUP_SHAPE=" + *value +
-                      " changes nothing with COMPCOLL_WARMUP_STEPS=0: there is no warm-up to shape");
-      }
-      // sbc reads the entry encoding only for its exact warm-up (dgc's entries).
-      const std::string_view name = var.name;
-      if ((name == "COMPCOLL_VALUE_DTYPE" || name == "COMPCOLL_INDEX_CODING") &&
-          sbc_in_use(cfg) && !(cfg.params.sbc_exact_warmup && cfg.params.warmup_steps > 0)) {
-        out.push_back(std::string(name) + "=" + *value +
-                      " changes nothing for sbc without its exact warm-up (COMPCOLL_SBC_WARMUP="
-                      "binary or COMPCOLL_WARMUP_STEPS=0): its binarised steps send positions and "
-                      "one mean per side");
+      if (var.idle_because == nullptr) continue;
+      if (const char* why = var.idle_because(cfg)) {
+        out.push_back(std::string(var.name) + "=" + *value + " changes nothing " + why);
       }
       continue;
     }

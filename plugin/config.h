@@ -71,6 +71,11 @@ struct ConfigVar {
   // rendezvous, logging). A variable set for an algorithm it does not tune
   // changes nothing, and the communicator says so (inert_settings).
   const char* tunes = "";
+  // For a variable that an algorithm of `tunes` reads only under some other
+  // setting: why it changes nothing under cfg's ("with COMPCOLL_WARMUP_STEPS=0:
+  // there is no warm-up to shape"), or nullptr while it is read. Asked only
+  // when `tunes` covers cfg's algorithm; nullptr = read whenever it does.
+  const char* (*idle_because)(const Config& cfg) = nullptr;
 };
 
 inline constexpr const char* kTunesCompressed = "compressed";

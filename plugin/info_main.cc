@@ -54,7 +54,11 @@ void print_markdown() {
               "setting of the communicator itself). A variable set for an algorithm that does\n"
               "not read it changes nothing, and is reported the same ways, once per process:\n"
               "`COMPCOLL_DENSITY=0.01 changes nothing for COMPCOLL_ALGO=onebit (it tunes dgc,\n"
-              "sbc, sdagc)`.\n\n");
+              "sbc, sdagc)`. So is a variable that an algorithm reads only under another\n"
+              "setting, when that setting is off: `COMPCOLL_WARMUP_SHAPE=stages changes nothing\n"
+              "with COMPCOLL_WARMUP_STEPS=0: there is no warm-up to shape`; dgc's entry\n"
+              "settings (selection, value and index coding) reach sbc only through its exact\n"
+              "warm-up, and sbc has one sparse pattern.\n\n");
   std::printf("| variable | type | default | allowed | read by | meaning |\n"
               "|---|---|---|---|---|---|\n");
   for (const ConfigVar& v : config_table()) {

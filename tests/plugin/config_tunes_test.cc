@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,23 +63,33 @@ TEST(InertSettings, AWarmUpShapeWithoutAWarmUpIsNamed) {
 }
 
 // sbc sends dgc's entries over its exact warm-up only; its binarised steps
-// have no values and code their positions their own way.
-TEST(InertSettings, AnEntryEncodingForSbcWithoutItsExactWarmUpIsNamed) {
+// have no values, code their positions their own way and rank nothing.
+TEST(InertSettings, DgcsEntrySettingsForSbcWithoutItsExactWarmUpAreNamed) {
   const std::string why =
       " changes nothing for sbc without its exact warm-up (COMPCOLL_SBC_WARMUP=binary or "
-      "COMPCOLL_WARMUP_STEPS=0): its binarised steps send positions and one mean per side";
+      "COMPCOLL_WARMUP_STEPS=0): its binarised steps pick by magnitude and send positions and "
+      "one mean per side";
   EXPECT_EQ(inert({{"COMPCOLL_ALGO", "sbc"}, {"COMPCOLL_SBC_WARMUP", "binary"},
-                   {"COMPCOLL_VALUE_DTYPE", "fp16"}}),
-            std::vector<std::string>{"COMPCOLL_VALUE_DTYPE=fp16" + why});
+                   {"COMPCOLL_VALUE_DTYPE", "fp16"}, {"COMPCOLL_SELECTION", "normalized"}}),
+            (std::vector<std::string>{"COMPCOLL_SELECTION=normalized" + why,
+                                      "COMPCOLL_VALUE_DTYPE=fp16" + why}));
   EXPECT_EQ(inert({{"COMPCOLL_ALGO", "auto"}, {"COMPCOLL_AUTO_ALGO", "sbc"},
                    {"COMPCOLL_WARMUP_STEPS", "0"}, {"COMPCOLL_INDEX_CODING", "u32"}}),
             std::vector<std::string>{"COMPCOLL_INDEX_CODING=u32" + why});
   EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "sbc"}, {"COMPCOLL_VALUE_DTYPE", "fp16"},
-                     {"COMPCOLL_INDEX_CODING", "u32"}})
+                     {"COMPCOLL_INDEX_CODING", "u32"}, {"COMPCOLL_SELECTION", "normalized"}})
                   .empty());
   EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_SBC_WARMUP", "binary"},
                      {"COMPCOLL_VALUE_DTYPE", "fp16"}})
                   .size() == 1);  // only COMPCOLL_SBC_WARMUP, which dgc does not read
+}
+
+TEST(InertSettings, APatternForSbcIsNamedAndScatterIsLeftToItsRefusal) {
+  EXPECT_EQ(inert({{"COMPCOLL_ALGO", "sbc"}, {"COMPCOLL_SPARSE_PATTERN", "allgather"}}),
+            std::vector<std::string>{"COMPCOLL_SPARSE_PATTERN=allgather changes nothing for sbc: "
+                                     "allgather is its only pattern"});
+  EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "sbc"}, {"COMPCOLL_SPARSE_PATTERN", "scatter"}}).empty());
+  EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_SPARSE_PATTERN", "allgather"}}).empty());
 }
 
 TEST(InertSettings, AutoReadsItsOwnVariablesAndItsAlgorithms) {
@@ -112,8 +123,8 @@ TEST(InertSettings, EveryListedNameIsARegisteredAlgorithm) {
 }
 
 // A value other than the default for every variable that some algorithms
-// read and others do not.
-const std::map<std::string, std::string> kOtherValue = {
+// read and others do not (two where each is inert somewhere else).
+const std::multimap<std::string, std::string> kOtherValue = {
     {"COMPCOLL_DENSITY", "0.05"},
     {"COMPCOLL_MOMENTUM", "0.9"},
     {"COMPCOLL_NESTEROV", "1"},
@@ -134,6 +145,7 @@ const std::map<std::string, std::string> kOtherValue = {
     {"COMPCOLL_INDEX_CODING", "u32"},
     {"COMPCOLL_SAMPLE_FRACTION", "0.5"},
     {"COMPCOLL_SPARSE_PATTERN", "scatter"},
+    {"COMPCOLL_SPARSE_PATTERN", "allgather"},
     {"COMPCOLL_AUTO_ALGO", "sdagc"},
 };
 
@@ -157,44 +169,82 @@ std::vector<float> run_calls(const std::string& algo, const AlgoParams& params) 
   return out;
 }
 
-// auto is left out: it measures the machine, so two runs need not agree.
+const ConfigVar* find_var(const std::string& name) {
+  for (const ConfigVar& v : config_table()) {
+    if (name == v.name) return &v;
+  }
+  return nullptr;
+}
+
+bool names(const std::vector<std::string>& messages, const std::string& var) {
+  for (const std::string& m : messages) {
+    if (m.rfind(var + "=", 0) == 0) return true;
+  }
+  return false;
+}
+
+// Every variable said to change nothing, at the defaults and where a
+// conditional reader (ConfigVar::idle_because) stops reading: the results
+// are bit for bit those without it. auto is left out: it measures the
+// machine, so two runs need not agree.
 TEST(InertSettings, AVariableAnAlgorithmDoesNotReadLeavesItsResultsBitForBit) {
   const std::vector<std::string> algos = {"dgc", "sbc", "sdagc", "csc", "onebit"};
-  ASSERT_EQ(kOtherValue.size(), [] {
-    size_t listed = 0;
-    for (const ConfigVar& v : config_table()) {
-      listed += *v.tunes && std::strcmp(v.tunes, kTunesCompressed) != 0;
-    }
-    return listed;
-  }()) << "every variable with a list of algorithms needs another value here";
+  ASSERT_EQ(std::set<std::string>([] {
+              std::set<std::string> listed;
+              for (const ConfigVar& v : config_table()) {
+                if (*v.tunes && std::strcmp(v.tunes, kTunesCompressed) != 0) listed.insert(v.name);
+              }
+              return listed;
+            }()),
+            [] {
+              std::set<std::string> keys;
+              for (const auto& kv : kOtherValue) keys.insert(kv.first);
+              return keys;
+            }())
+      << "every variable with a list of algorithms needs another value here";
+  // The runs below set a warm-up of 2 calls (so that warm-up and after are
+  // both covered), none, or sbc's binary warm-up.
+  const std::vector<std::map<std::string, std::string>> bases = {
+      {{"COMPCOLL_WARMUP_STEPS", "2"}},
+      {{"COMPCOLL_WARMUP_STEPS", "0"}},
+      {{"COMPCOLL_WARMUP_STEPS", "2"}, {"COMPCOLL_SBC_WARMUP", "binary"}}};
+  std::set<std::string> seen_idle;
   size_t checked = 0;
   for (const std::string& algo : algos) {
-    const std::map<std::string, std::string> base_env = {{"COMPCOLL_ALGO", algo},
-                                                          {"COMPCOLL_WARMUP_STEPS", "2"}};
-    const Config base = load_config(env_of(base_env));
-    const std::vector<float> expected = run_calls(algo, base.params);
-    for (const auto& [name, value] : kOtherValue) {
-      std::map<std::string, std::string> vars = base_env;
-      vars[name] = value;
-      const EnvLookup env = env_of(vars);
-      const Config changed = load_config(env);
-      if (inert_settings(changed, env).empty()) continue;  // the algorithm reads it
-      std::vector<float> got;
-      try {
-        got = run_calls(algo, changed.params);
-      } catch (const Error& e) {
-        ADD_FAILURE() << name << "=" << value << " is said to change nothing for " << algo
-                      << " but makes it fail: " << e.what();
-        continue;
+    for (std::map<std::string, std::string> base_env : bases) {
+      base_env["COMPCOLL_ALGO"] = algo;
+      const Config base = load_config(env_of(base_env));
+      const std::vector<float> expected = run_calls(algo, base.params);
+      for (const auto& [name, value] : kOtherValue) {
+        if (base_env.count(name)) continue;
+        std::map<std::string, std::string> vars = base_env;
+        vars[name] = value;
+        const EnvLookup env = env_of(vars);
+        const Config changed = load_config(env);
+        if (!names(inert_settings(changed, env), name)) continue;  // the algorithm reads it
+        if (tunes(*find_var(name), changed)) seen_idle.insert(name);
+        std::vector<float> got;
+        try {
+          got = run_calls(algo, changed.params);
+        } catch (const Error& e) {
+          ADD_FAILURE() << name << "=" << value << " is said to change nothing for " << algo
+                        << " but makes it fail: " << e.what();
+          continue;
+        }
+        ASSERT_EQ(got.size(), expected.size());
+        EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0)
+            << name << "=" << value << " is said to change nothing for " << algo
+            << " (with " << base_env.size() - 1 << " other settings), but its results differ";
+        ++checked;
       }
-      ASSERT_EQ(got.size(), expected.size());
-      EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0)
-          << name << "=" << value << " is said to change nothing for " << algo
-          << ", but its results differ";
-      ++checked;
     }
   }
-  EXPECT_GT(checked, 40u);
+  EXPECT_GT(checked, 120u);
+  // Every conditional reader was caught idle at least once above.
+  for (const ConfigVar& v : config_table()) {
+    if (v.idle_because == nullptr) continue;
+    EXPECT_TRUE(seen_idle.count(v.name)) << v.name;
+  }
 }
 
 }  // namespace
