@@ -113,6 +113,15 @@ const char* idle_without_warmup(const Config& cfg) {
                                       : nullptr;
 }
 
+// Without a momentum of its own and none taken from the optimizer
+// (COMPCOLL_MOMENTUM_HANDOVER=0), nothing is corrected or masked.
+const char* idle_without_momentum(const Config& cfg) {
+  return cfg.params.momentum == 0.0f && !cfg.params.momentum_from_optimizer
+             ? "with COMPCOLL_MOMENTUM=0 and COMPCOLL_MOMENTUM_HANDOVER=0: there is no momentum "
+               "correction"
+             : nullptr;
+}
+
 // dgc's entry settings reach sbc only through its exact warm-up.
 const char* idle_for_binary_sbc(const Config& cfg) {
   if (!sbc_in_use(cfg) || cfg.params.sbc_runs_exact_warmup()) return nullptr;
@@ -169,7 +178,7 @@ const ConfigVar kTable[] = {
      "dgc,sdagc,sbc,csc"},
     {"COMPCOLL_NESTEROV", VarType::kBool, "0", "0|1", "Nesterov form of the momentum correction",
      CC_APPLY { cfg.params.nesterov = parse_bool(var, value); },
-     "dgc,sdagc,sbc,csc"},
+     "dgc,sdagc,sbc,csc", idle_without_momentum},
     {"COMPCOLL_MOMENTUM_MASKING_DENSITY", VarType::kDouble, "auto", "auto or [0, 1]",
      "with a momentum correction: momentum factor masking (the velocity restarts at zero where a "
      "value was sent) applies at steps whose density, warm-up included, is at most this (csc: its "
@@ -182,7 +191,7 @@ const ConfigVar kTable[] = {
        cfg.params.momentum_masking_density =
            value == "auto" ? -1.0 : double_in_range(var, value, 0.0, 1.0, true);
      },
-     "dgc,sdagc,sbc,csc"},
+     "dgc,sdagc,sbc,csc", idle_without_momentum},
     {"COMPCOLL_MOMENTUM_HANDOVER", VarType::kEnum, "auto", "0|1|auto",
      "keep the optimizer's SGD momentum m and hand it s_t - m*s_(t-1), so that its buffer equals "
      "DGC's corrected velocity (dgc, sdagc, sbc, csc). 1: with COMPCOLL_MOMENTUM=m. auto: under the "

@@ -58,7 +58,8 @@ void print_markdown() {
               "setting, when that setting is off: `COMPCOLL_WARMUP_SHAPE=stages changes nothing\n"
               "with COMPCOLL_WARMUP_STEPS=0: there is no warm-up to shape`; dgc's entry\n"
               "settings (selection, value and index coding) reach sbc only through its exact\n"
-              "warm-up, and sbc has one sparse pattern.\n\n");
+              "warm-up, sbc has one sparse pattern, and the Nesterov form and masking need a\n"
+              "momentum.\n\n");
   std::printf("| variable | type | default | allowed | read by | meaning |\n"
               "|---|---|---|---|---|---|\n");
   for (const ConfigVar& v : config_table()) {

@@ -84,6 +84,21 @@ TEST(InertSettings, DgcsEntrySettingsForSbcWithoutItsExactWarmUpAreNamed) {
                   .size() == 1);  // only COMPCOLL_SBC_WARMUP, which dgc does not read
 }
 
+TEST(InertSettings, MomentumSettingsWithoutAnyMomentumAreNamed) {
+  const std::string why =
+      " changes nothing with COMPCOLL_MOMENTUM=0 and COMPCOLL_MOMENTUM_HANDOVER=0: there is no "
+      "momentum correction";
+  EXPECT_EQ(inert({{"COMPCOLL_ALGO", "csc"}, {"COMPCOLL_MOMENTUM_HANDOVER", "0"},
+                   {"COMPCOLL_NESTEROV", "1"}, {"COMPCOLL_MOMENTUM_MASKING_DENSITY", "0"}}),
+            (std::vector<std::string>{"COMPCOLL_NESTEROV=1" + why,
+                                      "COMPCOLL_MOMENTUM_MASKING_DENSITY=0" + why}));
+  // The optimizer's momentum (handover auto) or compcoll's own is corrected.
+  EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_NESTEROV", "1"}}).empty());
+  EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_MOMENTUM_HANDOVER", "0"},
+                     {"COMPCOLL_MOMENTUM", "0.9"}, {"COMPCOLL_NESTEROV", "1"}})
+                  .empty());
+}
+
 TEST(InertSettings, APatternForSbcIsNamedAndScatterIsLeftToItsRefusal) {
   EXPECT_EQ(inert({{"COMPCOLL_ALGO", "sbc"}, {"COMPCOLL_SPARSE_PATTERN", "allgather"}}),
             std::vector<std::string>{"COMPCOLL_SPARSE_PATTERN=allgather changes nothing for sbc: "
@@ -203,11 +218,12 @@ TEST(InertSettings, AVariableAnAlgorithmDoesNotReadLeavesItsResultsBitForBit) {
             }())
       << "every variable with a list of algorithms needs another value here";
   // The runs below set a warm-up of 2 calls (so that warm-up and after are
-  // both covered), none, or sbc's binary warm-up.
+  // both covered), none, sbc's binary warm-up, or no momentum at all.
   const std::vector<std::map<std::string, std::string>> bases = {
       {{"COMPCOLL_WARMUP_STEPS", "2"}},
       {{"COMPCOLL_WARMUP_STEPS", "0"}},
-      {{"COMPCOLL_WARMUP_STEPS", "2"}, {"COMPCOLL_SBC_WARMUP", "binary"}}};
+      {{"COMPCOLL_WARMUP_STEPS", "2"}, {"COMPCOLL_SBC_WARMUP", "binary"}},
+      {{"COMPCOLL_WARMUP_STEPS", "2"}, {"COMPCOLL_MOMENTUM_HANDOVER", "0"}}};
   std::set<std::string> seen_idle;
   size_t checked = 0;
   for (const std::string& algo : algos) {
