@@ -145,6 +145,31 @@ TEST_F(GpuCodecs, SbcMatchesTheCpuBitForBit) {
   }
 }
 
+// The configuration's sbc: its exact warm-up is dgc's (fp8 values, Rice
+// gaps, dgc's density) and hands its velocity over to the binarised steps,
+// which run at sbc's own density; with the momentum correction, plain and
+// Nesterov (whose velocity changes form at the switch).
+TEST_F(GpuCodecs, SbcWarmsUpAsDgcAndSwitchesLikeTheCpu) {
+  for (size_t n : {size_t(2000), size_t(1000003)}) {
+    for (bool nesterov : {false, true}) {
+      SbcConfig c;
+      c.density = 0.002;
+      c.warmup_steps = 3;
+      c.warmup_shape = WarmupShape::kSmooth;
+      c.exact_warmup = true;
+      c.both_sides = true;
+      c.momentum = 0.9f;
+      c.nesterov = nesterov;
+      c.warmup_encoding = kEncodings[2];
+      c.warmup_density = 0.006;
+      SbcCodec cpu(c);
+      cuda::SbcCodecGpu gpu(c);
+      run_sparse(cpu, gpu, n, 6,
+                 "sbc n " + std::to_string(n) + (nesterov ? " nesterov" : " momentum"));
+    }
+  }
+}
+
 TEST_F(GpuCodecs, DgcClippingStaysWithinItsBound) {
   const size_t n = 200003;
   DgcConfig c;

@@ -29,9 +29,13 @@ class GpuInterposer : public ::testing::Test {
     dir_ = tmpl;
   }
   std::map<std::string, std::string> env() const {
-    std::map<std::string, std::string> e{{"PATH", "/usr/bin:/bin"},
-                                         {"LD_PRELOAD", COMPCOLL_TEST_INTERPOSER},
-                                         {"COMPCOLL_NCCL_LIBRARY", COMPCOLL_TEST_REAL_NCCL}};
+    // The NCCL found at build time, unless COMPCOLL_TEST_REAL_NCCL names the
+    // GPU machine's own (a pip-installed NCCL, say).
+    const char* nccl = std::getenv("COMPCOLL_TEST_REAL_NCCL");
+    std::map<std::string, std::string> e{
+        {"PATH", "/usr/bin:/bin"},
+        {"LD_PRELOAD", COMPCOLL_TEST_INTERPOSER},
+        {"COMPCOLL_NCCL_LIBRARY", nccl && *nccl ? nccl : COMPCOLL_TEST_REAL_NCCL}};
     for (const char* keep : {"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG"}) {
       if (const char* v = std::getenv(keep)) e[keep] = v;
     }
