@@ -2,16 +2,21 @@
 allreduce of N floats on one GPU through the compcoll backend's cuda lane
 (the gradient copied to pinned host memory, the CPU codec with its state on
 the host, the result copied back), against torch's own NCCL and against
-the two copies alone. World size 1 (NCCL refuses two ranks on one GPU), so
-no payload travels: what is timed is what staging adds to every call.
+the two copies alone, and against the same allreduce of a CPU tensor (the
+host path with no staging). World size 1 (NCCL refuses two ranks on one
+GPU), so no payload travels: what is timed is what staging adds to every
+call.
 
     python3 integration/bench/gpu/staging_cost.py [--n 25557032] [--iters 10] [--algos dense,dgc,onebit]
 
 Prints one JSON line per row. Each row runs in its own process
 (COMPCOLL_ALGO is read when the group is made), steady state
-(COMPCOLL_WARMUP_STEPS=0), median of --iters calls after two untimed ones;
-the compcoll rows also report the stats file's compressed_calls, so a row
-that was not compressed says so. docs/gpu.md quotes it.
+(COMPCOLL_WARMUP_STEPS=0), a fresh Gaussian gradient before every call,
+median of --iters calls after two untimed ones; the compcoll rows also
+report the stats file's compressed_calls, so a row that was not compressed
+says so, and comm_ms: the communicator's own time per call (codec and
+exchange, mean over every call), so that ms - comm_ms is the lane's (the
+copies, the queue, the streams). docs/gpu.md quotes it.
 """
 import argparse
 import json
@@ -23,20 +28,22 @@ import tempfile
 import time
 
 
-def child(backend, n, iters):
+def child(backend, n, iters, device):
     import torch
     import torch.distributed as dist
     if backend == "compcoll":
         import compcoll  # noqa: F401  registers the backend
     dist.init_process_group(backend, rank=0, world_size=1,
                             init_method=f"file://{tempfile.mktemp(prefix='staging-store-')}")
-    t = torch.randn(n, device="cuda")
+    t = torch.empty(n, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
     for i in range(iters + 2):
-        torch.cuda.synchronize()
+        t.normal_()
+        sync()
         t0 = time.perf_counter()
         dist.all_reduce(t)
-        torch.cuda.synchronize()
+        sync()
         if i >= 2:
             times.append((time.perf_counter() - t0) * 1e3)
     dist.destroy_process_group()
@@ -66,16 +73,19 @@ def main():
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--algos", default="dense,dgc,onebit")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
-        print(json.dumps({"ms": child(a.child, a.n, a.iters)}))
+        print(json.dumps({"ms": child(a.child, a.n, a.iters, a.device)}))
         return
     import torch
     if not torch.cuda.is_available():
         sys.exit("staging_cost: needs a CUDA device (torch.cuda.is_available() is False)")
-    rows = [("nccl", None), ("copies", None)] + [("compcoll", x) for x in a.algos.split(",")]
-    for backend, algo in rows:
-        row = {"backend": backend, "algo": algo, "n": a.n}
+    rows = [("nccl", None, "cuda"), ("copies", None, "cuda")]
+    for x in a.algos.split(","):
+        rows += [("compcoll", x, "cuda"), ("compcoll", x, "cpu")]
+    for backend, algo, device in rows:
+        row = {"backend": backend, "algo": algo, "device": device, "n": a.n}
         if backend == "copies":
             row["ms"] = round(copies(a.n, a.iters), 3)
             print(json.dumps(row), flush=True)
@@ -86,7 +96,7 @@ def main():
                 env.update(COMPCOLL_ALGO=algo, COMPCOLL_WARMUP_STEPS="0",
                            COMPCOLL_STATS_FILE=os.path.join(d, "stats-{rank}.json"))
             r = subprocess.run([sys.executable, __file__, "--child", backend, "--n", str(a.n),
-                                "--iters", str(a.iters)], env=env, capture_output=True, text=True,
+                                "--iters", str(a.iters), "--device", device], env=env, capture_output=True, text=True,
                                timeout=600)
             if r.returncode != 0:
                 row["error"] = r.stderr.strip().splitlines()[-1:] or [f"exit {r.returncode}"]
@@ -98,6 +108,8 @@ def main():
                         s = json.load(f)
                     row["compressed_calls"] = s.get("compressed_calls")
                     row["calls"] = s.get("calls")
+                    if s.get("calls"):
+                        row["comm_ms"] = round(s["time_ms"] / s["calls"], 3)
         print(json.dumps(row), flush=True)
 
 
