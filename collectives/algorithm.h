@@ -76,6 +76,9 @@ struct AlgoParams {
   ScaleMode onebit_scale = ScaleMode::kMeanMagnitude;
   float onebit_residual_bound = 0.5f;  // onebit: |residual| <= this x block scale; 0 = unbounded
   double sample_fraction = 0.01; // dgc, sbc: threshold sample
+  // dgc: threads for the encode's pass (DgcConfig::threads). The same bits
+  // whatever the number, so ranks need not agree: not in canonical().
+  int codec_threads = 1;
   // sbc: dgc's exact values over the warm-up, binarised after it (sbc.h).
   // COMPCOLL_SBC_WARMUP's default (exact) applies through the configuration.
   bool sbc_exact_warmup = false;

@@ -141,6 +141,7 @@ std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const Algo
     DgcConfig c;
     static_cast<SparsifyConfig&>(c) = sparsify_config(p);
     c.sample_fraction = p.sample_fraction;
+    c.threads = p.codec_threads;
     return std::make_unique<DgcCodec>(c);
   }
   if (name == "sdagc") return std::make_unique<SdagcCodec>(sparsify_config(p));

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <memory>
+#include <thread>
 
 #include "compcoll/error.h"
 #include "compression/accumulate.h"
@@ -63,17 +65,60 @@ size_t update_range(const float* g, const float* const* parts, size_t nparts, si
   return count;
 }
 
-// update_range over the whole tensor: the addends' range with them, the
-// rest without, in index order (so candidates stay sorted).
+// update_range over [b, e): the part inside the addends' range with them,
+// the rest without, in index order (so candidates stay sorted).
 template <MomentumMode M>
-size_t fused_update(const float* g, const Addends& add, float scale, float m, float* u, float* v,
-                    size_t n, float t, std::vector<uint32_t>& cand, size_t cap) {
-  const size_t a0 = add.empty() ? n : add.off;
-  const size_t a1 = add.empty() ? n : add.off + add.len;
-  size_t count = update_range<M>(g, nullptr, 0, 0, scale, m, u, v, 0, a0, t, cand, cap);
+size_t fused_update_range(const float* g, const Addends& add, float scale, float m, float* u,
+                          float* v, size_t b, size_t e, float t, std::vector<uint32_t>& cand,
+                          size_t cap) {
+  const size_t a0 = std::clamp(add.empty() ? e : add.off, b, e);
+  const size_t a1 = std::clamp(add.empty() ? e : add.off + add.len, a0, e);
+  size_t count = update_range<M>(g, nullptr, 0, 0, scale, m, u, v, b, a0, t, cand, cap);
   count += update_range<M>(g, add.parts.data(), add.parts.size(), add.off, scale, m, u, v, a0, a1,
                            t, cand, cap);
-  return count + update_range<M>(g, nullptr, 0, 0, scale, m, u, v, a1, n, t, cand, cap);
+  return count + update_range<M>(g, nullptr, 0, 0, scale, m, u, v, a1, e, t, cand, cap);
+}
+
+// fused_update_range over the whole tensor on up to `threads` threads, each
+// over a contiguous range (bounds at multiples of 16, update_range's block).
+// Each range keeps up to cap candidates of its own; joined in range order and
+// cut to cap, they are exactly the first cap of one pass, and the counts add
+// up: the same bits as one thread.
+template <MomentumMode M>
+size_t fused_update(const float* g, const Addends& add, float scale, float m, float* u, float* v,
+                    size_t n, float t, std::vector<uint32_t>& cand, size_t cap, int threads) {
+  const size_t ranges =
+      std::min<size_t>(std::max(threads, 1), std::max<size_t>(1, n / kDgcElemsPerThread));
+  if (ranges <= 1) return fused_update_range<M>(g, add, scale, m, u, v, 0, n, t, cand, cap);
+  const size_t step = (n / ranges + 15) / 16 * 16;
+  std::vector<std::vector<uint32_t>> found(ranges);
+  std::vector<size_t> counts(ranges, 0);
+  std::vector<std::exception_ptr> failed(ranges);
+  auto run = [&](size_t r) {
+    try {
+      const size_t b = std::min(n, r * step);
+      const size_t e = r + 1 == ranges ? n : std::min(n, b + step);
+      counts[r] = fused_update_range<M>(g, add, scale, m, u, v, b, e, t, found[r], cap);
+    } catch (...) {
+      failed[r] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> helpers;
+  helpers.reserve(ranges - 1);
+  for (size_t r = 1; r < ranges; ++r) helpers.emplace_back(run, r);
+  run(0);
+  for (std::thread& h : helpers) h.join();
+  for (const std::exception_ptr& f : failed) {
+    if (f) std::rethrow_exception(f);
+  }
+  size_t count = 0;
+  for (size_t r = 0; r < ranges; ++r) {
+    count += counts[r];
+    const size_t room = cap > cand.size() ? cap - cand.size() : 0;
+    cand.insert(cand.end(), found[r].begin(),
+                found[r].begin() + static_cast<std::ptrdiff_t>(std::min(room, found[r].size())));
+  }
+  return count;
 }
 
 }  // namespace
@@ -120,6 +165,7 @@ DgcCodec::DgcCodec(const DgcConfig& config) : config_(config) {
   validate_sparsify_config(config, "dgc");
   CC_CHECK(config.sample_fraction > 0.0 && config.sample_fraction <= 1.0, kInvalidArgument,
            "dgc: sample fraction ", config.sample_fraction, " is outside (0, 1]");
+  CC_CHECK(config.threads >= 1, kInvalidArgument, "dgc: ", config.threads, " threads");
 }
 
 std::unique_ptr<CodecState> make_sparsify_state(const SparsifyConfig& c, size_t n) {
@@ -192,7 +238,8 @@ EncodeInfo DgcCodec::encode_sum(const float* grad, const Addends& add, size_t n,
     });
     t = sample_threshold(sample, pass_fraction);
     count = dispatch_momentum(mode, [&](auto mc) {
-      return fused_update<decltype(mc)::value>(grad, add, scale, m, u, v, n, t, cand, cap);
+      return fused_update<decltype(mc)::value>(grad, add, scale, m, u, v, n, t, cand, cap,
+                                               config_.threads);
     });
   }
 

@@ -54,7 +54,15 @@ struct SparsifyConfig {
 
 struct DgcConfig : SparsifyConfig {
   double sample_fraction = 0.01;  // share of elements sampled for the threshold
+  // Threads for the encode's one full pass (momentum, accumulation,
+  // candidates), each over a contiguous range of at least
+  // kDgcElemsPerThread elements. The result is the same bits whatever the
+  // number: the ranges' candidates are joined in index order and capped as
+  // one pass caps them. 1 = the calling thread only.
+  int threads = 1;
 };
+
+inline constexpr size_t kDgcElemsPerThread = size_t(1) << 18;
 
 // Density of step `step` (0-based) of a warm-up of warmup_steps steps
 // towards `density`. Both shapes pass through 0.25^j, j = 1..S (the S powers

@@ -322,6 +322,14 @@ const ConfigVar kTable[] = {
      "share of elements dgc and sbc sample to set their threshold",
      CC_APPLY { cfg.params.sample_fraction = fraction_in_unit(var, value); },
      "dgc,sbc"},
+    {"COMPCOLL_CODEC_THREADS", VarType::kInt, "1", "1 to 64",
+     "threads for dgc's encode pass (momentum, accumulation, candidates), each over at least "
+     "262144 elements; the same bits for any number, so ranks may differ. 1 suits CPU training, "
+     "whose cores run the backward pass beside the allreduce; a GPU job's host-staged "
+     "compression (the NCCL interposer, the PyTorch backend's cuda lane) leaves the host's "
+     "cores idle (docs/gpu.md)",
+     CC_APPLY { cfg.params.codec_threads = static_cast<int>(int_at_least(var, value, 1, 64)); },
+     "dgc"},
     {"COMPCOLL_SPARSE_PATTERN", VarType::kEnum, "auto", "allgather|scatter|auto",
      "how dgc/sdagc payloads move: allgather (every rank receives all P payloads), scatter "
      "(index-region owners reduce and re-select; O(k) bytes per rank whatever P; "

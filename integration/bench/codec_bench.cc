@@ -166,6 +166,7 @@ struct CodecResult {
         .add("momentum", double(o.params.momentum))
         .add("values", value_type_name(o.params.values))
         .add("indices", index_type_name(o.params.indices))
+        .add("threads", o.algo == "dgc" ? o.params.codec_threads : 1)  // COMPCOLL_CODEC_THREADS
         .add("gradient", gradient_kind_name(o.dist))
         .add("iters", o.iters);
     return j;
@@ -316,8 +317,10 @@ int codec_main(int argc, char** argv, int first) {
 
   std::vector<JsonObject> results;
   if (!json) {
-    std::printf("# compcoll-bench codec: %zu float32 (%.1f MiB), %s gradient, one thread, median of %d\n",
-                o.count, o.count * 4.0 / (1 << 20), gradient_kind_name(o.dist), o.iters);
+    const int threads = o.params.codec_threads;
+    std::printf("# compcoll-bench codec: %zu float32 (%.1f MiB), %s gradient, one thread (dgc's "
+                "encode pass: %d, COMPCOLL_CODEC_THREADS), median of %d\n",
+                o.count, o.count * 4.0 / (1 << 20), gradient_kind_name(o.dist), threads, o.iters);
     std::printf("# %-7s %9s %10s %10s %8s %10s %8s %12s %9s\n", "algo", "density", "sent",
                 "encode_ms", "x_memcpy", "decode_ms", "x_memcpy", "payload_B", "ratio");
   }

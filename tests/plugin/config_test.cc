@@ -326,6 +326,18 @@ TEST(Config, SparsePatternDefaultsToAutoAndIsPartOfTheAgreement) {
   EXPECT_NE(e.find("allgather|scatter|auto"), std::string::npos) << e;
 }
 
+// Threads never change the bits (DgcThreads.*), so ranks may run different
+// numbers: the agreement and the checkpoint's description leave them out.
+TEST(Config, CodecThreadsAreReadButNotAgreedOn) {
+  EXPECT_EQ(load_config(env_of({})).params.codec_threads, 1);
+  const Config c = load_config(env_of({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_CODEC_THREADS", "8"}}));
+  EXPECT_EQ(c.params.codec_threads, 8);
+  EXPECT_EQ(c.agreement_description(),
+            load_config(env_of({{"COMPCOLL_ALGO", "dgc"}})).agreement_description());
+  EXPECT_NE(error_of({{"COMPCOLL_CODEC_THREADS", "0"}}).find("COMPCOLL_CODEC_THREADS=0"),
+            std::string::npos);
+}
+
 TEST(UnknownVariables, NearestKnownNameIsSuggested) {
   EXPECT_EQ(suggestion_for("COMPCOLL_ALGOO=dgc"), "COMPCOLL_ALGO");
   EXPECT_EQ(suggestion_for("COMPCOLL_DENSTIY=0.01"), "COMPCOLL_DENSITY");  // transposition

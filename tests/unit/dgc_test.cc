@@ -302,3 +302,67 @@ TEST(Sdagc, LambdaStartsAtTheGaussianQuantileAndAdapts) {
 
 }  // namespace
 }  // namespace compcoll
+
+namespace compcoll {
+namespace {
+
+// COMPCOLL_CODEC_THREADS: the encode's pass split over threads gives the
+// bits of one thread (payload, residual, velocity), whatever the number, with
+// momentum or without, with a host's addends straddling the ranges, over a
+// warm-up, and when more elements pass the threshold than the pass keeps
+// (all magnitudes equal: every element is a candidate).
+TEST(DgcThreads, AnyNumberOfThreadsGivesTheBitsOfOne) {
+  const size_t n = 5 * kDgcElemsPerThread + 1234;  // five ranges and a ragged end
+  for (const int mode : {0, 1, 2}) {
+    for (const bool addends : {false, true}) {
+      for (const bool flat : {false, true}) {
+        DgcConfig c;
+        c.density = 0.002;
+        c.momentum = mode ? 0.9f : 0.0f;
+        c.nesterov = mode == 2;
+        c.warmup_steps = 2;
+        c.encoding = {ValueType::kFp8, IndexType::kRiceGap};
+        const std::string what = "mode " + std::to_string(mode) + (addends ? " addends" : "") +
+                                 (flat ? " equal magnitudes" : "");
+        std::vector<Bytes> one;
+        std::unique_ptr<CodecState> one_state;
+        for (const int threads : {1, 2, 3, 8}) {
+          c.threads = threads;
+          DgcCodec codec(c);
+          auto st = codec.make_state(n);
+          std::vector<Bytes> got;
+          for (int step = 0; step < 4; ++step) {
+            auto g = bench::make_gradient(GradientKind::kMixedScale, n, 7 + step);
+            if (flat) std::fill(g.begin(), g.end(), step % 2 ? -0.5f : 0.25f);
+            // A second rank's buffer over [n/3, n/3 + n/2): it starts inside
+            // one range and ends inside another.
+            const auto other = bench::make_gradient(GradientKind::kGaussian, n / 2, 90 + step);
+            Addends add;
+            if (addends) add = Addends{{other.data()}, n / 3, n / 2};
+            got.emplace_back();
+            codec.encode_sum(g.data(), add, n, *st, got.back());
+          }
+          if (threads == 1) {
+            one = got;
+            one_state = std::move(st);
+            continue;
+          }
+          for (size_t s = 0; s < got.size(); ++s) {
+            ASSERT_EQ(got[s], one[s]) << what << ", " << threads << " threads, step " << s;
+          }
+          ASSERT_EQ(st->v, one_state->v) << what << ", " << threads << " threads";
+          ASSERT_EQ(st->u, one_state->u) << what << ", " << threads << " threads";
+        }
+      }
+    }
+  }
+}
+
+TEST(DgcThreads, ZeroThreadsIsRefused) {
+  DgcConfig c;
+  c.threads = 0;
+  EXPECT_THROW(DgcCodec{c}, Error);
+}
+
+}  // namespace
+}  // namespace compcoll
