@@ -93,7 +93,7 @@ SbcCodec::SbcCodec(const SbcConfig& config) : config_(config) {
            " must be >= 0");
   CC_CHECK(config.momentum >= 0.0f && config.momentum < 1.0f, kInvalidArgument, "sbc: momentum ",
            config.momentum, " is outside [0, 1)");
-  if (config.exact_warmup && config.warmup_steps > 0) {
+  if (config.runs_exact_warmup()) {
     warmup_ = std::make_unique<DgcCodec>(sbc_warmup_config(config));
   }
 }

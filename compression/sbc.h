@@ -65,6 +65,7 @@ struct SbcConfig {
   // Over the warm-up, send dgc's exact values instead of a binarised side
   // (COMPCOLL_SBC_WARMUP=exact); false = binarise from the first step.
   bool exact_warmup = false;
+  bool runs_exact_warmup() const { return exact_warmup && warmup_steps > 0; }
   // Send both signs, each with its mean (COMPCOLL_SBC_SIDES=both); false =
   // only the side with the larger mean magnitude, as the paper.
   bool both_sides = false;

@@ -1,7 +1,6 @@
 #include "plugin/communicator.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <random>

@@ -28,7 +28,7 @@ SbcCodecGpu::SbcCodecGpu(const SbcConfig& config) : config_(config) {
   CC_CHECK(config.momentum == 0.0f, kInvalidArgument,
            "sbc with COMPCOLL_MOMENTUM is not implemented for GPU tensors (the NCCL interposer)");
   detail::refuse_normalized_selection(config.second_moment_beta);
-  if (config.exact_warmup && config.warmup_steps > 0) {
+  if (config.runs_exact_warmup()) {
     warmup_ = std::make_unique<DgcCodecGpu>(sbc_warmup_config(config));
   }
 }
