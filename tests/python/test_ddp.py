@@ -100,7 +100,8 @@ def test_every_ddp_option_keeps_replicas_identical_and_compressed(algo, tmp_path
     buckets, no_sync accumulation, and all at once), SGD with momentum (so
     the momentum hand-over runs too): after 6 steps every rank holds the
     same parameters, finite and moved, and compcoll compressed calls in
-    every variant, none of which is a silent dense run."""
+    every variant, none of which is a silent dense run. The stats file each
+    rank writes at exit (COMPCOLL_STATS_FILE) holds the variants' sums."""
     ranks = launch([worker("ddp_options.py")], 2,
                    env={"COMPCOLL_ALGO": algo, "COMPCOLL_WARMUP_STEPS": "0",
                         "COMPCOLL_STATS_FILE": str(tmp_path / "stats-{rank}.json")}, timeout=240)
@@ -115,3 +116,7 @@ def test_every_ddp_option_keeps_replicas_identical_and_compressed(algo, tmp_path
             assert v["calls"] >= 6, (algo, name, v)
         # DDP's rebuilt buckets (its own log): the small cap really splits them.
         assert variants["small_buckets"]["buckets"] > variants["plain"]["buckets"], res
+        with open(tmp_path / f"stats-{r.rank}.json") as f:
+            written = json.load(f)
+        for key in ("calls", "compressed_calls"):
+            assert written[key] == sum(v[key] for v in variants.values()), (algo, key, written)
