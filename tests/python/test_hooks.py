@@ -86,6 +86,26 @@ def test_fsdp_full_shard_warns_and_subgroups_reach_the_stats_file(tmp_path):
         assert st["calls"] == sum(g["calls"] for g in st["groups"].values()), st
 
 
+def test_uncompressible_gradient_sums_are_reported_once_per_reason():
+    """Under COMPCOLL_ALGO, a float64 DDP model and a non-contiguous view
+    go to Gloo (exact, not counted) and rank 0 says so once for each, at
+    WARN, naming the reason; integer sums, MAX and small tensors pass
+    without a word, as on every other rank."""
+    ranks = launch([worker("uncompressed.py")], 2, env={"COMPCOLL_ALGO": "dgc"}, timeout=180)
+    reasons = {"float64": "a float64 tensor", "view": "a non-contiguous view"}
+    for r in ranks:
+        assert r.result["backend"] == "compcoll" and r.result["exact"], r.describe()
+        assert r.result["calls"] == 0, r.describe()  # nothing went through compcoll
+        warns = [ln for ln in r.stderr.splitlines() if "compcoll WARN" in ln]
+        if r.rank != 0:
+            assert not warns, r.describe()
+            continue
+        assert len(warns) == len(reasons), r.describe()
+        for name, words in reasons.items():
+            said = [ln for ln in warns if words in ln]
+            assert len(said) == 1 and "went to Gloo uncompressed" in said[0], (name, warns)
+
+
 def test_clean_ddp_run_prints_no_warn(tmp_path):
     """A DDP script with COMPCOLL_ALGO set: DDP's bucket rebuild replaces
     buffers (same size and other sizes), which is expected and reported at

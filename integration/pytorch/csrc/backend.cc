@@ -414,6 +414,12 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
   DType dtype;
   ReduceOp op;
   if (!is_candidate(*lane, tensors, opts, &dtype, &op)) {
+    if (cfg_.compression_enabled() && getRank() == 0) {  // once per group
+      const std::string note =
+          uncompressed_notes_.first_report(tensors, opts.reduceOp, cfg_.min_elems, lane->type(),
+                                           lane->type() == c10::DeviceType::CUDA ? "NCCL" : "Gloo");
+      if (!note.empty()) log_.warn("group '", getGroupUid(), "': ", note);
+    }
     return delegate(device, c10d::OpType::ALLREDUCE, "compcoll:all_reduce", tensors,
                     [tensors, opts](c10d::Backend& in) mutable {
                       return in.allreduce(tensors, opts);

@@ -89,6 +89,7 @@
 #include "integration/pytorch/csrc/group_stats.h"
 #include "integration/pytorch/csrc/group_timeout.h"
 #include "integration/pytorch/csrc/lane.h"
+#include "integration/pytorch/csrc/uncompressed_notes.h"
 #include "integration/pytorch/csrc/work.h"
 #include "integration/pytorch/csrc/worker.h"
 #include "plugin/communicator.h"
@@ -298,6 +299,7 @@ class CompcollBackend final : public c10d::Backend {
   std::atomic<uint64_t> rs_calls_{0};
   std::atomic<uint64_t> rs_elems_{0};
   std::atomic<bool> rs_warned_{false};
+  UncompressedNotes uncompressed_notes_;  // float64, non-contiguous, ...: said once
 };
 
 }  // namespace compcoll::torch_integration

@@ -1,0 +1,69 @@
+#include "integration/pytorch/csrc/uncompressed_notes.h"
+
+#include <cstdint>
+
+namespace compcoll::torch_integration {
+namespace {
+
+// Why a gradient-like sum is outside what compcoll compresses: the key it
+// is reported under, and what to tell the user; empty when it is not one.
+struct Reason {
+  std::string key;
+  std::string advice;
+};
+
+bool is_sum_or_average(const c10d::ReduceOp& op) {
+  return op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG;
+}
+
+Reason reason_for(const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op,
+                  size_t min_elems, c10::DeviceType lane) {
+  // One tensor per call is what torch's all_reduce passes; other forms are
+  // not gradient buckets.
+  if (tensors.size() != 1 || !is_sum_or_average(op)) return {};
+  const at::Tensor& t = tensors[0];
+  if (t.layout() != at::kStrided || !at::isFloatingType(t.scalar_type())) return {};
+  if (static_cast<uint64_t>(t.numel()) < min_elems) return {};
+  if (t.device().type() != lane) {
+    return {"device " + t.device().str(),
+            "a " + t.device().str() + " tensor, and this group has no " +
+                c10::DeviceTypeName(t.device().type(), /*lower_case=*/true) +
+                " lane (a group made by init_process_group(\"gloo\") through compcoll's hook, "
+                "or a torch without NCCL): create the group with init_process_group(\"compcoll\") "
+                "to compress them (docs/pytorch.md, the cuda lane)"};
+  }
+  const at::ScalarType st = t.scalar_type();
+  if (st != at::kFloat && st != at::kHalf && st != at::kBFloat16) {
+    const std::string name = st == at::kDouble ? "float64" : c10::toString(st);
+    return {name, "a " + name +
+                      " tensor: compcoll compresses float32, float16 and bfloat16 (a model in "
+                      "float64 keeps its gradients in float64; train it in float32 to compress "
+                      "them)"};
+  }
+  if (!t.is_contiguous()) {
+    return {"non-contiguous",
+            "a non-contiguous view (a transpose, a strided slice): compcoll compresses "
+            "contiguous tensors; reduce t.contiguous() and copy the result back"};
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string UncompressedNotes::first_report(const std::vector<at::Tensor>& tensors,
+                                            const c10d::ReduceOp& op, size_t min_elems,
+                                            c10::DeviceType lane, const char* inner) {
+  const Reason r = reason_for(tensors, op, min_elems, lane);
+  if (r.key.empty()) return {};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!reported_.insert(r.key).second) return {};
+  }
+  return "an all_reduce (" + std::string(op == c10d::ReduceOp::AVG ? "AVG" : "SUM") + ", " +
+         std::to_string(tensors[0].numel()) + " elements) went to " + inner +
+         " uncompressed, as will every call like it: it is " + r.advice +
+         ". Said once per reason and group; such calls are not in compcoll's stats "
+         "(docs/pytorch.md, \"What happens to each operation\")";
+}
+
+}  // namespace compcoll::torch_integration

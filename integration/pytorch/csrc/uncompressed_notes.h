@@ -1,0 +1,35 @@
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace compcoll::torch_integration {
+
+// Why an all_reduce that looks like a gradient sum (floating point, SUM or
+// AVG, at least COMPCOLL_MIN_ELEMS elements) was not one compcoll could
+// compress: float64, a non-contiguous view, a cuda tensor in a group with
+// no cuda lane. Such a call goes to Gloo (or NCCL) unchanged, which is
+// right, but with COMPCOLL_ALGO set a float64 model, or a GPU script whose
+// init_process_group("gloo") compcoll took over, would otherwise train with
+// nothing compressed and nothing said. Each reason is reported once per
+// process group (the caller logs it, by rank 0). Integer tensors and
+// MIN/MAX/PRODUCT are not gradient sums: they pass without a word.
+class UncompressedNotes {
+ public:
+  // The sentence to log for this call, or "" when it is not a gradient-like
+  // sum or its reason was already reported. lane: the device type of the
+  // lane the call went to; inner: its backend ("Gloo" or "NCCL").
+  std::string first_report(const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op,
+                           size_t min_elems, c10::DeviceType lane, const char* inner);
+
+ private:
+  std::mutex mu_;
+  std::set<std::string> reported_;
+};
+
+}  // namespace compcoll::torch_integration

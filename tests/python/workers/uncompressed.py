@@ -1,0 +1,54 @@
+"""Gradient-like sums compcoll cannot compress, under COMPCOLL_ALGO (see
+test_hooks.py): a float64 DDP model, a non-contiguous view reduced in place,
+each several times; and reductions that are not gradient sums (int64,
+MAX, fewer than COMPCOLL_MIN_ELEMS elements), which must pass without a
+word. The RESULT line says what the stats counted and whether every
+reduction gave the exact sum on every rank."""
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from common import emit, init
+
+rank, world = init("gloo")  # COMPCOLL_ALGO in the environment makes it compcoll
+import compcoll  # noqa: E402
+
+out = {"rank": rank, "backend": dist.group.WORLD._get_backend(torch.device("cpu")).name()}
+g = torch.Generator().manual_seed(rank)
+before = compcoll.stats()
+
+# A float64 model: every bucket is float64.
+torch.manual_seed(0)
+model = DDP(nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 256)).double())
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(3):
+    opt.zero_grad()
+    model(torch.randn(8, 128, dtype=torch.float64, generator=g)).sum().backward()
+    opt.step()
+
+
+def exact_everywhere(make, op=dist.ReduceOp.SUM):
+    """all_reduce(make()) in place; every rank's result equals the exact
+    reduction of every rank's input (each rank rebuilds them all)."""
+    mine = make(torch.Generator().manual_seed(100 + rank))
+    dist.all_reduce(mine, op=op)
+    inputs = [make(torch.Generator().manual_seed(100 + r)) for r in range(world)]
+    want = inputs[0].clone()
+    for x in inputs[1:]:
+        want = want + x if op == dist.ReduceOp.SUM else torch.maximum(want, x)
+    return bool(torch.equal(mine, want)) if world == 2 else bool(torch.allclose(mine, want))
+
+
+checks = []
+for _ in range(3):  # a transposed view, reduced in place
+    checks.append(exact_everywhere(lambda gen: torch.randn(300, 200, generator=gen).t()))
+checks.append(exact_everywhere(lambda gen: torch.randint(0, 9, (100_000,), generator=gen)))
+checks.append(exact_everywhere(lambda gen: torch.randn(100_000, generator=gen),
+                               op=dist.ReduceOp.MAX))
+checks.append(exact_everywhere(lambda gen: torch.randn(10, dtype=torch.float64, generator=gen)))
+after = compcoll.stats()
+out["exact"] = all(checks)
+out["calls"] = after["calls"] - before["calls"]
+emit(out)
+dist.destroy_process_group()
