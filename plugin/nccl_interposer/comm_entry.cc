@@ -62,13 +62,20 @@ int CommEntry::origin_rank() {
 bool CommEntry::aborted() const { return aborted_; }
 
 void CommEntry::note_forwarded(size_t count, size_t elem_bytes, const char* dtype, const char* op,
-                               const std::string& reason) {
+                               const std::string& reason, bool gradient_like) {
   refresh_identity();
   std::lock_guard<std::mutex> lk(snap_mu_);
   CallRecord rec;
   rec.dense_bytes = ring_allreduce_bytes(count * elem_bytes, snap_.size > 0 ? snap_.size : 1);
   rec.wire_bytes = rec.dense_bytes;  // NCCL's own ring sends what a dense allreduce sends
   forwarded_.record(rec);
+  if (gradient_like && snap_.rank == 0 && warned_reasons_.insert(reason).second) {
+    // Not a silent no-op: what COMPCOLL_ALGO was set to compress is not.
+    log_.warn("comm ", id_, ": ncclAllReduce ", count, " x ", dtype, " ", op,
+              " forwarded to NCCL uncompressed, as will be every call like it: ", reason,
+              " (compcoll compresses float32, float16 and bfloat16 SUM/AVG outside groups and "
+              "graph capture; said once per reason; forwarded_calls in the stats counts them)");
+  }
   if (log_.enabled(LogLevel::kInfo) && logged_.size() < kMaxLoggedShapes) {
     std::ostringstream shape;
     shape << count << " x " << dtype << " " << op << ": " << reason;

@@ -75,9 +75,12 @@ class CommEntry {
   bool aborted() const;
 
   // Accounts (and logs, once per distinct shape and reason) a call that is
-  // forwarded to NCCL untouched.
+  // forwarded to NCCL untouched. gradient_like: a floating-point SUM or AVG
+  // of at least COMPCOLL_MIN_ELEMS elements, which the user set
+  // COMPCOLL_ALGO to compress: its reason (float64, a group, a CUDA graph)
+  // is said at WARN, once per reason, by the communicator's rank 0.
   void note_forwarded(size_t count, size_t elem_bytes, const char* dtype, const char* op,
-                      const std::string& reason);
+                      const std::string& reason, bool gradient_like);
 
   // The compressed allreduce (see the file comment). Throws compcoll::Error.
   void compressed_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
@@ -112,6 +115,7 @@ class CommEntry {
   CommSnapshot snap_;
   Stats forwarded_;
   std::set<std::string> logged_;
+  std::set<std::string> warned_reasons_;
 };
 
 }  // namespace compcoll::interposer

@@ -233,7 +233,14 @@ ncclResult_t Interposer::allreduce(const void* send, void* recv, size_t count,
   const std::optional<std::string> why = forward_reason(count, dtype, op, stream);
   if (why) {
     const TypeInfo t = type_info(dtype);
-    entry->note_forwarded(count, t.bytes, t.name, op_info(op).name, *why);
+    const OpInfo o = op_info(op);
+    const bool floating = dtype == ncclFloat16 || dtype == ncclFloat32 || dtype == ncclFloat64 ||
+                          dtype == ncclBfloat16;
+    const bool gradient_like = floating && o.known &&
+                               (o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg) &&
+                               count >= settings_.config.min_elems &&
+                               cuda_.has_value();  // without the driver: said once at start
+    entry->note_forwarded(count, t.bytes, t.name, o.name, *why, gradient_like);
     return nccl.AllReduce(send, recv, count, dtype, op, comm, stream);
   }
   entry->compressed_allreduce(send, recv, count, type_info(dtype).dtype, op_info(op).op,

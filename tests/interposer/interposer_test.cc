@@ -108,7 +108,7 @@ TEST_F(Interposer, WithoutCompcollAlgoEveryCallIsForwardedUnchanged) {
   const auto received = received_allreduces();
   auto issued = lines_after(r.output, "compressible ");
   for (const auto& f : lines_after(r.output, "forwarded ")) issued.push_back(f);
-  EXPECT_EQ(issued.size(), 2u * 10u);  // 10 allreduces per rank
+  EXPECT_EQ(issued.size(), 2u * 11u);  // 11 allreduces per rank
   EXPECT_EQ(received.size(), issued.size()) << "the interposer added or dropped calls";
   for (const auto& call : issued) EXPECT_TRUE(contains(received, call)) << "not forwarded: " << call;
   EXPECT_EQ(access((dir_ + "/stats-0.json").c_str(), F_OK), -1) << "a pass-through wrote stats";
@@ -125,7 +125,7 @@ TEST_F(Interposer, CompressesEligibleCallsAndForwardsTheRestUntouched) {
   const auto received = received_allreduces();
   const auto forwarded = lines_after(r.output, "forwarded ");
   const auto compressible = lines_after(r.output, "compressible ");
-  ASSERT_EQ(forwarded.size(), 2u * 5u);     // int32, MAX, small, in a group, captured
+  ASSERT_EQ(forwarded.size(), 2u * 6u);     // int32, MAX, float64, small, in a group, captured
   ASSERT_EQ(compressible.size(), 2u * 5u);  // fp32 x3, fp16 SUM, bf16 AVG
   for (const auto& call : forwarded) EXPECT_TRUE(contains(received, call)) << "not forwarded: " << call;
   for (const auto& call : compressible) EXPECT_FALSE(contains(received, call)) << "not compressed: " << call;
@@ -133,12 +133,27 @@ TEST_F(Interposer, CompressesEligibleCallsAndForwardsTheRestUntouched) {
                              "inside ncclGroupStart/ncclGroupEnd", "captured into a CUDA graph"}) {
     EXPECT_NE(r.output.find(reason), std::string::npos) << "no log line says: " << reason << "\n" << r.output;
   }
+  // The gradient-like sums among them (float64, in a group, captured) are
+  // said at WARN, once each, by rank 0; int32, MAX and the small one are not.
+  const std::string said = "forwarded to NCCL uncompressed";
+  std::vector<std::string> warned;
+  for (const auto& line : lines_after(r.output, "")) {
+    if (line.find(said) != std::string::npos) warned.push_back(line);
+  }
+  ASSERT_EQ(warned.size(), 3u) << r.output;
+  for (const char* reason : {"x double sum forwarded", "inside ncclGroupStart/ncclGroupEnd",
+                             "captured into a CUDA graph"}) {
+    int n = 0;
+    for (const auto& line : warned) n += line.find(reason) != std::string::npos;
+    EXPECT_EQ(n, 1) << reason << "\n" << r.output;
+  }
+  for (const auto& line : warned) EXPECT_NE(line.find("compcoll WARN [rank 0]"), std::string::npos) << line;
   for (int rank : {0, 1}) {
     const std::string stats = read_text(dir_ + "/stats-" + std::to_string(rank) + ".json");
     EXPECT_EQ(json_int(stats, "compressed_calls"), 5) << stats;
-    EXPECT_EQ(json_int(stats, "forwarded_calls"), 5) << stats;
-    EXPECT_EQ(json_int(stats, "calls"), 10) << stats;
-    EXPECT_EQ(json_int(stats, "steady_calls"), 10) << stats;  // COMPCOLL_WARMUP_STEPS=0 here
+    EXPECT_EQ(json_int(stats, "forwarded_calls"), 6) << stats;
+    EXPECT_EQ(json_int(stats, "calls"), 11) << stats;
+    EXPECT_EQ(json_int(stats, "steady_calls"), 11) << stats;  // COMPCOLL_WARMUP_STEPS=0 here
     EXPECT_EQ(json_int(stats, "warmup_dense_calls"), 0) << stats;
     EXPECT_NE(stats.find("\"algo\": \"dgc\""), std::string::npos) << stats;
     EXPECT_GT(json_int(stats, "dense_bytes"), json_int(stats, "wire_bytes")) << stats;

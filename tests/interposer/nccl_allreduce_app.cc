@@ -267,6 +267,20 @@ class Rank {
       for (int r = 1; r < o_.ranks; ++r) m = std::max(m, value(r, 200, i));
       if (gotmax[i] != m) throw std::runtime_error("fp32 max is wrong at " + std::to_string(i));
     }
+    // float64 SUM: a gradient-like sum that compcoll does not compress.
+    const CUdeviceptr d = alloc(n * sizeof(double));
+    std::vector<double> hd(n);
+    for (size_t i = 0; i < n; ++i) hd[i] = double(value(rank_, 204, i));
+    put(d, hd);
+    nc(allreduce("forwarded", d, d, n, ncclFloat64, ncclSum, comm_), "ncclAllReduce(float64)");
+    sync();
+    const auto gotd = get<double>(d, n);
+    cuMemFree(d);
+    for (size_t i = 0; i < n; ++i) {
+      double want = 0.0;
+      for (int r = 0; r < o_.ranks; ++r) want += double(value(r, 204, i));
+      if (gotd[i] != want) throw std::runtime_error("float64 sum is wrong at " + std::to_string(i));
+    }
     plain_sum("forwarded", 100, 201, a_, false, false);   // smaller than COMPCOLL_MIN_ELEMS
     plain_sum("forwarded", n, 202, b_, true, false);      // inside a group
     plain_sum("forwarded", n, 203, c_, false, true);      // captured into a graph
