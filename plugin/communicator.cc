@@ -407,7 +407,9 @@ void Communicator::warn_if_nothing_compressed() const {
   }
   if (dense_route_calls_ != 0) {
     add(detail::concat(dense_route_calls_, " took the dense route (under COMPCOLL_MIN_ELEMS=",
-                       cfg_.min_elems, " elements, a dtype other than float32, float16 and bfloat16, or MIN/MAX/PRODUCT)"));
+                       cfg_.min_elems,
+                       " elements, a dtype other than float32, float16 and bfloat16, or "
+                       "MIN/MAX/PRODUCT)"));
   }
   if (const uint64_t chosen = calls - warmup - dense_route_calls_; chosen != 0) {
     add(detail::concat(chosen, " ran dense by ", cfg_.algo, "'s own choice"));

@@ -25,12 +25,13 @@ Reason reason_for(const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& 
   if (t.layout() != at::kStrided || !at::isFloatingType(t.scalar_type())) return {};
   if (static_cast<uint64_t>(t.numel()) < min_elems) return {};
   if (t.device().type() != lane) {
-    return {"device " + t.device().str(),
-            "a " + t.device().str() + " tensor, and this group has no " +
-                c10::DeviceTypeName(t.device().type(), /*lower_case=*/true) +
+    const std::string type = c10::DeviceTypeName(t.device().type(), /*lower_case=*/true);
+    return {"device " + type,
+            "a " + t.device().str() + " tensor, and this group has no " + type +
                 " lane (a group made by init_process_group(\"gloo\") through compcoll's hook, "
-                "or a torch without NCCL): create the group with init_process_group(\"compcoll\") "
-                "to compress them (docs/pytorch.md, the cuda lane)"};
+                "or a torch without NCCL): create the group with "
+                "init_process_group(\"compcoll\") to compress them (docs/pytorch.md, the cuda "
+                "lane)"};
   }
   const at::ScalarType st = t.scalar_type();
   if (st != at::kFloat && st != at::kHalf && st != at::kBFloat16) {
