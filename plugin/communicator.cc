@@ -89,10 +89,13 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
 
 Communicator::~Communicator() {
   finish();
-  if (!state_path_.empty()) {
-    std::lock_guard<std::mutex> lock(g_state_claims_mu);
-    state_claims().erase(state_path_);
-  }
+  release_state_claim();
+}
+
+void Communicator::release_state_claim() {
+  if (state_path_.empty()) return;
+  std::lock_guard<std::mutex> lock(g_state_claims_mu);
+  state_claims().erase(state_path_);
 }
 
 std::string Communicator::state_description() const {
@@ -121,11 +124,17 @@ std::string Communicator::state_file_path() {
 void Communicator::load_state_dir() {
   if (cfg_.state_dir.empty()) return;
   state_path_ = state_file_path();
-  int32_t outcome = 0;  // -1 unreadable, 0 fresh, 1 restored
+  // -2 the directory is unusable, -1 the checkpoint is unreadable, 0 fresh,
+  // 1 restored.
+  int32_t outcome = 0;
   std::string error;
   if (!state_path_.empty()) {
     std::error_code ec;
-    if (!std::filesystem::exists(state_path_, ec)) {
+    if (error = state_dir_problem(cfg_.state_dir); !error.empty()) {
+      // Now, not at exit: a long run would otherwise end with its state
+      // unsaved and a warning nobody reads.
+      outcome = -2;
+    } else if (!std::filesystem::exists(state_path_, ec)) {
       log_.info("COMPCOLL_STATE_DIR: no checkpoint ", state_path_, " yet: starting fresh");
     } else {
       try {
@@ -138,9 +147,17 @@ void Communicator::load_state_dir() {
   }
   int32_t all = outcome;
   comm_->allreduce(&all, 1, DType::kInt32, ReduceOp::kMin);
-  if (outcome == -1) CC_THROW(kInvalidArgument, "COMPCOLL_STATE_DIR ", state_path_, ": ", error);
-  CC_CHECK(all != -1, kInvalidArgument, "COMPCOLL_STATE_DIR: another rank's checkpoint is "
-           "unreadable (its error names the file); remove it or the directory to start fresh");
+  if (all < 0) {
+    // The constructor throws, so no destructor will release the file: do it
+    // here, or a retry in this process would find it claimed.
+    release_state_claim();
+    if (outcome == -2) CC_THROW(kInvalidArgument, "COMPCOLL_STATE_DIR ", cfg_.state_dir, ": ", error);
+    if (outcome == -1) CC_THROW(kInvalidArgument, "COMPCOLL_STATE_DIR ", state_path_, ": ", error);
+    CC_CHECK(all != -2, kInvalidArgument, "COMPCOLL_STATE_DIR: another rank cannot write to its "
+             "directory (its error names it and why)");
+    CC_THROW(kInvalidArgument, "COMPCOLL_STATE_DIR: another rank's checkpoint is unreadable (its "
+             "error names the file); remove it or the directory to start fresh");
+  }
   if (all == 0 && outcome == 1) {
     states_.clear();
     states_.set_clock(0);

@@ -113,6 +113,7 @@ class Communicator {
   // communicator of this process already uses that path.
   std::string state_file_path();
   void load_state_dir();
+  void release_state_claim();  // lets another communicator of this process use state_path_
   // The description that checkpoints carry: the agreement's, without
   // whether COMPCOLL_STATE_DIR is set (a state_dict checkpoint and a state
   // directory serve the same math).

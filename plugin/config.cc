@@ -414,7 +414,8 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_STATE_DIR", VarType::kString, "", "a directory",
      "error-feedback state survives restarts: each rank loads its residuals from DIR when its "
      "communicator is created (if rank, world size and configuration match; else INFO and a "
-     "fresh start) and saves them there at destruction or exit",
+     "fresh start) and saves them there at destruction or exit; DIR is created when missing, "
+     "and one that cannot be created or written fails every rank at creation, not at exit",
      CC_APPLY { cfg.state_dir = value; }},
     {"COMPCOLL_NCCL_LIBRARY", VarType::kString, "libnccl.so.2", "a library name or path",
      "the real NCCL that the NCCL interposer (libcompcoll_nccl.so) loads and forwards to",

@@ -1,7 +1,11 @@
 #include "plugin/state_file.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -208,6 +212,17 @@ bool write_binary_file_atomically(const std::string& path, std::span<const uint8
     return false;
   }
   return true;
+}
+
+std::string state_dir_problem(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return "cannot create the directory: " + ec.message();
+  if (!std::filesystem::is_directory(dir, ec)) return "exists and is not a directory";
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return std::string("the directory is not writable: ") + std::strerror(errno);
+  }
+  return {};
 }
 
 }  // namespace compcoll

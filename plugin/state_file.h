@@ -78,5 +78,8 @@ StateFile parse_state_file(std::span<const uint8_t> bytes);
 // when the file cannot be written (temporary file + rename).
 Bytes read_binary_file(const std::string& path);
 bool write_binary_file_atomically(const std::string& path, std::span<const uint8_t> bytes);
+// Why dir cannot take checkpoints (it is created when missing, and must be
+// a directory this process may write to), or "" when it can.
+std::string state_dir_problem(const std::string& dir);
 
 }  // namespace compcoll

@@ -321,5 +321,37 @@ TEST(StateCheckpoint, StateDirSavesAtDestructionAndLoadsAtCreation) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(StateCheckpoint, AStateDirThatCannotBeWrittenFailsEveryRankAtCreationNotAtExit) {
+  const std::string base = ::testing::TempDir() + "compcoll-state-dir-unusable";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  { std::ofstream(base + "/a-file") << "not a directory"; }
+  const auto create = [&](Comm& comm, const std::string& dir) {
+    Config cfg = algo_config("dgc");
+    cfg.state_dir = dir;
+    return Communicator(std::make_unique<LentComm>(comm), cfg);
+  };
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    // Rank 1's directory would lie inside a regular file; rank 0's is fine.
+    const std::string dir = comm.rank() == 1 ? base + "/a-file/state" : base + "/good";
+    try {
+      create(comm, dir);
+      ADD_FAILURE() << "rank " << comm.rank() << " accepted an unusable COMPCOLL_STATE_DIR";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      const std::string want = comm.rank() == 1
+                                   ? "COMPCOLL_STATE_DIR " + dir + ": cannot create the directory"
+                                   : "another rank cannot write to its directory";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+    // The failed creation released its file: a good directory works at once.
+    Communicator cc = create(comm, base + "/good");
+    EXPECT_EQ(cc.state_entries(), 0u);
+    steps(cc, 0, 1);
+  });
+  EXPECT_TRUE(std::filesystem::exists(base + "/good/compcoll-state-rank0-of2.bin"));
+  std::filesystem::remove_all(base);
+}
+
 }  // namespace
 }  // namespace compcoll

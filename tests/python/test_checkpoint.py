@@ -92,6 +92,20 @@ def test_malformed_state_file_is_a_clear_error(tmp_path):
     assert "another rank's checkpoint is unreadable" in res[0].stderr, res[0].stderr
 
 
+def test_a_state_dir_that_cannot_be_written_fails_at_init_not_at_exit(tmp_path):
+    """COMPCOLL_STATE_DIR inside a regular file: every rank fails when the
+    group is created, naming the directory and why, before any training
+    step; nothing waits for an exit warning."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_STATE_DIR": str(blocker / "state")}
+    res = run(tmp_path, "ck", 0, 2, env, explicit=False, check=False)
+    for r in res:
+        assert r.returncode != 0 and not r.results, r.describe()
+        assert f"COMPCOLL_STATE_DIR {blocker / 'state'}: cannot create the directory" in r.stderr, \
+            r.describe()
+
+
 def test_device_lane_keeps_its_own_state_file(tmp_path):
     """The test lane staged_cpu (the cuda lane's path, on cpu tensors) saves
     beside the host lane and restores its own file at the next start."""
