@@ -151,8 +151,8 @@ void Communicator::load_state_dir() {
     // The constructor throws, so no destructor will release the file: do it
     // here, or a retry in this process would find it claimed.
     release_state_claim();
-    if (outcome == -2) CC_THROW(kInvalidArgument, "COMPCOLL_STATE_DIR ", cfg_.state_dir, ": ", error);
-    if (outcome == -1) CC_THROW(kInvalidArgument, "COMPCOLL_STATE_DIR ", state_path_, ": ", error);
+    const std::string& what = outcome == -2 ? cfg_.state_dir : state_path_;
+    if (outcome < 0) CC_THROW(kInvalidArgument, "COMPCOLL_STATE_DIR ", what, ": ", error);
     CC_CHECK(all != -2, kInvalidArgument, "COMPCOLL_STATE_DIR: another rank cannot write to its "
              "directory (its error names it and why)");
     CC_THROW(kInvalidArgument, "COMPCOLL_STATE_DIR: another rank's checkpoint is unreadable (its "

@@ -147,7 +147,9 @@ TEST_F(Interposer, CompressesEligibleCallsAndForwardsTheRestUntouched) {
     for (const auto& line : warned) n += line.find(reason) != std::string::npos;
     EXPECT_EQ(n, 1) << reason << "\n" << r.output;
   }
-  for (const auto& line : warned) EXPECT_NE(line.find("compcoll WARN [rank 0]"), std::string::npos) << line;
+  for (const auto& line : warned) {
+    EXPECT_NE(line.find("compcoll WARN [rank 0]"), std::string::npos) << line;
+  }
   for (int rank : {0, 1}) {
     const std::string stats = read_text(dir_ + "/stats-" + std::to_string(rank) + ".json");
     EXPECT_EQ(json_int(stats, "compressed_calls"), 5) << stats;
