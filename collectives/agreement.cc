@@ -70,7 +70,8 @@ void ensure_agreement(Comm& comm, const std::string& description) {
            " ranks differ from rank 0); set the same COMPCOLL_* values everywhere:", diff.str());
 }
 
-void agree_step_succeeded(Comm& world, const std::string& step, const std::string& my_error) {
+void agree_step_succeeded(Comm& world, const std::string& step, const std::string& my_error,
+                          ErrorKind kind) {
   constexpr size_t kMaxMessage = 1024;
   const std::string mine = my_error.substr(0, kMaxMessage);
   const Gathered all =
@@ -83,7 +84,9 @@ void agree_step_succeeded(Comm& world, const std::string& step, const std::strin
                << std::string(reinterpret_cast<const char*>(p.data()), p.size());
     }
   }
-  CC_CHECK(failures.tellp() == 0, kTransport, step, ": ", failures.str());
+  if (failures.tellp() > 0) {
+    detail::throw_error(kind, __FILE__, __LINE__, step + ": " + failures.str());
+  }
 }
 
 uint64_t shared_nonce(Comm& world) {

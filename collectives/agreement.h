@@ -8,6 +8,7 @@
 #include <string>
 
 #include "collectives/comm.h"
+#include "compcoll/error.h"
 
 namespace compcoll {
 
@@ -21,10 +22,11 @@ constexpr size_t kMaxAgreementBytes = 64 * 1024;
 void ensure_agreement(Comm& comm, const std::string& description);
 
 // Collective: every rank says whether its part of a setup step worked
-// (my_error empty) or why not. Any failure throws kTransport on every rank:
-// "<step>: rank R: <its error>; ...", so no rank goes on with peers that
-// gave up. Errors are cut to 1 KiB each.
-void agree_step_succeeded(Comm& world, const std::string& step, const std::string& my_error);
+// (my_error empty) or why not. Any failure throws `kind` (kTransport unless
+// told) on every rank: "<step>: rank R: <its error>; ...", so no rank goes on
+// with peers that gave up. Errors are cut to 1 KiB each.
+void agree_step_succeeded(Comm& world, const std::string& step, const std::string& my_error,
+                          ErrorKind kind = ErrorKind::kTransport);
 
 // Collective: a random 64-bit number chosen by rank 0, the same on every
 // rank (names of shared resources that must not collide between

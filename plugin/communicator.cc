@@ -76,6 +76,7 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
   }
   const std::string description = cfg_.agreement_description();
   ensure_agreement(*comm_, description);
+  check_stats_file();
   setup_hierarchy();
   if (hier_) {
     hier_->leader_phase([&](Comm& leaders) { algo_->attach(leaders); });
@@ -90,6 +91,16 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
 Communicator::~Communicator() {
   finish();
   release_state_claim();
+}
+
+// Collective: a stats file that cannot be written fails every rank now, not
+// with a warning at the end of a long run.
+void Communicator::check_stats_file() {
+  const std::string path = cfg_.stats_file.empty() ? cfg_.owner_stats_path
+                                                   : stats_path(cfg_.stats_file, comm_->rank());
+  const std::string problem = path.empty() ? "" : output_file_problem(path);
+  agree_step_succeeded(*comm_, "COMPCOLL_STATS_FILE cannot be written",
+                       problem.empty() ? "" : path + ": " + problem, ErrorKind::kInvalidArgument);
 }
 
 void Communicator::release_state_claim() {

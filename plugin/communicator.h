@@ -112,6 +112,7 @@ class Communicator {
   // COMPCOLL_STATE_DIR: this rank's file, or "" when off or when another
   // communicator of this process already uses that path.
   std::string state_file_path();
+  void check_stats_file();
   void load_state_dir();
   void release_state_claim();  // lets another communicator of this process use state_path_
   // The description that checkpoints carry: the agreement's, without

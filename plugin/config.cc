@@ -409,7 +409,9 @@ const ConfigVar kTable[] = {
        cfg.debug = value == "TRACE" ? LogLevel::kTrace : value == "INFO" ? LogLevel::kInfo : LogLevel::kWarn;
      }},
     {"COMPCOLL_STATS_FILE", VarType::kString, "", "a path; {rank} is replaced by the rank",
-     "where each rank writes its JSON stats at communicator destruction or exit",
+     "where each rank writes its JSON stats at communicator destruction or exit; its "
+     "directory is created when missing, and a path that cannot be written fails every rank "
+     "at creation, not at exit",
      CC_APPLY { cfg.stats_file = value; }},
     {"COMPCOLL_STATE_DIR", VarType::kString, "", "a directory",
      "error-feedback state survives restarts: each rank loads its residuals from DIR when its "

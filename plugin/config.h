@@ -36,6 +36,11 @@ struct Config {
   std::string host_id;
   LogLevel debug = LogLevel::kWarn;
   std::string stats_file;
+  // Not a variable: the resolved COMPCOLL_STATS_FILE path that the
+  // communicator's owner writes for the whole process (the PyTorch backend,
+  // the NCCL interposer), which clear stats_file. The communicator checks at
+  // creation, with the other ranks, that it can be written.
+  std::string owner_stats_path;
   std::string state_dir;  // COMPCOLL_STATE_DIR: error-feedback checkpoints; "" = off
   // Not a variable: names this communicator's state file when one process
   // holds several (the PyTorch backend's lanes).

@@ -1,6 +1,11 @@
 #include "plugin/stats.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -78,6 +83,21 @@ bool write_file_atomically(const std::string& path, const std::string& text) {
     if (!f.flush()) return false;
   }
   return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+std::string output_file_problem(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return "it is a directory";
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  fs::create_directories(dir, ec);
+  if (ec) return "cannot create its directory " + dir.string() + ": " + ec.message();
+  if (!fs::is_directory(dir, ec)) return dir.string() + " exists and is not a directory";
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return "its directory " + dir.string() + " is not writable: " + std::strerror(errno);
+  }
+  return {};
 }
 
 }  // namespace compcoll

@@ -74,4 +74,11 @@ std::string stats_path(const std::string& pattern, int rank);
 // false (and leaves errno) on failure; callers log, never throw at exit.
 bool write_file_atomically(const std::string& path, const std::string& text);
 
+// Why a file could not be written at path later ("" = it can): its directory
+// cannot be created (it is created when missing, as write_file_atomically
+// will not), is not writable, or the path is a directory. Checked when a
+// communicator is created, so that a long run does not end with its stats
+// lost and a warning nobody reads.
+std::string output_file_problem(const std::string& path);
+
 }  // namespace compcoll

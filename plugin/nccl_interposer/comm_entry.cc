@@ -2,10 +2,13 @@
 
 #include "collectives/lent_comm.h"
 
+#include <chrono>
 #include <sstream>
+#include <thread>
 
 #include "collectives/dense.h"
 #include "compcoll/error.h"
+#include "plugin/stats.h"
 
 namespace compcoll::interposer {
 namespace {
@@ -17,12 +20,6 @@ constexpr size_t kMaxLoggedShapes = 1024;
 // The Communicator owns its Comm; the entry keeps the NcclComm so that it can
 // still ask whether NCCL was aborted after the Communicator is gone (for
 // example when creating it failed): it lends it through a LentComm.
-
-std::string state_key(const void* recv, size_t count, DType dtype) {
-  std::ostringstream os;
-  os << "nccl:" << recv << "/" << count << "/" << dtype_name(dtype);
-  return os.str();
-}
 
 }  // namespace
 
@@ -99,6 +96,11 @@ void CommEntry::ensure_communicator(CUstream stream) {
   transport_->set_stream(stream);
   // Stats are written by the interposer, per process and origin rank.
   Config cfg = *rt_.config;
+  const int origin = origin_rank();
+  // ... but checked at creation by the communicator, with the other ranks.
+  if (!cfg.stats_file.empty() && origin >= 0) {
+    cfg.owner_stats_path = stats_path(cfg.stats_file, origin);
+  }
   cfg.stats_file.clear();
   try {
     // Collective: every rank makes the same first eligible call.
@@ -119,7 +121,7 @@ void CommEntry::compressed_allreduce(const void* send, void* recv, size_t count,
   transport_->set_stream(stream);
   const size_t bytes = count * dtype_size(dtype);
   host_.resize(bytes);
-  const std::string key = state_key(recv, count, dtype);
+  const std::string key = keys_.key(recv, count, dtype);
   try {
     transport_->download(host_.data(), send, bytes);
     communicator_->allreduce(host_.data(), count, dtype, op, key.c_str());
@@ -158,6 +160,23 @@ void CommEntry::finish() {
   transport_.reset();
   std::lock_guard<std::mutex> slk(snap_mu_);
   snap_.destroyed = true;  // state_* keep their last values: what it held at the end
+}
+
+void CommEntry::finish_at_exit() {
+  // Another thread may be inside a call when the program exits: wait for it
+  // a little, never for ever (its peers may be gone).
+  std::unique_lock<std::mutex> lk(call_mu_, std::defer_lock);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!lk.try_lock()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      log_.warn("comm ", id_, ": a call was still in flight at exit; its error-feedback state "
+                "is not saved and its stats end at the last finished call");
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (communicator_) communicator_->finish();
+  publish();
 }
 
 CommSnapshot CommEntry::snapshot(bool refresh) {

@@ -25,6 +25,7 @@
 
 #include "plugin/communicator.h"
 #include "plugin/logging.h"
+#include "plugin/nccl_interposer/buffer_keys.h"
 #include "plugin/stats.h"
 #include "transport/nccl/nccl_comm.h"
 
@@ -89,6 +90,11 @@ class CommEntry {
   // Releases the Communicator and the NcclComm (device memory); called
   // before the real ncclCommDestroy/ncclCommAbort. Idempotent.
   void finish();
+  // At process exit, for a communicator the program never destroyed: what
+  // its Communicator does when it is destroyed (its COMPCOLL_STATE_DIR
+  // checkpoint, its summary line), touching neither NCCL nor the device. A
+  // call still in flight after a bounded wait is named, and nothing saved.
+  void finish_at_exit();
 
   // refresh: first ask NCCL for rank and size if still unknown (never for a
   // handle that may be gone).
@@ -109,6 +115,7 @@ class CommEntry {
   std::unique_ptr<nccl::NcclComm> transport_;
   std::unique_ptr<Communicator> communicator_;
   std::vector<uint8_t> host_;
+  BufferKeys keys_;  // guarded by call_mu_
   std::atomic<bool> aborted_{false};
 
   mutable std::mutex snap_mu_;  // guards everything below (never held across NCCL calls)

@@ -6,6 +6,8 @@
 // per-communicator registry and group depth up to date.
 #include <nccl.h>
 
+#include <algorithm>
+
 #include "compcoll/error.h"
 #include "plugin/nccl_interposer/c_boundary.h"
 #include "plugin/nccl_interposer/interposer.h"
@@ -113,7 +115,7 @@ CC_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclU
   if (reentered()) return forward(real().CommInitRank, comm, nranks, commId, rank);
   return entry("ncclCommInitRank", [&] {
     Interposer& ip = Interposer::get();
-    ip.check_config();  // a bad COMPCOLL_* value fails before any traffic
+    ip.check_config(rank);  // a bad COMPCOLL_* value fails before any traffic
     const ncclResult_t r = ip.real().CommInitRank(comm, nranks, commId, rank);
     if (created(r)) ip.register_root(*comm);
     return r;
@@ -126,7 +128,7 @@ CC_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks,
   if (reentered()) return forward(real().CommInitRankConfig, comm, nranks, commId, rank, config);
   return entry("ncclCommInitRankConfig", [&] {
     Interposer& ip = Interposer::get();
-    ip.check_config();
+    ip.check_config(rank);
     const auto fn = need(ip.real().CommInitRankConfig, "ncclCommInitRankConfig");
     const ncclResult_t r = fn(comm, nranks, commId, rank, config);
     if (created(r)) ip.register_root(*comm);
@@ -142,7 +144,7 @@ CC_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nr
   }
   return entry("ncclCommInitRankScalable", [&] {
     Interposer& ip = Interposer::get();
-    ip.check_config();
+    ip.check_config(myrank);
     const auto fn = need(ip.real().CommInitRankScalable, "ncclCommInitRankScalable");
     const ncclResult_t r = fn(newcomm, nranks, myrank, nId, commIds, config);
     if (created(r)) ip.register_root(*newcomm);
@@ -154,7 +156,7 @@ CC_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const i
   if (reentered()) return forward(real().CommInitAll, comms, ndev, devlist);
   return entry("ncclCommInitAll", [&] {
     Interposer& ip = Interposer::get();
-    ip.check_config();
+    for (int i = 0; i < std::max(ndev, 1); ++i) ip.check_config(i);
     const ncclResult_t r = ip.real().CommInitAll(comms, ndev, devlist);
     if (created(r)) {
       for (int i = 0; i < ndev; ++i) ip.register_root(comms[i]);

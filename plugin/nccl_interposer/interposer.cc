@@ -59,7 +59,7 @@ OpInfo op_info(ncclRedOp_t op) {
   }
 }
 
-void write_stats_at_exit() { Interposer::get().write_all_stats(); }
+void at_exit() { Interposer::get().finish_at_exit(); }
 
 }  // namespace
 
@@ -109,7 +109,11 @@ Interposer::Interposer() : log_(LogLevel::kWarn, -1) {
     log_.warn("NCCL interposer: ", cuda_error_, "; every allreduce is forwarded uncompressed");
   }
   enabled_ = true;
-  if (!settings_.config.stats_file.empty()) std::atexit(&write_stats_at_exit);
+  // A program that exits without ncclCommDestroy still gets its stats and
+  // its error-feedback checkpoint.
+  if (!settings_.config.stats_file.empty() || !settings_.config.state_dir.empty()) {
+    std::atexit(&at_exit);
+  }
   log_.info("NCCL interposer: ", settings_.config.algo,
             " for float32/float16/bfloat16 SUM/AVG allreduces of at least ",
             settings_.config.min_elems, " elements outside groups and graph capture; everything "
@@ -122,8 +126,14 @@ const nccl::NcclApi& Interposer::real() const {
   return *nccl_;
 }
 
-void Interposer::check_config() const {
+void Interposer::check_config(int rank) const {
   if (!config_error_.empty()) throw Error(ErrorKind::kInvalidArgument, config_error_);
+  if (!enabled_ || rank < 0 || settings_.config.stats_file.empty()) return;
+  // Now, before any traffic, not in a warning when the process exits.
+  const std::string path = stats_path(settings_.config.stats_file, rank);
+  const std::string problem = output_file_problem(path);
+  CC_CHECK(problem.empty(), kInvalidArgument, "COMPCOLL_STATS_FILE cannot be written: rank ",
+           rank, ": ", path, ": ", problem);
 }
 
 void Interposer::group_started() { ++t_group_depth; }
@@ -271,8 +281,8 @@ void Interposer::write_stats(int origin_rank) {
   }
 }
 
-void Interposer::write_all_stats() {
-  if (!enabled_ || settings_.config.stats_file.empty()) return;
+void Interposer::finish_at_exit() {
+  if (!enabled_) return;
   std::set<int> origins;
   std::vector<std::shared_ptr<CommEntry>> live;
   {
@@ -280,6 +290,8 @@ void Interposer::write_all_stats() {
     for (const auto& [handle, e] : live_) live.push_back(e);
     for (const auto& s : finished_) origins.insert(s.origin_rank);
   }
+  for (const auto& e : live) e->finish_at_exit();
+  if (settings_.config.stats_file.empty()) return;
   for (const auto& e : live) origins.insert(e->origin_rank());
   for (const int o : origins) write_stats(o);
 }

@@ -46,8 +46,10 @@ class Interposer {
 
   // The real NCCL; throws kUnsupported when it could not be loaded.
   const nccl::NcclApi& real() const;
-  // Throws kInvalidArgument when a COMPCOLL_* value is bad.
-  void check_config() const;
+  // Throws kInvalidArgument when a COMPCOLL_* value is bad or, given the
+  // rank a root communicator is being created with, when compression is on
+  // and that rank's COMPCOLL_STATS_FILE could not be written at exit.
+  void check_config(int rank = -1) const;
   bool enabled() const { return enabled_; }
 
   // Registry. Roots: origin is their own rank. Children (split, shrink)
@@ -68,8 +70,10 @@ class Interposer {
   static void group_ended();
   static int group_depth();
 
-  // Writes the stats file of every origin rank (atexit).
-  void write_all_stats();
+  // At exit: finishes the communicators the program never destroyed (their
+  // COMPCOLL_STATE_DIR checkpoints), then writes the stats file of every
+  // origin rank.
+  void finish_at_exit();
 
  private:
   Interposer();

@@ -211,6 +211,51 @@ TEST_F(Interposer, StatsAreWrittenAtExitWhenCommunicatorsAreNeverDestroyed) {
   }
 }
 
+// COMPCOLL_STATE_DIR for a program that never calls ncclCommDestroy: the
+// checkpoint is written at exit, and a restarted program whose buffers lie at
+// other addresses finds its states again (keys are the buffers' order of
+// first use, not their addresses), so the resumed fp32 steps have the bits of
+// an uninterrupted run. Without the checkpoint the same steps differ.
+TEST_F(Interposer, StateDirResumesBitForBitAfterAnExitWithoutDestroy) {
+  const auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+    return n;
+  };
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_WARMUP_STEPS"] = "2";
+  e["COMPCOLL_DEBUG"] = "INFO";
+  e["COMPCOLL_STATE_DIR"] = dir_ + "/whole";
+  const AppRun whole = run({"--ranks", "2", "--steps", "5"}, e);
+  EXPECT_RAN_OK(whole);
+  e["COMPCOLL_STATE_DIR"] = dir_ + "/resumed";
+  const AppRun first = run({"--ranks", "2", "--steps", "2", "--no-destroy"}, e);
+  EXPECT_RAN_OK(first);
+  // fp32, fp16 and bf16 buffers: three states per rank, saved at exit.
+  EXPECT_EQ(count(first.output, "COMPCOLL_STATE_DIR: saved 3 error-feedback states"), 2u)
+      << first.output;
+  const AppRun second = run({"--ranks", "2", "--steps", "3", "--first-step", "2"}, e);
+  EXPECT_RAN_OK(second);
+  EXPECT_EQ(count(second.output, "restored the error-feedback state of 3 tensors"), 2u)
+      << second.output;
+  // The restored states were the ones used: still three, not six.
+  EXPECT_EQ(count(second.output, "COMPCOLL_STATE_DIR: saved 3 error-feedback states"), 2u)
+      << second.output;
+  const auto tail = [](const std::vector<std::string>& digests) {
+    return std::vector<std::string>(digests.end() - 3, digests.end());
+  };
+  const auto want = lines_after(whole.output, "digest fp32-sum-");
+  const auto got = lines_after(second.output, "digest fp32-sum-");
+  ASSERT_EQ(want.size(), 5u) << whole.output;
+  ASSERT_EQ(got.size(), 3u) << second.output;
+  EXPECT_EQ(got, tail(want));
+  e.erase("COMPCOLL_STATE_DIR");
+  const AppRun fresh = run({"--ranks", "2", "--steps", "3", "--first-step", "2"}, e);
+  EXPECT_RAN_OK(fresh);
+  EXPECT_NE(lines_after(fresh.output, "digest fp32-sum-"), tail(want)) << "the test cannot fail";
+}
+
 TEST_F(Interposer, AStalledPeerTimesOutAbortsOnceAndReportsTheError) {
   auto e = env();
   e["COMPCOLL_ALGO"] = "dgc";
@@ -234,6 +279,24 @@ TEST_F(Interposer, ABadSettingFailsCommunicatorCreation) {
   EXPECT_RAN_OK(r);
   EXPECT_NE(r.output.find("init-failed rank 0 result 4 ncclCommInitRank: compcoll: COMPCOLL_ALGO=bogus"),
             std::string::npos) << r.output;
+}
+
+// Checked when the communicator is created, not in a warning at exit.
+TEST_F(Interposer, AStatsFileThatCannotBeWrittenFailsCommunicatorCreation) {
+  { std::ofstream(dir_ + "/a-file") << "not a directory"; }
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_STATS_FILE"] = dir_ + "/a-file/stats-{rank}.json";
+  const AppRun r = run({"--ranks", "2", "--expect-init-failure"}, e);
+  EXPECT_RAN_OK(r);
+  for (int rank : {0, 1}) {
+    const std::string rs = std::to_string(rank);
+    EXPECT_NE(r.output.find("init-failed rank " + rs + " result 4 ncclCommInitRank: compcoll: "
+                            "COMPCOLL_STATS_FILE cannot be written: rank " + rs + ": " + dir_ +
+                            "/a-file/stats-" + rs + ".json: cannot create its directory " + dir_ +
+                            "/a-file"),
+              std::string::npos) << r.output;
+  }
 }
 
 TEST_F(Interposer, RefusesToLoadItselfAsTheRealNccl) {

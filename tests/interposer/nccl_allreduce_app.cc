@@ -10,7 +10,9 @@
 // untouched (int32 SUM, fp32 MAX, a 100-element SUM, an allreduce inside
 // ncclGroupStart/End, one captured into a CUDA graph), other collectives
 // (broadcast, allgather), and with --split the same buffer through a parent
-// and a split child. Every allreduce prints its arguments:
+// and a split child. --first-step N starts the fp32 steps' data at step N,
+// as a run resumed from a checkpoint would. Every allreduce prints its
+// arguments:
 //   compressible|forwarded count=N type=T op=O root=0 send=P recv=P stream=S
 // in the stand-in NCCL's log format, digests of the results ("digest NAME HEX",
 // checked equal on every rank), and finally "result ok" (exit 0) or
@@ -39,6 +41,7 @@ struct Options {
   int ranks = 2;
   size_t count = 20000;
   int steps = 3;
+  int first_step = 0;  // the fp32 steps' data continue from here (a resumed run)
   bool split = false;
   bool child_idle = false;
   int stall_rank = -1;
@@ -178,8 +181,8 @@ class Rank {
   bool compressible_phase() {
     const size_t n = o_.count;
     std::vector<float> h(n), want, scale;
-    for (int step = 0; step < o_.steps; ++step) {
-      if (o_.stall_rank >= 0 && step == 1) return stall();
+    for (int step = o_.first_step; step < o_.first_step + o_.steps; ++step) {
+      if (o_.stall_rank >= 0 && step == o_.first_step + 1) return stall();
       for (size_t i = 0; i < n; ++i) h[i] = value(rank_, step, i);
       put(a_, h);
       nc(allreduce("compressible", a_, a_, n, ncclFloat32, ncclSum, comm_), "ncclAllReduce(fp32)");
@@ -371,6 +374,7 @@ Options parse(int argc, char** argv) {
     if (a == "--ranks") o.ranks = std::stoi(next());
     else if (a == "--count") o.count = std::stoul(next());
     else if (a == "--steps") o.steps = std::stoi(next());
+    else if (a == "--first-step") o.first_step = std::stoi(next());
     else if (a == "--split") o.split = true;
     else if (a == "--child-idle") o.child_idle = true;
     else if (a == "--stall-rank") o.stall_rank = std::stoi(next());

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -85,6 +86,49 @@ TEST(Communicator, WritesTheStatsFileOnDestruction) {
     EXPECT_NE(text.str().find("\"compressed_calls\": 1"), std::string::npos) << text.str();
     EXPECT_NE(text.str().find("\"algo\": \"dgc\""), std::string::npos) << text.str();
   });
+}
+
+// The stats file's directory is made when missing; a path that cannot be
+// written (here rank 1's lies inside a regular file) fails every rank when
+// the communicator is created, naming the rank, the path and why, instead of
+// a warning after the run. Owners that write the file themselves (the
+// PyTorch backend, the NCCL interposer) pass it as owner_stats_path.
+TEST(Communicator, AStatsFileThatCannotBeWrittenFailsEveryRankAtCreation) {
+  const std::string base = ::testing::TempDir() + "cc-stats-unwritable";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  { std::ofstream(base + "/a-file") << "not a directory"; }
+  for (const bool owner_writes : {false, true}) {
+    testing::run_gloo_ranks(2, [&](Comm& comm) {
+      const std::string bad = base + "/a-file/stats-1.json";
+      Config c = dgc_config();
+      const std::string mine = comm.rank() == 1 ? bad : base + "/new/dir/stats-0.json";
+      (owner_writes ? c.owner_stats_path : c.stats_file) = mine;
+      try {
+        Communicator cc(std::make_unique<Borrowed>(comm), c);
+        ADD_FAILURE() << "rank " << comm.rank() << " accepted an unwritable stats file";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+        const std::string want = "COMPCOLL_STATS_FILE cannot be written: rank 1: " + bad +
+                                 ": cannot create its directory " + base + "/a-file";
+        EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      }
+    });
+  }
+  // Rank 0's missing directories were made, ready for its file.
+  EXPECT_TRUE(std::filesystem::is_directory(base + "/new/dir"));
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    Config c = dgc_config();
+    c.stats_file = base + "/{rank}/deeper/stats.json";
+    {
+      Communicator cc(std::make_unique<Borrowed>(comm), c);
+      std::vector<float> g(100000, 1.0f);
+      cc.allreduce(g.data(), g.size(), DType::kFloat32, ReduceOp::kSum, "g");
+    }
+    EXPECT_TRUE(std::filesystem::exists(base + "/" + std::to_string(comm.rank()) +
+                                        "/deeper/stats.json"));
+  });
+  std::filesystem::remove_all(base);
 }
 
 // A job that ends inside the warm-up (csc and onebit run it dense), or

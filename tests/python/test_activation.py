@@ -49,6 +49,22 @@ def test_compcoll_algo_turns_gloo_into_compcoll(tmp_path):
         print("stats:", st)
 
 
+def test_a_stats_file_that_cannot_be_written_fails_at_init_not_at_exit(tmp_path):
+    """COMPCOLL_STATS_FILE inside a regular file: every rank fails when the
+    group is created, naming each rank's path and why, before any training
+    step, instead of warning after the run that its stats are lost."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_STATS_FILE": str(blocker / "stats{rank}.json")}
+    ranks = launch([SCRIPT], 2, env=env, check=False)
+    for r in ranks:
+        assert r.returncode != 0 and not r.results, r.describe()
+        assert "COMPCOLL_STATS_FILE cannot be written: " in r.stderr, r.describe()
+        for rank in range(2):
+            assert (f"rank {rank}: {blocker / f'stats{rank}.json'}: cannot create its directory "
+                    f"{blocker}") in r.stderr, r.describe()
+
+
 def test_unset_means_plain_gloo(tmp_path):
     env = {"COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json")}
     ranks = launch_plain([SCRIPT], 2, env)

@@ -131,7 +131,12 @@ CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
   cfg_.timeout = timeout;
   if (stats_id_.rank < 0) stats_id_ = {getRank(), getSize()};
   Config lane_cfg = cfg_;
-  lane_cfg.stats_file.clear();  // one file per process, written by finish()
+  // One file per process, written by finish(); each lane's communicator
+  // checks at creation, with the other ranks, that it can be written.
+  if (!cfg_.stats_file.empty()) {
+    lane_cfg.owner_stats_path = stats_path(cfg_.stats_file, stats_id_.rank);
+  }
+  lane_cfg.stats_file.clear();
   lane_cfg_ = std::make_shared<const Config>(std::move(lane_cfg));
   host_ = std::make_shared<Lane>("cpu", c10::DeviceType::CPU, inner_);
   host_->ensure_comm(*lane_cfg_, timeout_, std::nullopt);

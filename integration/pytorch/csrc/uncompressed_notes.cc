@@ -36,10 +36,14 @@ Reason reason_for(const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& 
   const at::ScalarType st = t.scalar_type();
   if (st != at::kFloat && st != at::kHalf && st != at::kBFloat16) {
     const std::string name = st == at::kDouble ? "float64" : c10::toString(st);
+    // The advice fits the usual case, a float64 model; other floating types
+    // (float8 variants) get the list alone.
+    const std::string advice = st == at::kDouble
+                                   ? " (a model in float64 keeps its gradients in float64; "
+                                     "train it in float32 to compress them)"
+                                   : "";
     return {name, "a " + name +
-                      " tensor: compcoll compresses float32, float16 and bfloat16 (a model in "
-                      "float64 keeps its gradients in float64; train it in float32 to compress "
-                      "them)"};
+                      " tensor: compcoll compresses float32, float16 and bfloat16" + advice};
   }
   if (!t.is_contiguous()) {
     return {"non-contiguous",
