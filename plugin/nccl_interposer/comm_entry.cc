@@ -23,8 +23,14 @@ constexpr size_t kMaxLoggedShapes = 1024;
 
 }  // namespace
 
-CommEntry::CommEntry(const Runtime& rt, ncclComm_t comm, int id, int parent, int origin_rank)
-    : rt_(rt), comm_(comm), id_(id), parent_(parent), log_(rt.config->debug, -1) {
+CommEntry::CommEntry(const Runtime& rt, ncclComm_t comm, int id, int parent, int origin_rank,
+                     std::string lineage)
+    : rt_(rt),
+      comm_(comm),
+      id_(id),
+      parent_(parent),
+      lineage_(std::move(lineage)),
+      log_(rt.config->debug, -1) {
   snap_.id = id;
   snap_.parent = parent;
   snap_.origin_rank = origin_rank;
@@ -48,6 +54,10 @@ void CommEntry::refresh_identity() {
   snap_.size = size;
   if (snap_.origin_rank < 0) snap_.origin_rank = rank;
   log_.set_rank(rank);
+}
+
+std::string CommEntry::next_child_lineage() {
+  return lineage_ + (lineage_.empty() ? "" : ".") + "split" + std::to_string(children_++);
 }
 
 int CommEntry::origin_rank() {
@@ -102,6 +112,7 @@ void CommEntry::ensure_communicator(CUstream stream) {
     cfg.owner_stats_path = stats_path(cfg.stats_file, origin);
   }
   cfg.stats_file.clear();
+  cfg.state_tag = lineage_;
   try {
     // Collective: every rank makes the same first eligible call.
     communicator_ = std::make_unique<Communicator>(std::make_unique<LentComm>(*transport_), cfg);

@@ -61,8 +61,10 @@ struct Runtime {
 class CommEntry {
  public:
   // origin_rank: the parent's origin for a split child, -1 for a root (its
-  // own rank, once known).
-  CommEntry(const Runtime& rt, ncclComm_t comm, int id, int parent, int origin_rank);
+  // own rank, once known). lineage: "" for a root, next_child_lineage() of
+  // the parent for a child.
+  CommEntry(const Runtime& rt, ncclComm_t comm, int id, int parent, int origin_rank,
+            std::string lineage = "");
   ~CommEntry();
 
   CommEntry(const CommEntry&) = delete;
@@ -71,6 +73,12 @@ class CommEntry {
   ncclComm_t handle() const { return comm_; }
   int id() const { return id_; }
   int origin_rank();
+  // The name of this communicator's next split (or shrunk) child in its
+  // COMPCOLL_STATE_DIR file: "split0", "split1", then "split0.split0" for a
+  // grandchild. Splits are collective and ordered, so a restarted program's
+  // children get the same names whatever their ids or handles, and a child
+  // as large as its parent does not collide with it in one file.
+  std::string next_child_lineage();
   // True once NcclComm aborted the NCCL communicator (timeout, async error):
   // the handle is gone and must not reach NCCL again.
   bool aborted() const;
@@ -109,6 +117,8 @@ class CommEntry {
   ncclComm_t comm_;
   int id_;
   int parent_;
+  const std::string lineage_;
+  std::atomic<int> children_{0};
   Logger log_;
 
   std::mutex call_mu_;  // one compressed call at a time per communicator

@@ -9,6 +9,7 @@
 #include "collectives/registry.h"
 #include "compcoll/error.h"
 #include "plugin/nccl_interposer/stats_report.h"
+#include "plugin/state_file.h"
 #include "plugin/stats.h"
 
 namespace compcoll::interposer {
@@ -128,12 +129,20 @@ const nccl::NcclApi& Interposer::real() const {
 
 void Interposer::check_config(int rank) const {
   if (!config_error_.empty()) throw Error(ErrorKind::kInvalidArgument, config_error_);
-  if (!enabled_ || rank < 0 || settings_.config.stats_file.empty()) return;
+  if (!enabled_ || rank < 0) return;
   // Now, before any traffic, not in a warning when the process exits.
-  const std::string path = stats_path(settings_.config.stats_file, rank);
-  const std::string problem = output_file_problem(path);
-  CC_CHECK(problem.empty(), kInvalidArgument, "COMPCOLL_STATS_FILE cannot be written: rank ",
-           rank, ": ", path, ": ", problem);
+  const Config& cfg = settings_.config;
+  if (!cfg.stats_file.empty()) {
+    const std::string path = stats_path(cfg.stats_file, rank);
+    const std::string problem = output_file_problem(path);
+    CC_CHECK(problem.empty(), kInvalidArgument, "COMPCOLL_STATS_FILE cannot be written: rank ",
+             rank, ": ", path, ": ", problem);
+  }
+  if (!cfg.state_dir.empty()) {
+    const std::string problem = state_dir_problem(cfg.state_dir);
+    CC_CHECK(problem.empty(), kInvalidArgument, "COMPCOLL_STATE_DIR ", cfg.state_dir, ": ",
+             problem);
+  }
 }
 
 void Interposer::group_started() { ++t_group_depth; }
@@ -142,11 +151,12 @@ void Interposer::group_ended() {
 }
 int Interposer::group_depth() { return t_group_depth; }
 
-std::shared_ptr<CommEntry> Interposer::add_entry(ncclComm_t comm, int parent_id, int origin_rank) {
+std::shared_ptr<CommEntry> Interposer::add_entry(ncclComm_t comm, int parent_id, int origin_rank,
+                                                 std::string lineage) {
   Runtime rt{&*nccl_, cuda_ ? &*cuda_ : nullptr, &settings_.config};
   std::lock_guard<std::mutex> lk(mu_);
   const int id = next_id_++;
-  auto entry = std::make_shared<CommEntry>(rt, comm, id, parent_id, origin_rank);
+  auto entry = std::make_shared<CommEntry>(rt, comm, id, parent_id, origin_rank, std::move(lineage));
   auto& slot = live_[comm];
   // A handle we still track was destroyed behind our back (an entry point we
   // do not wrap) and its address reused: the old entry's state is not this
@@ -165,7 +175,7 @@ void Interposer::register_root(ncclComm_t comm) {
 void Interposer::register_child(ncclComm_t child, ncclComm_t parent) {
   if (!enabled_ || child == nullptr) return;
   const auto p = find_or_add(parent);
-  add_entry(child, p->id(), p->origin_rank());
+  add_entry(child, p->id(), p->origin_rank(), p->next_child_lineage());
 }
 
 std::shared_ptr<CommEntry> Interposer::find(ncclComm_t comm) {

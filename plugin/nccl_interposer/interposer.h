@@ -48,7 +48,8 @@ class Interposer {
   const nccl::NcclApi& real() const;
   // Throws kInvalidArgument when a COMPCOLL_* value is bad or, given the
   // rank a root communicator is being created with, when compression is on
-  // and that rank's COMPCOLL_STATS_FILE could not be written at exit.
+  // and that rank's COMPCOLL_STATS_FILE or the COMPCOLL_STATE_DIR could not
+  // be written at exit.
   void check_config(int rank = -1) const;
   bool enabled() const { return enabled_; }
 
@@ -78,7 +79,8 @@ class Interposer {
  private:
   Interposer();
 
-  std::shared_ptr<CommEntry> add_entry(ncclComm_t comm, int parent_id, int origin_rank);
+  std::shared_ptr<CommEntry> add_entry(ncclComm_t comm, int parent_id, int origin_rank,
+                                       std::string lineage = "");
   std::shared_ptr<CommEntry> find(ncclComm_t comm);
   std::shared_ptr<CommEntry> find_or_add(ncclComm_t comm);
   // Why the call must be forwarded, or nothing when it is compressed.

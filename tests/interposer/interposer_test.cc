@@ -256,6 +256,33 @@ TEST_F(Interposer, StateDirResumesBitForBitAfterAnExitWithoutDestroy) {
   EXPECT_NE(lines_after(fresh.output, "digest fp32-sum-"), tail(want)) << "the test cannot fail";
 }
 
+// A split child as large as its parent has the same rank and size: it gets
+// a file of its own, named by its place among its parent's splits, and both
+// are restored at the next start.
+TEST_F(Interposer, StateDirGivesASplitChildItsOwnFile) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_DEBUG"] = "INFO";
+  e["COMPCOLL_STATE_DIR"] = dir_ + "/state";
+  for (int run_no = 0; run_no < 2; ++run_no) {
+    const AppRun r = run({"--ranks", "2", "--split"}, e);
+    EXPECT_RAN_OK(r);
+    EXPECT_EQ(r.output.find("another communicator of this process uses"), std::string::npos)
+        << r.output;
+    size_t restored = 0;
+    for (size_t p = r.output.find("restored the error-feedback state of"); p != std::string::npos;
+         p = r.output.find("restored the error-feedback state of", p + 1)) {
+      ++restored;
+    }
+    EXPECT_EQ(restored, run_no == 0 ? 0u : 4u) << r.output;  // parent and child, two ranks
+  }
+  for (const char* name : {"compcoll-state-rank0-of2.bin", "compcoll-state-rank1-of2.bin",
+                           "compcoll-state-split0-rank0-of2.bin",
+                           "compcoll-state-split0-rank1-of2.bin"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir_ + "/state/" + name)) << name;
+  }
+}
+
 TEST_F(Interposer, AStalledPeerTimesOutAbortsOnceAndReportsTheError) {
   auto e = env();
   e["COMPCOLL_ALGO"] = "dgc";
@@ -297,6 +324,18 @@ TEST_F(Interposer, AStatsFileThatCannotBeWrittenFailsCommunicatorCreation) {
                             "/a-file"),
               std::string::npos) << r.output;
   }
+}
+
+TEST_F(Interposer, AStateDirThatCannotBeWrittenFailsCommunicatorCreation) {
+  { std::ofstream(dir_ + "/a-file") << "not a directory"; }
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_STATE_DIR"] = dir_ + "/a-file/state";
+  const AppRun r = run({"--ranks", "2", "--expect-init-failure"}, e);
+  EXPECT_RAN_OK(r);
+  EXPECT_NE(r.output.find("init-failed rank 0 result 4 ncclCommInitRank: compcoll: "
+                          "COMPCOLL_STATE_DIR " + dir_ + "/a-file/state: cannot create the directory"),
+            std::string::npos) << r.output;
 }
 
 TEST_F(Interposer, RefusesToLoadItselfAsTheRealNccl) {
