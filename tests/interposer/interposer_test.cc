@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <regex>
@@ -308,34 +309,32 @@ TEST_F(Interposer, ABadSettingFailsCommunicatorCreation) {
             std::string::npos) << r.output;
 }
 
-// Checked when the communicator is created, not in a warning at exit.
-TEST_F(Interposer, AStatsFileThatCannotBeWrittenFailsCommunicatorCreation) {
+// COMPCOLL_STATS_FILE and COMPCOLL_STATE_DIR are checked when the
+// communicator is created, not found unwritable in a warning at exit.
+TEST_F(Interposer, AnOutputPathThatCannotBeWrittenFailsCommunicatorCreation) {
   { std::ofstream(dir_ + "/a-file") << "not a directory"; }
-  auto e = env();
-  e["COMPCOLL_ALGO"] = "dgc";
-  e["COMPCOLL_STATS_FILE"] = dir_ + "/a-file/stats-{rank}.json";
-  const AppRun r = run({"--ranks", "2", "--expect-init-failure"}, e);
-  EXPECT_RAN_OK(r);
-  for (int rank : {0, 1}) {
+  const std::string blocked = dir_ + "/a-file";
+  const auto expect_init_failure = [&](const char* var, const std::string& value,
+                                       const std::function<std::string(int)>& said) {
+    auto e = env();
+    e["COMPCOLL_ALGO"] = "dgc";
+    e[var] = value;
+    const AppRun r = run({"--ranks", "2", "--expect-init-failure"}, e);
+    EXPECT_RAN_OK(r);
+    for (int rank : {0, 1}) {
+      EXPECT_NE(r.output.find("init-failed rank " + std::to_string(rank) +
+                              " result 4 ncclCommInitRank: compcoll: " + said(rank)),
+                std::string::npos) << r.output;
+    }
+  };
+  expect_init_failure("COMPCOLL_STATS_FILE", blocked + "/stats-{rank}.json", [&](int rank) {
     const std::string rs = std::to_string(rank);
-    EXPECT_NE(r.output.find("init-failed rank " + rs + " result 4 ncclCommInitRank: compcoll: "
-                            "COMPCOLL_STATS_FILE cannot be written: rank " + rs + ": " + dir_ +
-                            "/a-file/stats-" + rs + ".json: cannot create its directory " + dir_ +
-                            "/a-file"),
-              std::string::npos) << r.output;
-  }
-}
-
-TEST_F(Interposer, AStateDirThatCannotBeWrittenFailsCommunicatorCreation) {
-  { std::ofstream(dir_ + "/a-file") << "not a directory"; }
-  auto e = env();
-  e["COMPCOLL_ALGO"] = "dgc";
-  e["COMPCOLL_STATE_DIR"] = dir_ + "/a-file/state";
-  const AppRun r = run({"--ranks", "2", "--expect-init-failure"}, e);
-  EXPECT_RAN_OK(r);
-  EXPECT_NE(r.output.find("init-failed rank 0 result 4 ncclCommInitRank: compcoll: "
-                          "COMPCOLL_STATE_DIR " + dir_ + "/a-file/state: cannot create the directory"),
-            std::string::npos) << r.output;
+    return "COMPCOLL_STATS_FILE cannot be written: rank " + rs + ": " + blocked + "/stats-" + rs +
+           ".json: cannot create its directory " + blocked;
+  });
+  expect_init_failure("COMPCOLL_STATE_DIR", blocked + "/state", [&](int) {
+    return "COMPCOLL_STATE_DIR " + blocked + "/state: cannot create the directory";
+  });
 }
 
 TEST_F(Interposer, RefusesToLoadItselfAsTheRealNccl) {
