@@ -103,8 +103,9 @@ COMPCOLL_API compcoll_status_t compcoll_get_stats(const compcoll_comm_t* comm, c
 COMPCOLL_API compcoll_status_t compcoll_get_steady_stats(const compcoll_comm_t* comm,
                                                          compcoll_steady_stats_t* stats);
 
-/* Writes COMPCOLL_STATS_FILE (if set), logs a summary, frees everything.
- * NULL is accepted. */
+/* Writes COMPCOLL_STATS_FILE and saves the COMPCOLL_STATE_DIR checkpoint
+ * (if set), logs a summary, frees everything. A communicator that is never
+ * destroyed saves neither. NULL is accepted. */
 COMPCOLL_API compcoll_status_t compcoll_comm_destroy(compcoll_comm_t* comm);
 
 COMPCOLL_API const char* compcoll_status_string(compcoll_status_t status);

@@ -106,6 +106,35 @@ def test_a_state_dir_that_cannot_be_written_fails_at_init_not_at_exit(tmp_path):
             r.describe()
 
 
+def test_a_group_over_every_rank_keeps_its_own_state_file(tmp_path):
+    """A new_group over every rank has the default group's rank and size:
+    it saves to a file named by torch's group name, beside the default
+    group's, no WARN says a file is taken, and both restore at the next
+    start with their own states (the subgroup's tensor has another size)."""
+    code = ("import torch, torch.distributed as dist\n"
+            "dist.init_process_group('gloo')\n"
+            "sub = dist.new_group(list(range(dist.get_world_size())))\n"
+            "x, y = torch.ones(50_000), torch.ones(70_000)\n"
+            "for _ in range(3):\n"
+            "    dist.all_reduce(x)\n"
+            "    dist.all_reduce(y, group=sub)\n"
+            "print('RESULT {}')\n"
+            "dist.destroy_process_group()\n")
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DEBUG": "INFO",
+           "COMPCOLL_STATE_DIR": str(tmp_path / "state")}
+    first = launch(["-c", code], RANKS, env=env)
+    files = sorted(os.listdir(tmp_path / "state"))
+    for r in range(RANKS):
+        assert f"compcoll-state-rank{r}-of{RANKS}.bin" in files, files
+        assert f"compcoll-state-group-1-rank{r}-of{RANKS}.bin" in files, files
+    again = launch(["-c", code], RANKS, env=env)
+    for res in first + again:
+        assert "another communicator of this process uses" not in res.stderr, res.stderr
+    for res in again:
+        assert res.stderr.count("restored the error-feedback state of 1 tensors") == 2, res.stderr
+        assert "starting it fresh" not in res.stderr, res.stderr
+
+
 def test_device_lane_keeps_its_own_state_file(tmp_path):
     """The test lane staged_cpu (the cuda lane's path, on cpu tensors) saves
     beside the host lane and restores its own file at the next start."""

@@ -24,6 +24,7 @@ new_group, torchrun) goes through it.
 import atexit
 import json
 import multiprocessing.util
+import re
 import threading
 import warnings
 
@@ -114,6 +115,18 @@ def _global_identity(rank, size, global_ranks):
     return rank, size
 
 
+def _state_tag(group_name):
+    """What names a group's COMPCOLL_STATE_DIR files beside its rank and size:
+    nothing for the default group (torch names it "0"), "group-<name>" for
+    the others. torch names groups by a counter of group creations (or a
+    hash of the ranks and that counter), the same in every run of the same
+    script, so a restarted job's groups find their files again, and a
+    new_group over every rank does not collide with the default group."""
+    if group_name is None or str(group_name) in ("", "0"):
+        return ""
+    return "group-" + re.sub(r"[^A-Za-z0-9_.]", "_", str(group_name))[:64]
+
+
 def _build(args, device_lane):
     """The backend for either calling convention of Backend.register_backend;
     device_lane: whether cuda tensors may get their own (NCCL) lane."""
@@ -135,7 +148,8 @@ def _build(args, device_lane):
         factory = lambda: _inner_nccl(store, rank, size, timeout, group_name,  # noqa: E731
                                       global_ranks)
     stats_rank, stats_world = _global_identity(rank, size, global_ranks)
-    backend = _C.create_backend(inner, timeout, lane, factory, stats_rank, stats_world)
+    backend = _C.create_backend(inner, timeout, lane, factory, stats_rank, stats_world,
+                                _state_tag(group_name))
     _install_exit_hooks()
     _momentum.install()
     return backend

@@ -116,7 +116,7 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
 
 CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
                                  std::chrono::milliseconds timeout, DeviceLaneSpec device_lane,
-                                 StatsIdentity stats_id)
+                                 StatsIdentity stats_id, std::string state_tag)
     : c10d::Backend(inner->getRank(), inner->getSize()),
       inner_(std::move(inner)),
       timeout_(std::make_shared<GroupTimeout>(timeout)),
@@ -129,6 +129,7 @@ CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
   cfg_.rank = getRank();
   cfg_.world_size = getSize();
   cfg_.timeout = timeout;
+  cfg_.state_tag = std::move(state_tag);
   if (stats_id_.rank < 0) stats_id_ = {getRank(), getSize()};
   Config lane_cfg = cfg_;
   // One file per process, written by finish(); each lane's communicator
@@ -178,9 +179,9 @@ std::vector<c10::intrusive_ptr<CompcollBackend>> CompcollBackend::live() {
 
 c10::intrusive_ptr<CompcollBackend> CompcollBackend::create(
     c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
-    DeviceLaneSpec device_lane, StatsIdentity stats_id) {
+    DeviceLaneSpec device_lane, StatsIdentity stats_id, std::string state_tag) {
   auto b = c10::make_intrusive<CompcollBackend>(std::move(inner), timeout, std::move(device_lane),
-                                                stats_id);
+                                                stats_id, std::move(state_tag));
   std::lock_guard<std::mutex> lock(registry_mutex());
   registry().emplace_back(b);
   return b;

@@ -120,9 +120,11 @@ class CompcollBackend final : public c10d::Backend {
   // are inner's) and builds the host lane's Communicator, which agrees on
   // it. timeout: the process group's timeout; every inner wait honours it,
   // and every queued operation settles within it (setTimeout() changes it
-  // for the operations submitted after).
+  // for the operations submitted after). state_tag: names the group's
+  // COMPCOLL_STATE_DIR files ("" for the default group; see _backend.py).
   CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
-                  DeviceLaneSpec device_lane = {}, StatsIdentity stats_id = {});
+                  DeviceLaneSpec device_lane = {}, StatsIdentity stats_id = {},
+                  std::string state_tag = {});
   ~CompcollBackend() override;
 
   const std::string getBackendName() const override { return "compcoll"; }
@@ -245,7 +247,8 @@ class CompcollBackend final : public c10d::Backend {
   static c10::intrusive_ptr<CompcollBackend> create(c10::intrusive_ptr<c10d::Backend> inner,
                                                     std::chrono::milliseconds timeout,
                                                     DeviceLaneSpec device_lane = {},
-                                                    StatsIdentity stats_id = {});
+                                                    StatsIdentity stats_id = {},
+                                                    std::string state_tag = {});
   // Every live backend of this process (for the exit hook).
   static std::vector<c10::intrusive_ptr<CompcollBackend>> live();
 

@@ -127,7 +127,7 @@ PYBIND11_MODULE(_C, m) {
       "create_backend",
       [](const c10::intrusive_ptr<c10d::Backend>& inner, std::chrono::milliseconds timeout,
          std::optional<std::string> device_lane, std::optional<py::function> device_factory,
-         int stats_rank, int stats_world_size) {
+         int stats_rank, int stats_world_size, std::string state_tag) {
         DeviceLaneSpec spec;
         if (device_lane) {
           TORCH_CHECK(device_factory, "compcoll: a device lane needs a device_factory");
@@ -144,16 +144,18 @@ PYBIND11_MODULE(_C, m) {
         }
         py::gil_scoped_release nogil;  // collective: other threads may need the GIL meanwhile
         return c10::intrusive_ptr<c10d::Backend>(CompcollBackend::create(
-            inner, timeout, std::move(spec), StatsIdentity{stats_rank, stats_world_size}));
+            inner, timeout, std::move(spec), StatsIdentity{stats_rank, stats_world_size},
+            std::move(state_tag)));
       },
       py::arg("inner"), py::arg("timeout"), py::arg("device_lane") = py::none(),
       py::arg("device_factory") = py::none(), py::arg("stats_rank") = -1,
-      py::arg("stats_world_size") = -1,
+      py::arg("stats_world_size") = -1, py::arg("state_tag") = "",
       "Wraps an inner (Gloo) backend; collective: every rank of the group calls it. "
       "device_lane ('cuda', or 'staged_cpu' for tests) with device_factory (a callable "
       "returning the inner backend for those tensors, called on their first operation) "
       "adds a host-staged lane for that device. stats_rank/stats_world_size: the process's "
-      "global rank and world size, for COMPCOLL_STATS_FILE (default: the group's).");
+      "global rank and world size, for COMPCOLL_STATS_FILE (default: the group's). state_tag: "
+      "names the group's COMPCOLL_STATE_DIR files ('' for the default group).");
 
   m.def("is_compcoll", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return static_cast<bool>(c10::dynamic_intrusive_pointer_cast<CompcollBackend>(b));

@@ -118,9 +118,11 @@ Communicator& Lane::ensure_comm(const Config& cfg,
            comm_error_, ")");
   try {
     // A device lane keeps its own COMPCOLL_STATE_DIR file beside the host
-    // lane's ("cpu" keeps the plain name).
+    // lane's ("cpu" adds nothing to the group's tag).
     Config lane_cfg = cfg;
-    if (name_ != "cpu") lane_cfg.state_tag = name_;
+    if (name_ != "cpu") {
+      lane_cfg.state_tag = cfg.state_tag.empty() ? name_ : cfg.state_tag + "-" + name_;
+    }
     comm_ = std::make_unique<Communicator>(std::make_unique<TorchComm>(inner(), timeout, staging),
                                            lane_cfg);
     if (optimizer_momentum_.m > 0.0f) comm_->adopt_optimizer_momentum(optimizer_momentum_);
