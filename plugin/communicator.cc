@@ -98,9 +98,8 @@ Communicator::~Communicator() {
 void Communicator::check_stats_file() {
   const std::string path = cfg_.stats_file.empty() ? cfg_.owner_stats_path
                                                    : stats_path(cfg_.stats_file, comm_->rank());
-  const std::string problem = path.empty() ? "" : output_file_problem(path);
-  agree_step_succeeded(*comm_, "COMPCOLL_STATS_FILE cannot be written",
-                       problem.empty() ? "" : path + ": " + problem, ErrorKind::kInvalidArgument);
+  agree_step_succeeded(*comm_, kStatsFileCannotBeWritten,
+                       path.empty() ? "" : stats_file_problem(path), ErrorKind::kInvalidArgument);
 }
 
 void Communicator::release_state_claim() {

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +9,7 @@
 #include <iterator>
 
 #include "compcoll/error.h"
+#include "plugin/writable_dir.h"
 
 namespace compcoll {
 namespace {
@@ -215,12 +215,12 @@ bool write_binary_file_atomically(const std::string& path, std::span<const uint8
 }
 
 std::string state_dir_problem(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return "cannot create the directory: " + ec.message();
-  if (!std::filesystem::is_directory(dir, ec)) return "exists and is not a directory";
-  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    return std::string("the directory is not writable: ") + std::strerror(errno);
+  const DirCheck check = prepare_writable_dir(dir);
+  switch (check.problem) {
+    case DirCheck::Problem::kNone: return {};
+    case DirCheck::Problem::kCannotCreate: return "cannot create the directory: " + check.reason;
+    case DirCheck::Problem::kNotADirectory: return "exists and is not a directory";
+    case DirCheck::Problem::kNotWritable: return "the directory is not writable: " + check.reason;
   }
   return {};
 }

@@ -1,42 +1,69 @@
 #include "plugin/stats.h"
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "plugin/writable_dir.h"
+
 namespace compcoll {
 
+void StatsCounters::add(const StatsCounters& o) {
+  calls += o.calls;
+  compressed_calls += o.compressed_calls;
+  warmup_dense_calls += o.warmup_dense_calls;
+  steady_calls += o.steady_calls;
+  steady_dense_bytes += o.steady_dense_bytes;
+  steady_wire_bytes += o.steady_wire_bytes;
+  dense_bytes += o.dense_bytes;
+  wire_bytes += o.wire_bytes;
+  ms += o.ms;
+  if (o.last_density > 0.0) last_density = o.last_density;
+}
+
+void StatsCounters::add_dense_calls(uint64_t n, uint64_t bytes) {
+  calls += n;
+  steady_calls += n;
+  dense_bytes += bytes;
+  wire_bytes += bytes;
+  steady_dense_bytes += bytes;
+  steady_wire_bytes += bytes;
+}
+
+void write_counters_json(std::ostream& os, const StatsCounters& c) {
+  os << "\"calls\": " << c.calls << ", \"compressed_calls\": " << c.compressed_calls
+     << ", \"warmup_dense_calls\": " << c.warmup_dense_calls
+     << ", \"steady_calls\": " << c.steady_calls << ", \"steady_ratio\": " << c.steady_ratio()
+     << ", \"dense_bytes\": " << c.dense_bytes << ", \"wire_bytes\": " << c.wire_bytes
+     << ", \"ratio\": " << c.ratio() << ", \"time_ms\": " << c.ms
+     << ", \"last_density\": " << c.last_density;
+}
+
 void Stats::record(const CallRecord& c) {
-  ++calls_;
-  compressed_calls_ += c.compressed;
-  warmup_dense_calls_ += c.warmup_dense;
+  ++c_.calls;
+  c_.compressed_calls += c.compressed;
+  c_.warmup_dense_calls += c.warmup_dense;
   if (!c.in_warmup) {
-    ++steady_calls_;
-    steady_dense_bytes_ += c.dense_bytes;
-    steady_wire_bytes_ += c.wire_bytes;
+    ++c_.steady_calls;
+    c_.steady_dense_bytes += c.dense_bytes;
+    c_.steady_wire_bytes += c.wire_bytes;
   }
-  dense_bytes_ += c.dense_bytes;
-  wire_bytes_ += c.wire_bytes;
-  total_ms_ += c.ms;
+  c_.dense_bytes += c.dense_bytes;
+  c_.wire_bytes += c.wire_bytes;
+  c_.ms += c.ms;
   last_ = c;
-  if (c.compressed && c.elements) last_density_ = double(c.selected) / double(c.elements);
+  if (c.compressed && c.elements) c_.last_density = double(c.selected) / double(c.elements);
 }
 
 std::string Stats::json(int rank, int world_size, const std::string& algo,
                         uint64_t state_bytes) const {
   std::ostringstream os;
   os << "{\"rank\": " << rank << ", \"world_size\": " << world_size << ", \"algo\": \"" << algo
-     << "\", \"calls\": " << calls_ << ", \"compressed_calls\": " << compressed_calls_
-     << ", \"warmup_dense_calls\": " << warmup_dense_calls_ << ", \"steady_calls\": " << steady_calls_
-     << ", \"steady_ratio\": " << steady_ratio()
-     << ", \"dense_bytes\": " << dense_bytes_ << ", \"wire_bytes\": " << wire_bytes_
-     << ", \"ratio\": " << ratio() << ", \"time_ms\": " << total_ms_
-     << ", \"state_bytes\": " << state_bytes << ", \"last_density\": " << last_density_ << "}";
+     << "\", ";
+  write_counters_json(os, c_);
+  os << ", \"state_bytes\": " << state_bytes << "}";
   return os.str();
 }
 
@@ -44,7 +71,7 @@ std::string Stats::summary(const std::string& algo) const {
   // Nothing dense to compare with (a lone rank, or no call yet): "ratio 0.0x"
   // would read as "compression made it worse".
   char ratio_text[32];
-  if (dense_bytes_ == 0) {
+  if (c_.dense_bytes == 0) {
     std::snprintf(ratio_text, sizeof ratio_text, "n/a");
   } else {
     std::snprintf(ratio_text, sizeof ratio_text, "%.1fx", ratio());
@@ -52,16 +79,16 @@ std::string Stats::summary(const std::string& algo) const {
   // With warm-up calls in the run, the whole-run ratio undersells the
   // steady state: give both.
   char steady_text[64] = "";
-  if (steady_calls_ != calls_ && steady_wire_bytes_ != 0) {
+  if (c_.steady_calls != c_.calls && c_.steady_wire_bytes != 0) {
     std::snprintf(steady_text, sizeof steady_text, " (%.1fx after the warm-up)", steady_ratio());
   }
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "%s: %llu calls (%llu compressed), %.3f MB on the wire vs %.3f MB dense, ratio "
                 "%s%s, %.1f ms in allreduce",
-                algo.c_str(), static_cast<unsigned long long>(calls_),
-                static_cast<unsigned long long>(compressed_calls_), wire_bytes_ / 1e6,
-                dense_bytes_ / 1e6, ratio_text, steady_text, total_ms_);
+                algo.c_str(), static_cast<unsigned long long>(c_.calls),
+                static_cast<unsigned long long>(c_.compressed_calls), c_.wire_bytes / 1e6,
+                c_.dense_bytes / 1e6, ratio_text, steady_text, c_.ms);
   return buf;
 }
 
@@ -85,17 +112,21 @@ bool write_file_atomically(const std::string& path, const std::string& text) {
   return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
-std::string output_file_problem(const std::string& path) {
-  namespace fs = std::filesystem;
+std::string stats_file_problem(const std::string& path) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) return "it is a directory";
-  fs::path dir = fs::path(path).parent_path();
+  if (std::filesystem::is_directory(path, ec)) return path + ": it is a directory";
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (dir.empty()) dir = ".";
-  fs::create_directories(dir, ec);
-  if (ec) return "cannot create its directory " + dir.string() + ": " + ec.message();
-  if (!fs::is_directory(dir, ec)) return dir.string() + " exists and is not a directory";
-  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    return "its directory " + dir.string() + " is not writable: " + std::strerror(errno);
+  const DirCheck check = prepare_writable_dir(dir.string());
+  const std::string where = path + ": ";
+  switch (check.problem) {
+    case DirCheck::Problem::kNone: return {};
+    case DirCheck::Problem::kCannotCreate:
+      return where + "cannot create its directory " + dir.string() + ": " + check.reason;
+    case DirCheck::Problem::kNotADirectory:
+      return where + dir.string() + " exists and is not a directory";
+    case DirCheck::Problem::kNotWritable:
+      return where + "its directory " + dir.string() + " is not writable: " + check.reason;
   }
   return {};
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 
 namespace compcoll {
@@ -21,50 +22,68 @@ struct CallRecord {
   bool in_warmup = false;     // the tensor was in its warm-up, whatever the algorithm sent
 };
 
+// A communicator's counters as plain values: what Stats accumulates, what an
+// integration's snapshot for another thread holds, and what several
+// communicators sum to in one stats file. The one list of these fields, and
+// (write_counters_json) the one JSON spelling of them.
+struct StatsCounters {
+  uint64_t calls = 0;
+  uint64_t compressed_calls = 0;
+  uint64_t warmup_dense_calls = 0;  // ran dense: the tensor was in its warm-up (csc, onebit)
+  // The calls made after their tensor's warm-up (dense routes included), and
+  // their bytes: what compression sends once it is in its steady state.
+  uint64_t steady_calls = 0, steady_dense_bytes = 0, steady_wire_bytes = 0;
+  uint64_t dense_bytes = 0;  // a ring allreduce's bytes per rank, summed over the calls
+  uint64_t wire_bytes = 0;   // what this rank sent
+  double ms = 0.0;
+  // selected / elements of the last compressed call (what the warm-up
+  // decided; 1 for onebit, which sends a sign per element), or 0 before any.
+  double last_density = 0.0;
+
+  double ratio() const { return wire_bytes ? double(dense_bytes) / double(wire_bytes) : 0.0; }
+  double steady_ratio() const {
+    return steady_wire_bytes ? double(steady_dense_bytes) / double(steady_wire_bytes) : 0.0;
+  }
+  // Sums other in; last_density becomes other's when it has one.
+  void add(const StatsCounters& other);
+  // Calls that went past compcoll, dense (a lane's direct calls): they have
+  // no warm-up and send what a dense allreduce sends.
+  void add_dense_calls(uint64_t calls, uint64_t bytes);
+};
+
+// `"calls": .., "compressed_calls": .., "warmup_dense_calls": ..,
+// "steady_calls": .., "steady_ratio": .., "dense_bytes": .., "wire_bytes": ..,
+// "ratio": .., "time_ms": .., "last_density": ..`: the fields of an object,
+// without braces.
+void write_counters_json(std::ostream& os, const StatsCounters& c);
+
 class Stats {
  public:
   void record(const CallRecord& c);
 
-  uint64_t calls() const { return calls_; }
-  uint64_t compressed_calls() const { return compressed_calls_; }
-  uint64_t warmup_dense_calls() const { return warmup_dense_calls_; }
-  uint64_t dense_bytes() const { return dense_bytes_; }
-  uint64_t wire_bytes() const { return wire_bytes_; }
-  double total_ms() const { return total_ms_; }
-  double ratio() const { return wire_bytes_ ? double(dense_bytes_) / double(wire_bytes_) : 0.0; }
-  // The same over the calls made after their tensor's warm-up (dense routes
-  // included): what compression sends once it is in its steady state, the
-  // figure the benchmark's tables show. 0 before any such call.
-  uint64_t steady_calls() const { return steady_calls_; }
-  uint64_t steady_dense_bytes() const { return steady_dense_bytes_; }
-  uint64_t steady_wire_bytes() const { return steady_wire_bytes_; }
-  double steady_ratio() const {
-    return steady_wire_bytes_ ? double(steady_dense_bytes_) / double(steady_wire_bytes_) : 0.0;
-  }
+  const StatsCounters& counters() const { return c_; }
+  uint64_t calls() const { return c_.calls; }
+  uint64_t compressed_calls() const { return c_.compressed_calls; }
+  uint64_t warmup_dense_calls() const { return c_.warmup_dense_calls; }
+  uint64_t dense_bytes() const { return c_.dense_bytes; }
+  uint64_t wire_bytes() const { return c_.wire_bytes; }
+  double total_ms() const { return c_.ms; }
+  double ratio() const { return c_.ratio(); }
+  // StatsCounters::steady_*: 0 before any call past its tensor's warm-up.
+  uint64_t steady_calls() const { return c_.steady_calls; }
+  uint64_t steady_dense_bytes() const { return c_.steady_dense_bytes; }
+  uint64_t steady_wire_bytes() const { return c_.steady_wire_bytes; }
+  double steady_ratio() const { return c_.steady_ratio(); }
   const CallRecord& last() const { return last_; }
-  double last_density() const { return last_density_; }
+  double last_density() const { return c_.last_density; }
 
-  // {"rank":..,"algo":..,"calls":..,"compressed_calls":..,
-  //  "warmup_dense_calls":..,"steady_calls":..,"steady_ratio":..,
-  //  "dense_bytes":..,"wire_bytes":..,"ratio":..,"time_ms":..,"state_bytes":..,"world_size":..,
-  //  "last_density":..} -- last_density: selected / elements of the last
-  //  compressed call (what the warm-up decided; 1 for onebit, which sends a
-  //  sign per element), or 0 before any.
+  // {"rank":..,"world_size":..,"algo":..,<write_counters_json>,"state_bytes":..}
   std::string json(int rank, int world_size, const std::string& algo, uint64_t state_bytes) const;
   std::string summary(const std::string& algo) const;
 
  private:
-  uint64_t calls_ = 0;
-  uint64_t compressed_calls_ = 0;
-  uint64_t warmup_dense_calls_ = 0;
-  uint64_t steady_calls_ = 0;
-  uint64_t steady_dense_bytes_ = 0;
-  uint64_t steady_wire_bytes_ = 0;
-  uint64_t dense_bytes_ = 0;
-  uint64_t wire_bytes_ = 0;
-  double total_ms_ = 0.0;
+  StatsCounters c_;
   CallRecord last_;
-  double last_density_ = 0.0;
 };
 
 // pattern with every "{rank}" replaced by rank.
@@ -74,11 +93,15 @@ std::string stats_path(const std::string& pattern, int rank);
 // false (and leaves errno) on failure; callers log, never throw at exit.
 bool write_file_atomically(const std::string& path, const std::string& text);
 
-// Why a file could not be written at path later ("" = it can): its directory
-// cannot be created (it is created when missing, as write_file_atomically
-// will not), is not writable, or the path is a directory. Checked when a
-// communicator is created, so that a long run does not end with its stats
-// lost and a warning nobody reads.
-std::string output_file_problem(const std::string& path);
+// What a rank's COMPCOLL_STATS_FILE error says (one phrase, kept here so that
+// every place that checks the file words it alike).
+inline constexpr char kStatsFileCannotBeWritten[] = "COMPCOLL_STATS_FILE cannot be written";
+
+// Why the stats file at path could not be written later, as "PATH: WHY", or
+// "" when it can: its directory cannot be created (it is created when
+// missing, as write_file_atomically will not), is not writable, or the path
+// is a directory. Checked when a communicator is created, so that a long run
+// does not end with its stats lost and a warning nobody reads.
+std::string stats_file_problem(const std::string& path);
 
 }  // namespace compcoll

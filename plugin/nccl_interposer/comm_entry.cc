@@ -148,18 +148,9 @@ void CommEntry::compressed_allreduce(const void* send, void* recv, size_t count,
 void CommEntry::publish() {
   std::lock_guard<std::mutex> lk(snap_mu_);
   if (!communicator_) return;
-  const Stats& s = communicator_->stats();
-  snap_.compressed_calls = s.compressed_calls();
-  snap_.warmup_dense_calls = s.warmup_dense_calls();
-  snap_.steady_calls = s.steady_calls();
-  snap_.steady_dense_bytes = s.steady_dense_bytes();
-  snap_.steady_wire_bytes = s.steady_wire_bytes();
   // Calls the Communicator routed itself (none here: the interposer forwards
   // everything it does not compress) count as its calls.
-  snap_.calls = s.calls();
-  snap_.dense_bytes = s.dense_bytes();
-  snap_.wire_bytes = s.wire_bytes();
-  snap_.ms = s.total_ms();
+  snap_.counters = communicator_->stats().counters();
   snap_.state_entries = communicator_->state_entries();
   snap_.state_bytes = communicator_->state_bytes();
 }
@@ -194,15 +185,10 @@ CommSnapshot CommEntry::snapshot(bool refresh) {
   if (refresh) refresh_identity();
   std::lock_guard<std::mutex> lk(snap_mu_);
   CommSnapshot s = snap_;
-  // snap_ holds the Communicator's totals; add the forwarded calls.
+  // snap_ holds the Communicator's totals; add the forwarded calls (no
+  // warm-up, NCCL's own ring bytes: part of the steady state).
   s.forwarded_calls = forwarded_.calls();
-  s.calls += forwarded_.calls();
-  s.dense_bytes += forwarded_.dense_bytes();
-  s.wire_bytes += forwarded_.wire_bytes();
-  // Forwarded calls have no warm-up: part of the steady state.
-  s.steady_calls += forwarded_.calls();
-  s.steady_dense_bytes += forwarded_.dense_bytes();
-  s.steady_wire_bytes += forwarded_.wire_bytes();
+  s.counters.add(forwarded_.counters());
   return s;
 }
 

@@ -37,15 +37,9 @@ struct CommSnapshot {
   int rank = -1;         // -1 while NCCL cannot say yet (non-blocking init)
   int size = -1;
   int origin_rank = -1;  // rank in the root it descends from: names the stats file
-  uint64_t calls = 0;
-  uint64_t compressed_calls = 0;
-  uint64_t forwarded_calls = 0;
-  uint64_t warmup_dense_calls = 0;  // Stats::warmup_dense_calls
-  // Stats::steady_*: the calls after their tensor's warm-up, and their bytes
-  uint64_t steady_calls = 0, steady_dense_bytes = 0, steady_wire_bytes = 0;
-  uint64_t dense_bytes = 0;
-  uint64_t wire_bytes = 0;
-  double ms = 0.0;
+  // The Communicator's counters, and the forwarded calls as dense calls.
+  StatsCounters counters;
+  uint64_t forwarded_calls = 0;  // handed to NCCL uncompressed
   uint64_t state_entries = 0;
   uint64_t state_bytes = 0;
   bool destroyed = false;

@@ -6,7 +6,6 @@
 // per-communicator registry and group depth up to date.
 #include <nccl.h>
 
-#include <algorithm>
 
 #include "compcoll/error.h"
 #include "plugin/nccl_interposer/c_boundary.h"
@@ -156,7 +155,8 @@ CC_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const i
   if (reentered()) return forward(real().CommInitAll, comms, ndev, devlist);
   return entry("ncclCommInitAll", [&] {
     Interposer& ip = Interposer::get();
-    for (int i = 0; i < std::max(ndev, 1); ++i) ip.check_config(i);
+    ip.check_config();  // a bad COMPCOLL_* value, whatever ndev is
+    for (int i = 0; i < ndev; ++i) ip.check_config(i);  // rank i's output paths
     const ncclResult_t r = ip.real().CommInitAll(comms, ndev, devlist);
     if (created(r)) {
       for (int i = 0; i < ndev; ++i) ip.register_root(comms[i]);

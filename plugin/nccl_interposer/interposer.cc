@@ -133,10 +133,10 @@ void Interposer::check_config(int rank) const {
   // Now, before any traffic, not in a warning when the process exits.
   const Config& cfg = settings_.config;
   if (!cfg.stats_file.empty()) {
-    const std::string path = stats_path(cfg.stats_file, rank);
-    const std::string problem = output_file_problem(path);
-    CC_CHECK(problem.empty(), kInvalidArgument, "COMPCOLL_STATS_FILE cannot be written: rank ",
-             rank, ": ", path, ": ", problem);
+    // Worded as the communicator's collective check words one rank's part.
+    const std::string problem = stats_file_problem(stats_path(cfg.stats_file, rank));
+    CC_CHECK(problem.empty(), kInvalidArgument, kStatsFileCannotBeWritten, ": rank ", rank, ": ",
+             problem);
   }
   if (!cfg.state_dir.empty()) {
     const std::string problem = state_dir_problem(cfg.state_dir);

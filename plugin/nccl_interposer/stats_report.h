@@ -3,11 +3,13 @@
 // from), so one file per rank in the usual one-process-per-GPU job:
 //
 //   {"rank": 0, "world_size": 4, "algo": "dgc", "calls": .., "compressed_calls": ..,
-//    "forwarded_calls": .., "warmup_dense_calls": .., "steady_calls": ..,
-//    "steady_ratio": .., "dense_bytes": .., "wire_bytes": .., "ratio": ..,
-//    "time_ms": .., "state_bytes": .., "communicators": [
+//    "warmup_dense_calls": .., "steady_calls": .., "steady_ratio": ..,
+//    "dense_bytes": .., "wire_bytes": .., "ratio": .., "time_ms": ..,
+//    "last_density": .., "forwarded_calls": .., "state_bytes": .., "communicators": [
 //      {"id": 0, "parent": -1, "rank": 0, "size": 4, "calls": .., ...,
-//       "state_entries": .., "state_bytes": .., "destroyed": true}, ...]}
+//       "forwarded_calls": .., "state_entries": .., "state_bytes": .., "destroyed": true}, ...]}
+//
+// (the counters as plugin/stats.h's write_counters_json spells them)
 //
 // The top-level fields are the sums over its communicators (what DESIGN.md
 // asks of every integration); each communicator's own line follows.

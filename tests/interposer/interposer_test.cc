@@ -160,6 +160,8 @@ TEST_F(Interposer, CompressesEligibleCallsAndForwardsTheRestUntouched) {
     EXPECT_EQ(json_int(stats, "warmup_dense_calls"), 0) << stats;
     EXPECT_NE(stats.find("\"algo\": \"dgc\""), std::string::npos) << stats;
     EXPECT_GT(json_int(stats, "dense_bytes"), json_int(stats, "wire_bytes")) << stats;
+    // What the last compressed call sent, as in the plugin's stats file.
+    EXPECT_NE(stats.find("\"last_density\": 0."), std::string::npos) << stats;
   }
 }
 

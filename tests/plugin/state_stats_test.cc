@@ -93,12 +93,12 @@ TEST(Stats, SteadyRatioCountsOnlyTheCallsAfterTheWarmUp) {
 // are not compressed calls, leave it alone).
 TEST(Stats, LastDensityIsTheShareTheLastCompressedCallSent) {
   Stats s;
-  EXPECT_NE(s.json(0, 4, "dgc", 0).find("\"last_density\": 0}"), std::string::npos);
+  EXPECT_NE(s.json(0, 4, "dgc", 0).find("\"last_density\": 0,"), std::string::npos);
   s.record({true, 4000, 40, 1.0, 100000, 25000});  // warm-up stage 1: 25 %
   s.record({false, 400, 400, 1.0, 10000, 10000});  // a small tensor, dense
-  EXPECT_NE(s.json(0, 4, "dgc", 0).find("\"last_density\": 0.25}"), std::string::npos);
+  EXPECT_NE(s.json(0, 4, "dgc", 0).find("\"last_density\": 0.25,"), std::string::npos);
   s.record({true, 4000, 4, 1.0, 100000, 100});
-  EXPECT_NE(s.json(0, 4, "dgc", 0).find("\"last_density\": 0.001}"), std::string::npos)
+  EXPECT_NE(s.json(0, 4, "dgc", 0).find("\"last_density\": 0.001,"), std::string::npos)
       << s.json(0, 4, "dgc", 0);
 }
 

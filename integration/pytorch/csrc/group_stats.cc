@@ -11,38 +11,9 @@
 namespace compcoll::torch_integration {
 namespace {
 
-// The sums of several lanes (or groups).
-struct Sums {
-  uint64_t calls = 0, compressed = 0, dense = 0, wire = 0, state = 0, direct = 0;
-  uint64_t warmup_dense = 0;
-  uint64_t steady_calls = 0, steady_dense = 0, steady_wire = 0;
-  double ms = 0.0;
-  double last_density = 0.0;
-  void add(const LaneStats& x) {
-    calls += x.calls;
-    direct += x.direct;
-    compressed += x.compressed;
-    warmup_dense += x.warmup_dense;
-    steady_calls += x.steady_calls;
-    steady_dense += x.steady_dense;
-    steady_wire += x.steady_wire;
-    dense += x.dense;
-    wire += x.wire;
-    state += x.state;
-    ms += x.ms;
-    if (x.last_density > 0.0) last_density = x.last_density;
-  }
-};
-
-void write_sums(std::ostringstream& os, const Sums& x) {
-  os << "\"calls\": " << x.calls << ", \"compressed_calls\": " << x.compressed
-     << ", \"warmup_dense_calls\": " << x.warmup_dense << ", \"steady_calls\": " << x.steady_calls
-     << ", \"steady_ratio\": "
-     << (x.steady_wire ? double(x.steady_dense) / double(x.steady_wire) : 0.0)
-     << ", \"dense_bytes\": " << x.dense << ", \"wire_bytes\": " << x.wire
-     << ", \"ratio\": " << (x.wire ? double(x.dense) / double(x.wire) : 0.0)
-     << ", \"time_ms\": " << x.ms << ", \"state_bytes\": " << x.state
-     << ", \"last_density\": " << x.last_density;
+void write_sums(std::ostringstream& os, const LaneStats& x) {
+  write_counters_json(os, x.counters);
+  os << ", \"state_bytes\": " << x.state;
 }
 
 void write_head(std::ostringstream& os, int rank, int world_size, const std::string& algo) {
@@ -80,46 +51,35 @@ Book& book() {
 
 }  // namespace
 
+void LaneStats::add(const LaneStats& other) {
+  counters.add(other.counters);
+  state += other.state;
+  direct += other.direct;
+}
+
 bool read_lane_stats(const Lane& lane, LaneStats* out) {
   LaneStats x;
   x.name = lane.name();
   if (const Communicator* c = lane.comm()) {
-    const Stats& s = c->stats();
-    x.calls = s.calls();
-    x.compressed = s.compressed_calls();
-    x.warmup_dense = s.warmup_dense_calls();
-    x.steady_calls = s.steady_calls();
-    x.steady_dense = s.steady_dense_bytes();
-    x.steady_wire = s.steady_wire_bytes();
-    x.dense = s.dense_bytes();
-    x.wire = s.wire_bytes();
-    x.ms = s.total_ms();
+    x.counters = c->stats().counters();
     x.state = c->state_bytes();
-    x.last_density = s.last_density();
   }
   x.direct = lane.direct_calls();
   if (lane.comm() == nullptr && x.direct == 0) return false;
-  x.calls += x.direct;
-  x.dense += lane.direct_bytes();
-  x.wire += lane.direct_bytes();
-  x.steady_calls += x.direct;  // never warm up: dense, past compcoll
-  x.steady_dense += lane.direct_bytes();
-  x.steady_wire += lane.direct_bytes();
+  x.counters.add_dense_calls(x.direct, lane.direct_bytes());
   *out = x;
   return true;
 }
 
 std::string group_stats_json(const GroupStats& g) {
-  Sums total;
+  LaneStats total;
   std::ostringstream devices;
   bool first = true;
   for (const LaneStats& x : g.lanes) {
     total.add(x);
-    Sums one;
-    one.add(x);
     devices << (first ? "" : ", ") << quoted(x.name) << ": {";
     write_head(devices, g.rank, g.world_size, g.algo);
-    write_sums(devices, one);
+    write_sums(devices, x);
     devices << ", \"direct_calls\": " << x.direct << "}";
     first = false;
   }
@@ -141,8 +101,8 @@ bool record_group_stats(const std::string& path, int rank, int world_size, const
   auto& groups = b.files[path];
   groups[g.group] = g;
 
-  Sums total;
-  std::map<std::string, Sums> lanes;
+  LaneStats total;
+  std::map<std::string, LaneStats> lanes;
   std::set<std::string> algos;
   std::ostringstream each;
   bool first = true;

@@ -24,18 +24,20 @@
 #include <string>
 #include <vector>
 
+#include "plugin/stats.h"
+
 namespace compcoll::torch_integration {
 
 class Lane;
 
 struct LaneStats {
   std::string name;
-  uint64_t calls = 0, compressed = 0, dense = 0, wire = 0, state = 0, direct = 0;
-  double ms = 0.0;
-  uint64_t warmup_dense = 0;  // Stats::warmup_dense_calls: run dense in the warm-up
-  // Stats::steady_*: the calls after their tensor's warm-up, and their bytes
-  uint64_t steady_calls = 0, steady_dense = 0, steady_wire = 0;
-  double last_density = 0.0;  // Stats::last_density: what the warm-up decided last
+  StatsCounters counters;  // its Communicator's, and its direct calls as dense calls
+  uint64_t state = 0;      // bytes of error-feedback state
+  uint64_t direct = 0;     // calls that went past compcoll, dense (Lane::direct_calls)
+
+  // Sums other in (several lanes, or groups, in one stats file).
+  void add(const LaneStats& other);
 };
 
 struct GroupStats {
