@@ -596,7 +596,8 @@ constexpr std::string_view kPrefix = "COMPCOLL_";
 // most 2 edits, or a third of the longer name after the prefix (so
 // COMPCOLL_TIMEOUT finds COMPCOLL_TIMEOUT_MS, COMPCOLL_FOO finds nothing);
 // a name that stops or goes on at a word boundary (COMPCOLL_STATS for
-// COMPCOLL_STATS_FILE) counts as one edit. Compared case-insensitively:
+// COMPCOLL_STATS_FILE) counts as one edit, one that spells a name out
+// (COMPCOLL_ALGORITHM for COMPCOLL_ALGO) as two. Compared case-insensitively:
 // COMPCOLL_Algo is COMPCOLL_ALGO.
 std::string nearest_name(const std::string& name) {
   const std::string u = upper(name).substr(kPrefix.size());
@@ -605,7 +606,10 @@ std::string nearest_name(const std::string& name) {
   for (const ConfigVar& v : kTable) {
     const std::string known = std::string(v.name).substr(kPrefix.size());
     const bool word_prefix = known.rfind(u + "_", 0) == 0 || u.rfind(known + "_", 0) == 0;
-    const size_t d = word_prefix ? 1 : edit_distance(u, known);
+    // The name spelled out (COMPCOLL_ALGORITHM for COMPCOLL_ALGO): two edits,
+    // so that a true slip of the same name still wins.
+    const bool spelled_out = known.size() >= 4 && u.size() > known.size() && u.rfind(known, 0) == 0;
+    const size_t d = word_prefix ? 1 : spelled_out ? 2 : edit_distance(u, known);
     const size_t limit = std::max<size_t>(2, std::max(u.size(), known.size()) / 3);
     if (d <= limit && d < best_d) {
       best_d = d;
@@ -626,23 +630,75 @@ std::string UnknownVariable::message() const {
   return m;
 }
 
+namespace {
+
+std::vector<std::string> environment_entries() {
+  std::vector<std::string> entries;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) entries.emplace_back(*e);
+  return entries;
+}
+
+bool is_tool_variable(const std::string& name) {
+  for (const ToolVar& t : kToolVars) {
+    if (name == t.name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::vector<UnknownVariable> unknown_variables(const std::vector<std::string>& entries) {
   std::vector<UnknownVariable> out;
   for (const std::string& e : entries) {
     const std::string name = e.substr(0, e.find('='));
     if (name.rfind(kPrefix, 0) != 0) continue;
-    bool known = false;
+    bool known = is_tool_variable(name);
     for (const ConfigVar& v : kTable) known = known || name == v.name;
-    for (const ToolVar& t : kToolVars) known = known || name == t.name;
     if (!known) out.push_back({name, nearest_name(name)});
   }
   return out;
 }
 
 std::vector<UnknownVariable> unknown_variables_in_environment() {
-  std::vector<std::string> entries;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) entries.emplace_back(*e);
-  return unknown_variables(entries);
+  return unknown_variables(environment_entries());
+}
+
+std::string settings_unread_while_off(const std::vector<std::string>& entries,
+                                      const std::string& what_runs,
+                                      const std::vector<std::string>& read_anyway) {
+  std::string algo;
+  std::vector<std::string> unread;
+  for (const std::string& e : entries) {
+    const size_t eq = e.find('=');
+    const std::string name = e.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : e.substr(eq + 1);
+    if (name.rfind(kPrefix, 0) != 0 || is_tool_variable(name)) continue;
+    if (std::find(read_anyway.begin(), read_anyway.end(), name) != read_anyway.end()) continue;
+    if (name == "COMPCOLL_ALGO") {
+      algo = value;
+      continue;
+    }
+    // Long values (paths) would drown the names the user is looking for.
+    unread.push_back(name + "=" + (value.size() > 48 ? value.substr(0, 45) + "..." : value));
+  }
+  if (unread.empty()) return {};
+  std::string m = algo.empty() ? "COMPCOLL_ALGO is unset" : "COMPCOLL_ALGO=" + algo;
+  m += ", so compcoll is off and " + what_runs + ": ";
+  for (size_t i = 0; i < unread.size(); ++i) {
+    m += (i == 0 ? "" : i + 1 == unread.size() ? " and " : ", ") + unread[i];
+  }
+  m += unread.size() == 1 ? " changes nothing" : " change nothing";
+  for (const UnknownVariable& u : unknown_variables(entries)) m += "; " + u.message();
+  std::string compressed;
+  for (const auto& a : algorithm_table()) {
+    if (std::string_view(a.name) != "dense") compressed += (compressed.empty() ? "" : ", ") + std::string(a.name);
+  }
+  return m + "; set COMPCOLL_ALGO to one of " + compressed + " to compress (said once per process)";
+}
+
+std::string settings_unread_while_off_in_environment(const std::string& what_runs,
+                                                     const std::vector<std::string>& read_anyway) {
+  return settings_unread_while_off(environment_entries(), what_runs, read_anyway);
 }
 
 std::vector<std::string> unknown_variable_warnings_once() {

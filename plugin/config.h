@@ -140,6 +140,22 @@ struct UnknownVariable {
 std::vector<UnknownVariable> unknown_variables(const std::vector<std::string>& entries);
 std::vector<UnknownVariable> unknown_variables_in_environment();  // this process's
 
+// For an integration that leaves the application's own backend in place
+// while compression is off (COMPCOLL_ALGO unset, empty or dense): the
+// PyTorch autoload (torch's gloo and NCCL groups stay torch's) and the NCCL
+// interposer (every call goes to NCCL). Such a process reads none of its
+// other COMPCOLL_* variables, so a user who set them (or mistyped
+// COMPCOLL_ALGO) would get nothing without a word. One message naming them,
+// and the ones that are not compcoll's with the nearest name, or "" when
+// entries set none. what_runs says what runs instead ("this 'gloo' group is
+// torch's own"); read_anyway, the variables the integration reads even so
+// (the interposer's COMPCOLL_NCCL_LIBRARY, say).
+std::string settings_unread_while_off(const std::vector<std::string>& entries,
+                                      const std::string& what_runs,
+                                      const std::vector<std::string>& read_anyway = {});
+std::string settings_unread_while_off_in_environment(
+    const std::string& what_runs, const std::vector<std::string>& read_anyway = {});
+
 // unknown_variables_in_environment()'s messages the first time it is called
 // in a process, nothing afterwards: every communicator calls it at creation,
 // and a process that creates several (PyTorch's groups, NCCL communicators)

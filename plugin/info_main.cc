@@ -59,7 +59,11 @@ void print_markdown() {
               "with COMPCOLL_WARMUP_STEPS=0: there is no warm-up to shape`; dgc's entry\n"
               "settings (selection, value and index coding) reach sbc only through its exact\n"
               "warm-up, sbc has one sparse pattern, and the Nesterov form and masking need a\n"
-              "momentum.\n\n");
+              "momentum. Where `COMPCOLL_ALGO` is unset or `dense`, the PyTorch autoload and the\n"
+              "NCCL interposer leave torch's Gloo and NCCL as they are and read nothing else,\n"
+              "so every other `COMPCOLL_*` variable set changes nothing; they are named in one\n"
+              "WARN line per process (PyTorch: by the first gloo or NCCL group, on its rank 0),\n"
+              "a mistyped `COMPCOLL_ALGO` with the nearest name.\n\n");
   std::printf("| variable | type | default | allowed | read by | meaning |\n"
               "|---|---|---|---|---|---|\n");
   for (const ConfigVar& v : config_table()) {

@@ -86,6 +86,13 @@ Interposer::Interposer() : log_(LogLevel::kWarn, -1) {
   if (!config_error_.empty() || !nccl_ || !settings_.config.compression_enabled()) {
     if (nccl_) log_.info("NCCL interposer: COMPCOLL_ALGO is ", settings_.config.algo,
                          "; every call passes through to ", nccl_->path);
+    if (config_error_.empty() && !settings_.config.compression_enabled()) {
+      // Preloaded, and given settings, but not COMPCOLL_ALGO: not a silent no-op.
+      const std::string unread = settings_unread_while_off_in_environment(
+          "the NCCL interposer passes every call through to NCCL unchanged",
+          {"COMPCOLL_NCCL_LIBRARY", "COMPCOLL_DEBUG"});
+      if (!unread.empty()) log_.warn("NCCL interposer: ", unread);
+    }
     return;
   }
   try {

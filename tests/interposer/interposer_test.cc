@@ -113,6 +113,24 @@ TEST_F(Interposer, WithoutCompcollAlgoEveryCallIsForwardedUnchanged) {
   EXPECT_EQ(received.size(), issued.size()) << "the interposer added or dropped calls";
   for (const auto& call : issued) EXPECT_TRUE(contains(received, call)) << "not forwarded: " << call;
   EXPECT_EQ(access((dir_ + "/stats-0.json").c_str(), F_OK), -1) << "a pass-through wrote stats";
+  // Not a silent no-op: the settings given without COMPCOLL_ALGO are named,
+  // once for the process (its ranks are threads), the one it reads is not.
+  const auto said = lines_after(r.output, "compcoll WARN");
+  ASSERT_EQ(said.size(), 1u) << r.output;
+  for (const char* name : {"COMPCOLL_ALGO is unset", "COMPCOLL_STATS_FILE=", "COMPCOLL_WARMUP_STEPS=0",
+                           "change nothing", "set COMPCOLL_ALGO to one of dgc"}) {
+    EXPECT_NE(said[0].find(name), std::string::npos) << name << "\n" << r.output;
+  }
+  EXPECT_EQ(said[0].find("COMPCOLL_NCCL_LIBRARY"), std::string::npos) << r.output;
+}
+
+TEST_F(Interposer, PreloadedWithoutAnySettingSaysNothing) {
+  auto e = env();
+  e.erase("COMPCOLL_WARMUP_STEPS");
+  e.erase("COMPCOLL_CUDA_LIBRARY");  // read only when compressing
+  const AppRun r = run({"--ranks", "2", "--exact"}, e);
+  EXPECT_RAN_OK(r);
+  EXPECT_EQ(r.output.find("compcoll WARN"), std::string::npos) << r.output;
 }
 
 TEST_F(Interposer, CompressesEligibleCallsAndForwardsTheRestUntouched) {

@@ -345,6 +345,8 @@ TEST(UnknownVariables, NearestKnownNameIsSuggested) {
   EXPECT_EQ(suggestion_for("COMPCOLL_TIMEOUT=5000"), "COMPCOLL_TIMEOUT_MS");
   EXPECT_EQ(suggestion_for("COMPCOLL_algo=dgc"), "COMPCOLL_ALGO");  // case
   EXPECT_EQ(suggestion_for("COMPCOLL_STATS=x"), "COMPCOLL_STATS_FILE");
+  EXPECT_EQ(suggestion_for("COMPCOLL_ALGORITHM=dgc"), "COMPCOLL_ALGO");  // spelled out
+  EXPECT_EQ(suggestion_for("COMPCOLL_DENSITYY=0.01"), "COMPCOLL_DENSITY");
   EXPECT_EQ(suggestion_for("COMPCOLL_MOMENTUN"), "COMPCOLL_MOMENTUM");  // a bare name
   EXPECT_EQ(suggestion_for("COMPCOLL_ZZZZZZZZZZ=1"), "");  // nothing close
 }

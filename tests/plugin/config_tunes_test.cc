@@ -264,5 +264,49 @@ TEST(InertSettings, AVariableAnAlgorithmDoesNotReadLeavesItsResultsBitForBit) {
   }
 }
 
+// Where compcoll is off, the PyTorch autoload and the NCCL interposer leave
+// the application's backend alone and read no COMPCOLL_* variable: a user who
+// set some (or mistyped COMPCOLL_ALGO) is told, in one message.
+TEST(SettingsUnreadWhileOff, NamesEverySettingAndTheNearestNameOfAMistypedOne) {
+  const std::string m = settings_unread_while_off(
+      {"PATH=/bin", "COMPCOLL_ALGORITHM=dgc", "COMPCOLL_DENSITY=0.01",
+       "COMPCOLL_STATS_FILE=/tmp/s{rank}.json", "COMPCOLL_VENV=/x/.venv"},
+      "this 'gloo' group is torch's own");
+  EXPECT_EQ(m.rfind("COMPCOLL_ALGO is unset, so compcoll is off and this 'gloo' group is torch's "
+                    "own: COMPCOLL_ALGORITHM=dgc, COMPCOLL_DENSITY=0.01 and "
+                    "COMPCOLL_STATS_FILE=/tmp/s{rank}.json change nothing; COMPCOLL_ALGORITHM is "
+                    "not a compcoll variable and is ignored; did you mean COMPCOLL_ALGO?",
+                    0),
+            0u)
+      << m;
+  EXPECT_NE(m.find("COMPCOLL_ALGO?; set COMPCOLL_ALGO to one of dgc, sbc, sdagc, csc, onebit, auto "
+                   "to compress"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("COMPCOLL_VENV"), std::string::npos) << m;  // the scripts' own, not a setting
+  EXPECT_EQ(m.find("dense,"), std::string::npos) << m;
+}
+
+TEST(SettingsUnreadWhileOff, DenseIsNamedAndNothingElseSetSaysNothing) {
+  const std::string m =
+      settings_unread_while_off({"COMPCOLL_ALGO=dense", "COMPCOLL_DEBUG=INFO"}, "NCCL runs");
+  EXPECT_EQ(m.rfind("COMPCOLL_ALGO=dense, so compcoll is off and NCCL runs: COMPCOLL_DEBUG=INFO "
+                    "changes nothing; set",
+                    0),
+            0u)
+      << m;
+  EXPECT_EQ(settings_unread_while_off({"COMPCOLL_ALGO=dense", "COMPCOLL_VENV=/v", "PATH=/bin"},
+                                      "NCCL runs"),
+            "");
+  EXPECT_EQ(settings_unread_while_off({}, "NCCL runs"), "");
+  // A long path is shortened: the names are what the reader looks for.
+  const std::string path(200, 'p');
+  const std::string long_value =
+      settings_unread_while_off({"COMPCOLL_STATE_DIR=/" + path}, "NCCL runs");
+  EXPECT_NE(long_value.find("COMPCOLL_STATE_DIR=/" + path.substr(0, 44) + "... changes nothing"),
+            std::string::npos)
+      << long_value;
+}
+
 }  // namespace
 }  // namespace compcoll

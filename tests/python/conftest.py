@@ -50,7 +50,7 @@ def base_env(extra=None):
     # steps of higher density are the convergence suite's business).
     env["COMPCOLL_WARMUP_STEPS"] = "0"
     env.update(extra or {})
-    return env
+    return {k: v for k, v in env.items() if v is not None}  # None: leave that variable out
 
 
 class RankResult:

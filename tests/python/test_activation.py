@@ -8,8 +8,9 @@ import shutil
 import sys
 
 import pytest
+import torch
 
-from conftest import launch, run_single, worker
+from conftest import REPO, launch, run_single, worker
 
 pytestmark = pytest.mark.end_to_end  # conftest.py says what that means
 
@@ -65,13 +66,47 @@ def test_a_stats_file_that_cannot_be_written_fails_at_init_not_at_exit(tmp_path)
                     f"{blocker}") in r.stderr, r.describe()
 
 
+OFF_NOTICE = "compcoll WARN [rank 0] {algo}, so compcoll is off and this 'gloo' group is torch's own: "
+
+
+def notices(r):
+    return [line for line in r.stderr.splitlines() if line.startswith("compcoll WARN")]
+
+
 def test_unset_means_plain_gloo(tmp_path):
+    """Plain Gloo; the settings given without COMPCOLL_ALGO are named once,
+    on rank 0, not silently ignored."""
     env = {"COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json")}
     ranks = launch_plain([SCRIPT], 2, env)
     for r in ranks:
         assert r.result["cpu_backend"] == "gloo"
-        assert not r.result["compcoll_imported"]  # the autoload hook imported nothing
     assert not any(os.path.exists(p) for p in stats_files(tmp_path, 2))
+    said = notices(ranks[0])
+    assert len(said) == 1 and said[0].startswith(OFF_NOTICE.format(algo="COMPCOLL_ALGO is unset")), \
+        ranks[0].describe()
+    for name in ("COMPCOLL_STATS_FILE=", "COMPCOLL_WARMUP_STEPS=0", "change nothing",
+                 "set COMPCOLL_ALGO to one of dgc"):
+        assert name in said[0], said[0]
+    assert notices(ranks[1]) == [], ranks[1].describe()
+
+
+def test_nothing_set_means_nothing_imported(tmp_path):
+    """No COMPCOLL_* variable at all: the autoload imports nothing and
+    nothing is said: torch behaves as without compcoll."""
+    ranks = launch_plain([SCRIPT], 2, {"COMPCOLL_WARMUP_STEPS": None})
+    for r in ranks:
+        assert r.result["cpu_backend"] == "gloo"
+        assert not r.result["compcoll_imported"], r.describe()
+        assert "compcoll" not in r.stderr, r.describe()
+
+
+def test_a_mistyped_compcoll_algo_is_named(tmp_path):
+    ranks = launch_plain([SCRIPT], 2, {"COMPCOLL_ALGORITHM": "dgc"})
+    assert all(r.result["cpu_backend"] == "gloo" for r in ranks)
+    said = notices(ranks[0])
+    assert len(said) == 1 and "COMPCOLL_ALGORITHM=dgc" in said[0], ranks[0].describe()
+    assert "COMPCOLL_ALGORITHM is not a compcoll variable and is ignored; did you mean " \
+        "COMPCOLL_ALGO?" in said[0], said[0]
 
 
 def test_dense_means_plain_gloo(tmp_path):
@@ -80,6 +115,34 @@ def test_dense_means_plain_gloo(tmp_path):
     for r in ranks:
         assert r.result["cpu_backend"] == "gloo"
     assert not any(os.path.exists(p) for p in stats_files(tmp_path, 2))
+    said = notices(ranks[0])
+    assert len(said) == 1 and said[0].startswith(OFF_NOTICE.format(algo="COMPCOLL_ALGO=dense")), \
+        ranks[0].describe()
+
+
+NCCL_NOTICE = "this group's cuda tensors go to torch's NCCL backend, which it leaves as it is"
+
+
+@pytest.mark.skipif(not torch.distributed.is_nccl_available(), reason="torch without NCCL")
+def test_an_nccl_group_is_told_that_its_cuda_tensors_are_not_compressed(tmp_path):
+    """COMPCOLL_ALGO turns "gloo" into compcoll, not "nccl": a GPU script's
+    init_process_group("nccl") hears so once, on rank 0, as the group is
+    created, instead of training uncompressed without a word. Without a GPU
+    torch then refuses the group; with one it runs as it would."""
+    r = launch([worker("nccl_group.py")], 1, env={"COMPCOLL_ALGO": "dgc"}, check=False)[0]
+    said = notices(r)
+    assert len(said) == 1 and NCCL_NOTICE in said[0], r.describe()
+    assert 'init_process_group("compcoll")' in said[0] and "LD_PRELOAD=libcompcoll_nccl.so" in said[0]
+    if torch.cuda.is_available():
+        assert r.returncode == 0 and r.result["first"] == 1.0, r.describe()
+    else:
+        assert r.returncode != 0 and "CUDA" in r.stderr, r.describe()
+    # The NCCL interposer, preloaded, compresses torch's NCCL allreduces itself.
+    interposer = os.path.join(REPO, "build", "plugin", "nccl_interposer", "libcompcoll_nccl.so")
+    if os.path.exists(interposer):
+        r = launch([worker("nccl_group.py")], 1, check=False,
+                   env={"COMPCOLL_ALGO": "dgc", "LD_PRELOAD": interposer})[0]
+        assert NCCL_NOTICE not in r.stderr, r.describe()
 
 
 def test_launcher_where_autoload_is_off(tmp_path):

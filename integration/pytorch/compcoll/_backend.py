@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from compcoll import _C, _momentum
+from compcoll import _C, _momentum, _notices, _plugins
 
 BACKEND_NAME = "compcoll"
 DEVICES = ["cpu", "cuda"]
@@ -130,14 +130,7 @@ def _state_tag(group_name):
 def _build(args, device_lane):
     """The backend for either calling convention of Backend.register_backend;
     device_lane: whether cuda tensors may get their own (NCCL) lane."""
-    if len(args) == 2:  # extended_api: (_DistributedBackendOptions, backend_options)
-        opts, _backend_options = args
-        store, rank, size, timeout = opts.store, opts.group_rank, opts.group_size, opts.timeout
-        group_name = getattr(opts, "group_id", None)
-        global_ranks = getattr(opts, "global_ranks_in_group", None)
-    else:  # (store, rank, size, timeout)
-        store, rank, size, timeout = args
-        group_name, global_ranks = None, None
+    store, rank, size, timeout, group_name, global_ranks = _plugins.creator_args(args)
     inner = _inner_gloo(store, rank, size, timeout, group_name, global_ranks)
     lane, factory = None, None
     if _TEST_STAGED_CPU:
@@ -187,16 +180,11 @@ def install_gloo_hook():
     """
     global _hooked_gloo
     register()
-    Backend = dist.Backend
     with _lock:
         if _hooked_gloo is not None:
             return True
-        ensure = getattr(Backend, "_ensure_backend_registered", None)
-        if ensure is not None:
-            ensure("gloo")  # torch registers its own gloo creator lazily
-        plugins = getattr(Backend, "_plugins", {})
-        original = plugins.get("GLOO")
-        if original is None or not hasattr(Backend, "_BackendPlugin"):
+        original = _plugins.torch_plugin("GLOO")
+        if original is None:
             warnings.warn(
                 f"compcoll: torch {torch.__version__} builds the gloo backend outside "
                 "torch.distributed.Backend._plugins, so COMPCOLL_ALGO cannot turn "
@@ -204,9 +192,12 @@ def install_gloo_hook():
                 stacklevel=2,
             )
             return False
-        plugins["GLOO"] = Backend._BackendPlugin(_create_for_gloo, True)
+        _plugins.set_creator("GLOO", _create_for_gloo, True)
         _hooked_gloo = original
-        return True
+    # torch's NCCL groups stay torch's: their cuda tensors are not compressed,
+    # and the first one says so.
+    _notices.install_nccl_notice()
+    return True
 
 
 def is_gloo_hooked():

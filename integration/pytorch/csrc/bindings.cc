@@ -12,6 +12,7 @@
 #include "integration/pytorch/csrc/reference.h"
 #include "integration/pytorch/csrc/torch_comm.h"
 #include "plugin/config.h"
+#include "plugin/logging.h"
 
 namespace py = pybind11;
 using compcoll::torch_integration::BufferSlots;
@@ -284,6 +285,13 @@ PYBIND11_MODULE(_C, m) {
     }
     return out;
   });
+  m.def("settings_unread_while_off", [](const std::string& what_runs) {
+    return compcoll::settings_unread_while_off_in_environment(what_runs);
+  }, py::arg("what_runs"),
+        "What compcoll says when it is off and other COMPCOLL_* variables are set ('' if none).");
+  m.def("warn", [](int rank, const std::string& message) {
+    compcoll::Logger(compcoll::LogLevel::kWarn, rank).warn(message);
+  }, py::arg("rank"), py::arg("message"), "A WARN line in compcoll's format, on stderr.");
   m.def("validate_config", [] { compcoll::load_config(); },
         "Parses the COMPCOLL_* environment; raises naming the first bad variable.");
   m.def("reference_allreduce", &compcoll::torch_integration::reference_allreduce,

@@ -1,0 +1,16 @@
+"""A GPU script's usual start: one process per GPU, init_process_group("nccl"),
+an allreduce of a cuda tensor. It knows nothing about compcoll. Without a GPU
+torch refuses the group (after compcoll has said its piece)."""
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+if torch.cuda.is_available():
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+dist.init_process_group("nccl")
+t = torch.ones(100000, device="cuda")
+dist.all_reduce(t)
+print("RESULT " + json.dumps({"rank": dist.get_rank(), "first": t[0].item()}), flush=True)
+dist.destroy_process_group()
