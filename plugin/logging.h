@@ -1,6 +1,7 @@
-// Logging in NCCL_DEBUG's style: "compcoll INFO [rank 3] message" on stderr,
-// filtered by COMPCOLL_DEBUG (WARN, INFO, TRACE). A Logger belongs to a
-// communicator; there is no global logger to configure.
+// Logging in NCCL_DEBUG's style: "compcoll INFO [rank 3] message" on stderr
+// ("[pid N]" before a rank is known), filtered by COMPCOLL_DEBUG (WARN, INFO,
+// TRACE). A Logger belongs to a communicator; there is no global logger to
+// configure.
 #pragma once
 
 #include <string>
