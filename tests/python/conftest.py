@@ -74,13 +74,14 @@ class RankResult:
                 f"\n--- stderr:\n{self.stderr[-6000:]}")
 
 
-def launch(args, nranks, env=None, timeout=180, check=True, cwd=None):
+def launch(args, nranks, env=None, timeout=180, check=True, cwd=None, rank_env=None):
     """Runs `python3 <args>` as nranks processes (torchrun-style env) and
-    returns their RankResults, rank order."""
+    returns their RankResults, rank order. rank_env: a list of one more
+    environment per rank, on top of env (ranks that disagree)."""
     port = free_port()
     procs = []
     for rank in range(nranks):
-        e = base_env(env)
+        e = base_env(dict(env or {}, **(rank_env[rank] if rank_env else {})))
         e.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nranks),
                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(subprocess.Popen([sys.executable] + list(args), env=e, cwd=cwd,

@@ -145,6 +145,22 @@ def test_an_nccl_group_is_told_that_its_cuda_tensors_are_not_compressed(tmp_path
         assert NCCL_NOTICE not in r.stderr, r.describe()
 
 
+def test_a_rank_without_compcoll_algo_is_named_within_seconds(tmp_path):
+    """COMPCOLL_ALGO reached rank 0 but not rank 1 (an environment that did
+    not reach every node): rank 1 builds torch's own Gloo, rank 0 compcoll's.
+    Rank 0 names rank 1 within seconds instead of waiting out the group's
+    timeout (120 s here, 30 minutes by default) and failing on a store key;
+    rank 1, whose store host is then gone, fails too. Nobody hangs."""
+    ranks = launch([worker("group_or_error.py")], 2, check=False, timeout=100,
+                   rank_env=[{"COMPCOLL_ALGO": "dgc"}, {}])
+    first = ranks[0].result
+    assert "rank 1 is creating it as torch's own gloo, without compcoll, while rank 0 creates it " \
+        "with compcoll (COMPCOLL_ALGO=dgc here): COMPCOLL_ALGO must be the same on every rank" \
+        in first.get("error", ""), ranks[0].describe()
+    assert first["seconds"] < 30, first
+    assert "error" in ranks[1].result, ranks[1].describe()
+
+
 def test_launcher_where_autoload_is_off(tmp_path):
     env = {"COMPCOLL_ALGO": "sbc", "COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json"),
            "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from compcoll import _C, _momentum, _notices, _plugins
+from compcoll import _C, _join, _momentum, _notices, _plugins
 
 BACKEND_NAME = "compcoll"
 DEVICES = ["cpu", "cuda"]
@@ -131,6 +131,9 @@ def _build(args, device_lane):
     """The backend for either calling convention of Backend.register_backend;
     device_lane: whether cuda tensors may get their own (NCCL) lane."""
     store, rank, size, timeout, group_name, global_ranks = _plugins.creator_args(args)
+    # A rank without COMPCOLL_ALGO would build torch's own Gloo instead, and
+    # neither side would find the other before the group's timeout.
+    _join.await_every_rank(store, rank, size, timeout, group_name if group_name else "0")
     inner = _inner_gloo(store, rank, size, timeout, group_name, global_ranks)
     lane, factory = None, None
     if _TEST_STAGED_CPU:

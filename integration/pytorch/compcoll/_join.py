@@ -1,0 +1,83 @@
+"""Every rank of a group must create it with compcoll, or none.
+
+Env-only activation decides per process: a rank whose environment lacks
+COMPCOLL_ALGO (a variable exported on one node and not another, a launcher
+that does not pass it on) builds torch's own Gloo for the same group, on the
+same store, while the others build compcoll's inner Gloo under another key
+prefix. Neither side ever finds the other: the compcoll ranks would wait in
+the store for the group's whole timeout (30 minutes by default) and fail
+with a key name. So a compcoll rank first joins on the store and, while it
+waits for the others, watches for a rank that is building torch's own Gloo
+instead: Gloo's rendezvous announces rank p under the key "0/p" of the
+group's backend store (device 0's context). Such a rank is named within a
+few seconds.
+
+A key "0/p" left by an earlier group of the same name on a reused store
+(torchrun's agent store) is told apart by the grace period: rank p joins
+within it when it is a compcoll rank after all. A join counter left by an
+earlier group lets this one through at once, as before this check existed.
+"""
+import os
+import time
+
+JOINED = "compcoll_join/count"
+JOINED_RANK = "compcoll_join/rank/{}"
+GLOO_ANNOUNCES = "0/{}"  # torch's ProcessGroupGloo: device 0's context, rank p
+GRACE_SECONDS = 3.0
+PEERS_PER_POLL = 8  # plain-Gloo keys looked at per poll: bounded work per poll for any world size
+
+
+def _plain_gloo_rank(store, rank, size, start, suspects, now):
+    """A peer seen building torch's own Gloo for GRACE_SECONDS without
+    joining, or None. Looks at PEERS_PER_POLL peers from `start`."""
+    for i in range(min(size, PEERS_PER_POLL)):
+        p = (start + i) % size
+        if p == rank:
+            continue
+        if store.check([GLOO_ANNOUNCES.format(p)]) and not store.check([JOINED_RANK.format(p)]):
+            if now - suspects.setdefault(p, now) >= GRACE_SECONDS:
+                return p
+    return None
+
+
+def _missing(store, rank, size, limit=8):
+    out = []
+    for p in range(size):
+        if p != rank and not store.check([JOINED_RANK.format(p)]):
+            out.append(p)
+            if len(out) == limit:
+                break
+    return out
+
+
+def await_every_rank(store, rank, size, timeout, group):
+    """Returns once every rank of the group has joined with compcoll. Raises
+    RuntimeError naming a rank that builds torch's own Gloo instead, or, at
+    the group's timeout, the ranks that never came."""
+    if size <= 1:
+        return
+    store.set(JOINED_RANK.format(rank), "1")
+    store.add(JOINED, 1)
+    started = time.monotonic()
+    deadline = started + timeout.total_seconds()
+    suspects, start, pause = {}, 0, 0.001
+    while store.add(JOINED, 0) < size:
+        now = time.monotonic()
+        plain = _plain_gloo_rank(store, rank, size, start, suspects, now)
+        if plain is not None:
+            algo = os.environ.get("COMPCOLL_ALGO", "")
+            raise RuntimeError(
+                f"compcoll: group '{group}': rank {plain} is creating it as torch's own gloo, "
+                f"without compcoll, while rank {rank} creates it with compcoll "
+                f"(COMPCOLL_ALGO={algo} here): COMPCOLL_ALGO must be the same on every rank (an "
+                "environment that did not reach every node or process?); set it alike "
+                "everywhere, or unset it everywhere")
+        if now >= deadline:
+            missing = _missing(store, rank, size)
+            raise RuntimeError(
+                f"compcoll: group '{group}': ranks {missing} did not create it with compcoll "
+                f"within the group's timeout of {timeout.total_seconds():.0f} s (rank {rank} "
+                "waited for them); they did not start, or created another group")
+        start = (start + PEERS_PER_POLL) % size
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
