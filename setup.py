@@ -15,7 +15,18 @@ import os
 import re
 
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+try:
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+except ImportError as e:
+    # Most often pip's default build isolation: a fresh environment without
+    # the torch the user has. Say so instead of a bare ModuleNotFoundError.
+    raise SystemExit(
+        f"compcoll: this build compiles against the torch it will run with, and sees none ({e}). "
+        "pip builds in an isolated environment unless told otherwise, which hides the installed "
+        "torch: run `python3 -m pip install --no-build-isolation ./` with the python that has "
+        "torch (or `bash scripts/install-python-package.sh`, which uses .venv); install torch "
+        "first where there is none.") from None
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PKG_DIR = "integration/pytorch"

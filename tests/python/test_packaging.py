@@ -66,3 +66,18 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path):
     _, name, path = line.split(" ", 2)
     assert name == "compcoll", r.stdout + r.stderr
     assert path.startswith(os.path.realpath(str(venv))), path
+
+
+def test_a_build_that_cannot_see_torch_says_how_to_build():
+    """pip's default build isolation hides the installed torch from setup.py
+    (`pip install ./`): the build stops with the command that works, not with
+    a bare ModuleNotFoundError. Here torch is hidden from the interpreter
+    that runs setup.py, as the isolated build environment hides it."""
+    code = ("import sys; sys.modules['torch'] = None; sys.argv = ['setup.py', '--version']; "
+            "exec(compile(open('setup.py').read(), 'setup.py', 'exec'))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=base_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "compcoll: this build compiles against the torch it will run with, and sees none" in r.stderr
+    assert "python3 -m pip install --no-build-isolation ./" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
