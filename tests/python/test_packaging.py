@@ -81,3 +81,18 @@ def test_a_build_that_cannot_see_torch_says_how_to_build():
     assert "compcoll: this build compiles against the torch it will run with, and sees none" in r.stderr
     assert "python3 -m pip install --no-build-isolation ./" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
+
+
+def test_an_extension_that_cannot_load_says_to_rebuild(tmp_path):
+    """An extension built against another torch (torch upgraded since) fails
+    to load: `import compcoll`, and `import torch` with COMPCOLL_ALGO set
+    (torch's autoload), say that it must be rebuilt and how, not only
+    torch's "Failed to load the backend extension". The failure is made
+    here by hiding compcoll._C from the interpreter."""
+    hide = "import sys; sys.modules['compcoll._C'] = None; "
+    for code, env in ((hide + "import compcoll", {}), (hide + "import torch", {"COMPCOLL_ALGO": "dgc"})):
+        r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=base_env(env),
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "compcoll: its extension compcoll._C cannot be loaded into torch" in r.stderr, r.stderr
+        assert "rebuild it after installing or upgrading torch" in r.stderr, r.stderr

@@ -17,6 +17,18 @@ See docs/pytorch.md.
 # (`import compcoll` before `import torch` failed with a circular import).
 import torch  # noqa: F401
 
+try:
+    from compcoll import _C  # noqa: F401
+except ImportError as e:
+    # Usually torch was installed or upgraded after compcoll was built: the
+    # extension's torch symbols are gone ("undefined symbol: _ZN3c10...").
+    raise ImportError(
+        f"compcoll: its extension compcoll._C cannot be loaded into torch {torch.__version__} "
+        f"({e}). It is compiled against the torch it runs with: rebuild it after installing or "
+        "upgrading torch (bash scripts/install-python-package.sh, or python3 -m pip install "
+        "--no-build-isolation ./ in the source tree), or unset COMPCOLL_ALGO to run without "
+        "compcoll") from e
+
 from compcoll._backend import (  # noqa: F401
     BACKEND_NAME,
     backend_of,
