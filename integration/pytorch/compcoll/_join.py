@@ -24,13 +24,18 @@ JOINED = "compcoll_join/count"
 JOINED_RANK = "compcoll_join/rank/{}"
 GLOO_ANNOUNCES = "0/{}"  # torch's ProcessGroupGloo: device 0's context, rank p
 GRACE_SECONDS = 3.0
-PEERS_PER_POLL = 8  # plain-Gloo keys looked at per poll: bounded work per poll for any world size
+# The store serves every rank of the job: a join that completes at once (the
+# usual case) looks at no Gloo key, and a slow one looks at a few per scan.
+SCAN_AFTER_SECONDS = 0.5
+SCAN_EVERY_SECONDS = 0.25
+PEERS_PER_SCAN = 8
+MAX_PAUSE_SECONDS = 0.1
 
 
 def _plain_gloo_rank(store, rank, size, start, suspects, now):
     """A peer seen building torch's own Gloo for GRACE_SECONDS without
-    joining, or None. Looks at PEERS_PER_POLL peers from `start`."""
-    for i in range(min(size, PEERS_PER_POLL)):
+    joining, or None. Looks at PEERS_PER_SCAN peers from `start`."""
+    for i in range(min(size, PEERS_PER_SCAN)):
         p = (start + i) % size
         if p == rank:
             continue
@@ -60,10 +65,14 @@ def await_every_rank(store, rank, size, timeout, group):
     store.add(JOINED, 1)
     started = time.monotonic()
     deadline = started + timeout.total_seconds()
-    suspects, start, pause = {}, 0, 0.001
+    suspects, start, pause, next_scan = {}, 0, 0.001, started + SCAN_AFTER_SECONDS
     while store.add(JOINED, 0) < size:
         now = time.monotonic()
-        plain = _plain_gloo_rank(store, rank, size, start, suspects, now)
+        plain = None
+        if now >= next_scan:
+            plain = _plain_gloo_rank(store, rank, size, start, suspects, now)
+            start = (start + PEERS_PER_SCAN) % size
+            next_scan = now + SCAN_EVERY_SECONDS
         if plain is not None:
             algo = os.environ.get("COMPCOLL_ALGO", "")
             raise RuntimeError(
@@ -78,6 +87,5 @@ def await_every_rank(store, rank, size, timeout, group):
                 f"compcoll: group '{group}': ranks {missing} did not create it with compcoll "
                 f"within the group's timeout of {timeout.total_seconds():.0f} s (rank {rank} "
                 "waited for them); they did not start, or created another group")
-        start = (start + PEERS_PER_POLL) % size
         time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+        pause = min(pause * 2, MAX_PAUSE_SECONDS)
