@@ -17,6 +17,10 @@ import threading
 
 from compcoll import _C, _plugins
 
+# torch's NCCL backends: "nccl" (in torch 2.15 its nccl2 backend) and the
+# older one it keeps as "nccl-legacy"; a name this torch lacks is skipped.
+NCCL_BACKENDS = ("NCCL", "NCCL-LEGACY")
+
 _lock = threading.Lock()
 _installed = set()  # backend names whose creator calls a notice first
 _said = set()       # notices given (or passed over on ranks other than 0)
@@ -42,7 +46,7 @@ def _install(name, before):
 def install_off_notice():
     """COMPCOLL_ALGO is unset, empty or dense: the first gloo or NCCL group
     names the COMPCOLL_* settings that therefore change nothing."""
-    for name in ("GLOO", "NCCL"):
+    for name in ("GLOO",) + NCCL_BACKENDS:
         what_runs = f"this '{name.lower()}' group is torch's own"
         _install(name, lambda args, what_runs=what_runs: _once(
             "off", args.rank, _C.settings_unread_while_off(what_runs)))
@@ -74,4 +78,5 @@ def _nccl_left_alone(args):
 def install_nccl_notice():
     """compcoll is on through the gloo hook: the first NCCL group says that
     its cuda tensors are not compressed."""
-    _install("NCCL", _nccl_left_alone)
+    for name in NCCL_BACKENDS:
+        _install(name, _nccl_left_alone)
