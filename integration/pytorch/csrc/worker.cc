@@ -227,8 +227,13 @@ std::string Worker::expire(uint64_t id, const Entry& e, Clock::time_point now) {
       }
       break;
     case Entry::kRunning:
+      // Running means waiting for peers: say which peers can hold it, since
+      // ranks that called different collectives or sizes look the same here.
       reason = detail::concat("it had been running on the worker thread for ",
-                              seconds(now - e.started), " s");
+                              seconds(now - e.started),
+                              " s, waiting for its peers (one that is gone or stuck, or one that "
+                              "called another operation or an allreduce of another size, holds "
+                              "it)");
       break;
     case Entry::kIssued:
       reason = detail::concat("it was issued to the inner backend ", seconds(now - e.started),
