@@ -155,7 +155,8 @@ def test_a_rank_without_compcoll_algo_is_named_within_seconds(tmp_path):
                    rank_env=[{"COMPCOLL_ALGO": "dgc"}, {}])
     first = ranks[0].result
     assert "rank 1 is creating it as torch's own gloo, without compcoll, while rank 0 creates it " \
-        "with compcoll (COMPCOLL_ALGO=dgc here): COMPCOLL_ALGO must be the same on every rank" \
+        "with compcoll (COMPCOLL_ALGO=dgc here): COMPCOLL_ALGO (and the backend asked for) must be " \
+        "the same on every rank" \
         in first.get("error", ""), ranks[0].describe()
     assert first["seconds"] < 30, first
     assert "error" in ranks[1].result, ranks[1].describe()

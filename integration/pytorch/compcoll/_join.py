@@ -75,10 +75,11 @@ def await_every_rank(store, rank, size, timeout, group):
             next_scan = now + SCAN_EVERY_SECONDS
         if plain is not None:
             algo = os.environ.get("COMPCOLL_ALGO", "")
+            why = f"COMPCOLL_ALGO={algo} here" if algo else "the group's backend is compcoll here"
             raise RuntimeError(
                 f"compcoll: group '{group}': rank {plain} is creating it as torch's own gloo, "
-                f"without compcoll, while rank {rank} creates it with compcoll "
-                f"(COMPCOLL_ALGO={algo} here): COMPCOLL_ALGO must be the same on every rank (an "
+                f"without compcoll, while rank {rank} creates it with compcoll ({why}): "
+                "COMPCOLL_ALGO (and the backend asked for) must be the same on every rank (an "
                 "environment that did not reach every node or process?); set it alike "
                 "everywhere, or unset it everywhere")
         if now >= deadline:
