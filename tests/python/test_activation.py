@@ -145,6 +145,24 @@ def test_an_nccl_group_is_told_that_its_cuda_tensors_are_not_compressed(tmp_path
         assert NCCL_NOTICE not in r.stderr, r.describe()
 
 
+def test_a_script_that_turns_compcoll_on_itself_hears_what_is_true_then(tmp_path):
+    """At `import torch` only COMPCOLL_DENSITY is set, so compcoll is off and
+    arranges the off notice. The script then sets COMPCOLL_ALGO and installs
+    the gloo hook itself: its NCCL group hears the NCCL notice, not that
+    compcoll is off. With the hook installed but COMPCOLL_ALGO still unset,
+    nothing is compressed anywhere, and the NCCL group hears the off notice."""
+    on = launch([worker("nccl_group.py")], 1, check=False,
+                env={"COMPCOLL_DENSITY": "0.01", "NCCL_GROUP_SETS_ALGO": "dgc"})[0]
+    said = notices(on)
+    assert len(said) == 1 and "COMPCOLL_ALGO=dgc turns 'gloo' groups into compcoll" in said[0] \
+        and NCCL_NOTICE in said[0], on.describe()
+    off = launch([worker("nccl_group.py")], 1, check=False,
+                 env={"COMPCOLL_DENSITY": "0.01", "NCCL_GROUP_SETS_ALGO": "dense"})[0]
+    said = notices(off)
+    assert len(said) == 1 and "COMPCOLL_ALGO=dense, so compcoll is off and this 'nccl' group is " \
+        "torch's own: " in said[0] and "COMPCOLL_DENSITY=0.01" in said[0], off.describe()
+
+
 def test_a_rank_without_compcoll_algo_is_named_within_seconds(tmp_path):
     """COMPCOLL_ALGO reached rank 0 but not rank 1 (an environment that did
     not reach every node): rank 1 builds torch's own Gloo, rank 0 compcoll's.
