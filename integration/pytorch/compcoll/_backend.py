@@ -130,7 +130,26 @@ def _state_tag(group_name):
 def _build(args, device_lane):
     """The backend for either calling convention of Backend.register_backend;
     device_lane: whether cuda tensors may get their own (NCCL) lane."""
-    store, rank, size, timeout, group_name, global_ranks = _plugins.creator_args(args)
+    return _build_group(_plugins.creator_args(args), device_lane)
+
+
+def _splitter(parent_rank, device_lane):
+    """What builds a group's children for split_group (torch asks the
+    parent's backend): each child is built as its parent was, with the same
+    device lane, over the store torch gives it, and keeps its own
+    error-feedback state. ranks are the parent's group ranks of the child."""
+    def split(store, ranks, timeout, group_name):
+        ranks = list(ranks)
+        if parent_rank not in ranks:
+            return None
+        child = _plugins.CreatorArgs(store, ranks.index(parent_rank), len(ranks), timeout,
+                                     group_name or None, None)
+        return _build_group(child, device_lane)
+    return split
+
+
+def _build_group(args, device_lane):
+    store, rank, size, timeout, group_name, global_ranks = args
     # A rank without COMPCOLL_ALGO would build torch's own Gloo instead, and
     # neither side would find the other before the group's timeout.
     _join.await_every_rank(store, rank, size, timeout, group_name if group_name else "0")
@@ -145,7 +164,7 @@ def _build(args, device_lane):
                                       global_ranks)
     stats_rank, stats_world = _global_identity(rank, size, global_ranks)
     backend = _C.create_backend(inner, timeout, lane, factory, stats_rank, stats_world,
-                                _state_tag(group_name))
+                                _state_tag(group_name), _splitter(rank, device_lane))
     _install_exit_hooks()
     _momentum.install()
     return backend

@@ -730,6 +730,15 @@ void CompcollBackend::setBoundDeviceId(std::optional<at::Device> device) {
 }
 #endif
 
+c10::intrusive_ptr<c10d::Backend> CompcollBackend::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<Options>& opts) {
+  TORCH_CHECK(split_factory_, "compcoll: group '", getGroupUid(),
+              "' was created without a way to split it (split_group)");
+  TORCH_CHECK(opts, "compcoll: split_group gave no options for the child group");
+  return split_factory_(store, ranks, opts->timeout, opts->group_name);
+}
+
 void CompcollBackend::eagerConnectSingleDevice(at::Device device) {
   // An explicit request: builds the device lane's inner backend now.
   lane_for(device)->inner()->eagerConnectSingleDevice(device);

@@ -31,11 +31,11 @@ bool python_finalizing() {
 #endif
 }
 
-// A Python callable the backend calls from its own threads: every call and
-// the final release take the GIL (at interpreter teardown the reference is
+// A Python callable that the backend keeps and calls from any thread: the
+// final release takes the GIL (at interpreter teardown the reference is
 // leaked instead: taking the GIL then is not safe).
-Lane::Factory backend_factory(py::function fn) {
-  std::shared_ptr<py::object> holder(new py::object(std::move(fn)), [](py::object* p) {
+std::shared_ptr<py::object> hold_callable(py::function fn) {
+  return std::shared_ptr<py::object>(new py::object(std::move(fn)), [](py::object* p) {
     if (Py_IsInitialized() && !python_finalizing()) {
       py::gil_scoped_acquire gil;
       delete p;
@@ -44,16 +44,41 @@ Lane::Factory backend_factory(py::function fn) {
       delete p;
     }
   });
-  return [holder]() -> c10::intrusive_ptr<c10d::Backend> {
-    py::gil_scoped_acquire gil;
-    try {
-      return (*holder)().cast<c10::intrusive_ptr<c10d::Backend>>();
-    } catch (py::error_already_set& e) {
-      throw std::runtime_error(e.what());  // made while the GIL is held
-    } catch (const py::cast_error& e) {
-      throw std::runtime_error(std::string("the factory did not return a c10d backend: ") +
-                               e.what());
+}
+
+// Calls a held backend factory with the GIL; a Python error or a result that
+// is not a backend becomes a C++ error (made while the GIL is held). None is
+// a null backend where allow_none.
+template <typename... Args>
+c10::intrusive_ptr<c10d::Backend> call_factory(const py::object& fn, bool allow_none,
+                                               Args&&... args) {
+  py::gil_scoped_acquire gil;
+  try {
+    py::object result = fn(std::forward<Args>(args)...);
+    if (allow_none && result.is_none()) {
+      return {};
     }
+    return result.cast<c10::intrusive_ptr<c10d::Backend>>();
+  } catch (py::error_already_set& e) {
+    throw std::runtime_error(e.what());
+  } catch (const py::cast_error& e) {
+    throw std::runtime_error(std::string("the factory did not return a c10d backend: ") +
+                             e.what());
+  }
+}
+
+// The device lane's factory: the inner backend for its tensors.
+Lane::Factory backend_factory(py::function fn) {
+  auto holder = hold_callable(std::move(fn));
+  return [holder]() { return call_factory(*holder, false); };
+}
+
+// split_group's factory: the child backend, or None on a rank outside it.
+compcoll::torch_integration::SplitFactory split_factory(py::function fn) {
+  auto holder = hold_callable(std::move(fn));
+  return [holder](const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                  std::chrono::milliseconds timeout, const std::string& group_name) {
+    return call_factory(*holder, true, store, ranks, timeout, group_name);
   };
 }
 
@@ -128,7 +153,8 @@ PYBIND11_MODULE(_C, m) {
       "create_backend",
       [](const c10::intrusive_ptr<c10d::Backend>& inner, std::chrono::milliseconds timeout,
          std::optional<std::string> device_lane, std::optional<py::function> device_factory,
-         int stats_rank, int stats_world_size, std::string state_tag) {
+         int stats_rank, int stats_world_size, std::string state_tag,
+         std::optional<py::function> split) {
         DeviceLaneSpec spec;
         if (device_lane) {
           TORCH_CHECK(device_factory, "compcoll: a device lane needs a device_factory");
@@ -143,20 +169,28 @@ PYBIND11_MODULE(_C, m) {
           spec.name = *device_lane;
           spec.factory = backend_factory(std::move(*device_factory));
         }
+        compcoll::torch_integration::SplitFactory splitter;
+        if (split) {
+          splitter = split_factory(std::move(*split));
+        }
         py::gil_scoped_release nogil;  // collective: other threads may need the GIL meanwhile
-        return c10::intrusive_ptr<c10d::Backend>(CompcollBackend::create(
-            inner, timeout, std::move(spec), StatsIdentity{stats_rank, stats_world_size},
-            std::move(state_tag)));
+        auto backend = CompcollBackend::create(inner, timeout, std::move(spec),
+                                               StatsIdentity{stats_rank, stats_world_size},
+                                               std::move(state_tag));
+        backend->set_split_factory(std::move(splitter));
+        return c10::intrusive_ptr<c10d::Backend>(backend);
       },
       py::arg("inner"), py::arg("timeout"), py::arg("device_lane") = py::none(),
       py::arg("device_factory") = py::none(), py::arg("stats_rank") = -1,
-      py::arg("stats_world_size") = -1, py::arg("state_tag") = "",
+      py::arg("stats_world_size") = -1, py::arg("state_tag") = "", py::arg("split") = py::none(),
       "Wraps an inner (Gloo) backend; collective: every rank of the group calls it. "
       "device_lane ('cuda', or 'staged_cpu' for tests) with device_factory (a callable "
       "returning the inner backend for those tensors, called on their first operation) "
       "adds a host-staged lane for that device. stats_rank/stats_world_size: the process's "
       "global rank and world size, for COMPCOLL_STATS_FILE (default: the group's). state_tag: "
-      "names the group's COMPCOLL_STATE_DIR files ('' for the default group).");
+      "names the group's COMPCOLL_STATE_DIR files ('' for the default group). split: "
+      "split(store, ranks, timeout, group_name) -> the child backend for split_group (None on "
+      "a rank outside ranks, the parent's group ranks); without it the group cannot split.");
 
   m.def("is_compcoll", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return static_cast<bool>(c10::dynamic_intrusive_pointer_cast<CompcollBackend>(b));

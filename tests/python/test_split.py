@@ -1,0 +1,36 @@
+"""split_group (torch asks a group's backend for its children's) on compcoll
+groups: every child is a compcoll group that compresses, with bits equal
+on its ranks; a rank outside every child gets no group; the parent keeps
+working. Plain Gloo can split, so a compcoll group must too."""
+import json
+
+from conftest import launch, worker
+
+
+def test_split_children_are_compcoll_groups_that_compress(tmp_path):
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json")}
+    ranks = launch([worker("split_group.py")], 3, env=env, timeout=240)
+    res = [r.result for r in ranks]
+    for key, members in (("first", {0: [0, 2], 1: [1], 2: [0, 2]}),
+                         ("second", {0: [0, 1], 1: [0, 1], 2: None}),
+                         ("world", {0: [0, 1, 2], 1: [0, 1, 2], 2: [0, 1, 2]})):
+        for r in res:
+            group = r[key]
+            if members[r["rank"]] is None:
+                assert group is None, (key, r)
+                continue
+            assert group["ranks"] == members[r["rank"]], (key, r)
+            assert group["backend"] == "compcoll" and group["algo"] == "dgc", (key, group)
+            assert group["compressed_calls"] > 0, (key, group)
+        # Equal bits on the ranks of each child.
+        by_members = {}
+        for r in res:
+            if r[key] is not None:
+                by_members.setdefault(tuple(r[key]["ranks"]), set()).add(r[key]["digest"])
+        assert all(len(d) == 1 for d in by_members.values()), (key, by_members)
+    # Each process's stats file names every group it was in.
+    for r in res:
+        with open(tmp_path / f"stats{r['rank']}.json") as f:
+            st = json.load(f)
+        names = {r[k]["name"] for k in ("first", "second", "world") if r[k] is not None}
+        assert set(st["groups"]) == names, (st["groups"].keys(), names)
