@@ -103,7 +103,7 @@ setup(
     description="Compressed allreduce (DGC, SBC, SDAGC, CSC, 1-bit) as a torch.distributed backend",
     package_dir={"": PKG_DIR},
     packages=["compcoll"],
-    py_modules=["compcoll_autoload"],
+    py_modules=["compcoll_autoload", "compcoll_creators"],
     ext_modules=[
         CppExtension(
             name="compcoll._C",
@@ -118,8 +118,8 @@ setup(
     options={"build": {"build_base": BUILD_BASE}, "egg_info": {"egg_base": PKG_DIR}},
     entry_points={
         # torch >= 2.5 imports these at `import torch` (unless
-        # TORCH_DEVICE_BACKEND_AUTOLOAD=0); the hook does nothing unless
-        # COMPCOLL_ALGO is set to a compressed algorithm.
+        # TORCH_DEVICE_BACKEND_AUTOLOAD=0); it imports nothing of compcoll
+        # unless COMPCOLL_* variables are set, then or when a group is made.
         "torch.backends": ["compcoll = compcoll_autoload:autoload"],
         # torch versions that resolve backend names lazily register
         # "compcoll" on first use of the name.

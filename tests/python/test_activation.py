@@ -100,6 +100,28 @@ def test_nothing_set_means_nothing_imported(tmp_path):
         assert "compcoll" not in r.stderr, r.describe()
 
 
+def test_compcoll_algo_set_by_the_script_after_import_torch_works_too(tmp_path):
+    """A script that sets COMPCOLL_ALGO in os.environ after `import torch`
+    (as scripts set MASTER_ADDR) gets compcoll all the same: the autoload,
+    which found nothing at `import torch`, reads the environment again as
+    each group is created. Settings set that way are named when compcoll is
+    off, as settings from the launcher are."""
+    late = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json")}
+    ranks = launch([SCRIPT], 2, env={"COMPCOLL_WARMUP_STEPS": None,
+                                     "SCRIPT_SETS_ENV": json.dumps(late)})
+    for r in ranks:
+        assert r.result["cpu_backend"] == "compcoll" and r.result["backend"] == "gloo", r.describe()
+    for st in read_stats(tmp_path, 2):
+        assert st["algo"] == "dgc" and st["compressed_calls"] > 0, st
+    ranks = launch_plain([SCRIPT], 2, {"COMPCOLL_WARMUP_STEPS": None,
+                                       "SCRIPT_SETS_ENV": json.dumps({"COMPCOLL_DENSITY": "0.01"})})
+    assert all(r.result["cpu_backend"] == "gloo" for r in ranks)
+    said = notices(ranks[0])
+    assert len(said) == 1 and said[0].startswith(OFF_NOTICE.format(algo="COMPCOLL_ALGO is unset")) \
+        and "COMPCOLL_DENSITY=0.01" in said[0], ranks[0].describe()
+    assert not notices(ranks[1]), ranks[1].describe()
+
+
 def test_a_mistyped_compcoll_algo_is_named(tmp_path):
     ranks = launch_plain([SCRIPT], 2, {"COMPCOLL_ALGORITHM": "dgc"})
     assert all(r.result["cpu_backend"] == "gloo" for r in ranks)

@@ -32,7 +32,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from compcoll import _C, _join, _momentum, _notices, _plugins
+import compcoll_creators as creators
+from compcoll import _C, _join, _momentum, _notices
 
 BACKEND_NAME = "compcoll"
 DEVICES = ["cpu", "cuda"]
@@ -130,7 +131,7 @@ def _state_tag(group_name):
 def _build(args, device_lane):
     """The backend for either calling convention of Backend.register_backend;
     device_lane: whether cuda tensors may get their own (NCCL) lane."""
-    return _build_group(_plugins.creator_args(args), device_lane)
+    return _build_group(creators.creator_args(args), device_lane)
 
 
 def _splitter(parent_rank, device_lane):
@@ -142,7 +143,7 @@ def _splitter(parent_rank, device_lane):
         ranks = list(ranks)
         if parent_rank not in ranks:
             return None
-        child = _plugins.CreatorArgs(store, ranks.index(parent_rank), len(ranks), timeout,
+        child = creators.CreatorArgs(store, ranks.index(parent_rank), len(ranks), timeout,
                                      group_name or None, None)
         return _build_group(child, device_lane)
     return split
@@ -175,7 +176,7 @@ def _create(*args):
     return _build(args, device_lane=True)
 
 
-def _create_for_gloo(*args):
+def create_for_gloo(*args):
     """Creator behind the gloo hook: the script asked for Gloo, so cuda
     tensors stay on Gloo (uncompressed) and no NCCL group is built (Gloo
     allows several ranks per GPU, NCCL does not)."""
@@ -205,7 +206,7 @@ def install_gloo_hook():
     with _lock:
         if _hooked_gloo is not None:
             return True
-        original = _plugins.torch_plugin("GLOO")
+        original = creators.torch_plugin("GLOO")
         if original is None:
             warnings.warn(
                 f"compcoll: torch {torch.__version__} builds the gloo backend outside "
@@ -214,7 +215,7 @@ def install_gloo_hook():
                 stacklevel=2,
             )
             return False
-        _plugins.set_creator("GLOO", _create_for_gloo, True)
+        creators.set_creator("GLOO", create_for_gloo, True)
         _hooked_gloo = original
     # torch's NCCL groups stay torch's: their cuda tensors are not compressed,
     # and the first one says so.

@@ -7,7 +7,8 @@ default group, usually), on that group's rank 0, before torch builds it:
   COMPCOLL_* variables are set: a "gloo" or "nccl" group is then torch's own
   and reads none of them (a mistyped COMPCOLL_ALGO is named with the nearest
   variable). The text comes from compcoll's configuration table
-  (_C.settings_unread_while_off).
+  (_C.settings_unread_while_off). The autoload (compcoll_autoload) calls
+  off_notice as each such group is created.
 - compcoll is on, through the "gloo" hook, but a group's cuda tensors go to
   torch's NCCL backend: their allreduces (a GPU model's gradients under
   DDP) are not compressed, unless the NCCL interposer is loaded.
@@ -15,18 +16,15 @@ default group, usually), on that group's rank 0, before torch builds it:
 import os
 import threading
 
-from compcoll import _C, _plugins
+import compcoll_creators as creators
+from compcoll import _C
 # Read at each group's creation, not at import: a script may set
-# COMPCOLL_ALGO after `import torch` and call compcoll.install_gloo_hook().
+# COMPCOLL_ALGO after `import torch`.
 from compcoll_autoload import compression_requested
 
-# torch's NCCL backends: "nccl" (in torch 2.15 its nccl2 backend) and the
-# older one it keeps as "nccl-legacy"; a name this torch lacks is skipped.
-NCCL_BACKENDS = ("NCCL", "NCCL-LEGACY")
-
 _lock = threading.Lock()
-_installed = set()  # (backend name, notice) pairs whose creator calls it first
-_said = set()       # notices given (or passed over on ranks other than 0)
+_nccl_notice_installed = False
+_said = set()  # notices given (or passed over on ranks other than 0)
 
 
 def _once(key, rank, message):
@@ -42,32 +40,14 @@ def _once(key, rank, message):
             _C.warn(rank, text)
 
 
-def _install(name, key, before):
-    """Puts notice `key` in front of backend `name`'s creator, once: a
-    backend may carry several notices (the off notice, then the NCCL notice
-    once a script turns compcoll on itself), never one twice."""
-    with _lock:
-        if (name, key) in _installed:
-            return
-        _installed.add((name, key))
-    _plugins.call_first(name, before)
-
-
-def install_off_notice():
-    """COMPCOLL_ALGO is unset, empty or dense: the first gloo or NCCL group
-    names the COMPCOLL_* settings that therefore change nothing. It is
-    installed at `import torch`; a script that turns compcoll on after that
-    (COMPCOLL_ALGO set, then compcoll.install_gloo_hook()) does not get it.
-    (install_gloo_hook() replaces the gloo creator, this notice with it: a
-    hooked gloo group is compcoll's, which names unread settings itself.)"""
-    def off_notice(args, what_runs):
-        if compression_requested():
-            return
-        _once("off", args.rank, lambda: _C.settings_unread_while_off(what_runs))
-
-    for name in ("GLOO",) + NCCL_BACKENDS:
-        _install(name, "off", lambda args, name=name: off_notice(
-            args, f"this '{name.lower()}' group is torch's own"))
+def off_notice(args, name):
+    """A group of backend `name` ("GLOO", "NCCL", ...; args: its
+    CreatorArgs) is being created while compcoll is off: the first such group
+    names the COMPCOLL_* settings that therefore change nothing."""
+    if compression_requested():
+        return
+    what_runs = f"this '{name.lower()}' group is torch's own"
+    _once("off", args.rank, lambda: _C.settings_unread_while_off(what_runs))
 
 
 def interposer_loaded():
@@ -80,7 +60,9 @@ def interposer_loaded():
         return False
 
 
-def _nccl_left_alone(args):
+def nccl_left_alone(args):
+    """An NCCL group is being created while compcoll is on: the first one
+    says that its cuda tensors are not compressed."""
     # Nothing to say where nothing would be compressed anyway: the gloo hook
     # installed by a script with COMPCOLL_ALGO unset runs dense.
     if not compression_requested() or interposer_loaded():
@@ -99,7 +81,12 @@ def _nccl_notice_text():
 
 
 def install_nccl_notice():
-    """compcoll is on through the gloo hook: the first NCCL group says that
-    its cuda tensors are not compressed."""
-    for name in NCCL_BACKENDS:
-        _install(name, "nccl", _nccl_left_alone)
+    """compcoll is on through the gloo hook: torch's NCCL creators call
+    nccl_left_alone first (once installed, whoever installs it)."""
+    global _nccl_notice_installed
+    with _lock:
+        if _nccl_notice_installed:
+            return
+        _nccl_notice_installed = True
+    for name in creators.NCCL_BACKENDS:
+        creators.call_first(name, nccl_left_alone)

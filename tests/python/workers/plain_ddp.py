@@ -2,8 +2,11 @@
 
 It asks for "gloo" and is launched by torchrun or with torchrun's variables.
 The last line reports what it got (for the tests; not needed for training).
+With SCRIPT_SETS_ENV (JSON), the script sets those variables itself, after
+`import torch` and before init_process_group, as scripts set MASTER_ADDR.
 """
 import json
+import os
 
 import torch
 import torch.distributed as dist
@@ -11,6 +14,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 torch.set_num_threads(1)
+os.environ.update(json.loads(os.environ.get("SCRIPT_SETS_ENV", "{}")))
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)

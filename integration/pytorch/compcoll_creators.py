@@ -1,10 +1,18 @@
 """torch's table of c10d backend creators (torch.distributed.Backend._plugins,
 where torch 2.15 registers "gloo" and "nccl" too): a creator's two calling
 conventions, and putting compcoll's own creator, or a wrapper, in front of
-torch's creator for a backend name. Nothing else of torch is touched."""
+torch's creator for a backend name. Nothing else of torch is touched.
+
+A module of its own, outside the compcoll package, so that the autoload
+(compcoll_autoload) can wrap torch's creators at `import torch` without
+importing compcoll and its extension."""
 from collections import namedtuple
 
 import torch.distributed as dist
+
+# torch's NCCL backends: "nccl" (in torch 2.15 its nccl2 backend) and the
+# older one it keeps as "nccl-legacy"; a name this torch lacks is skipped.
+NCCL_BACKENDS = ("NCCL", "NCCL-LEGACY")
 
 CreatorArgs = namedtuple("CreatorArgs", "store rank size timeout group_name global_ranks")
 
@@ -37,16 +45,26 @@ def set_creator(name, creator, extended_api):
     dist.Backend._plugins[name] = dist.Backend._BackendPlugin(creator, extended_api)
 
 
-def call_first(name, before):
-    """Makes the creator of backend `name` call before(CreatorArgs) and then
-    build the group as it did. False where this torch has no such creator."""
+def wrap(name, wrapper):
+    """Makes backend `name` build its groups through wrapper(creator, *args),
+    where creator(*args) builds the group as before. False where this torch
+    has no such creator."""
     original = torch_plugin(name)
     if original is None:
         return False
 
     def creator(*args):
-        before(creator_args(args))
-        return original.creator_fn(*args)
+        return wrapper(original.creator_fn, *args)
 
     set_creator(name, creator, original.extended_api)
     return True
+
+
+def call_first(name, before):
+    """Makes the creator of backend `name` call before(CreatorArgs) and then
+    build the group as it did. False where this torch has no such creator."""
+    def first(creator, *args):
+        before(creator_args(args))
+        return creator(*args)
+
+    return wrap(name, first)
