@@ -1,19 +1,21 @@
-"""split_group (torch asks a group's backend for its children's) on compcoll
-groups: every child is a compcoll group that compresses, with bits equal
-on its ranks; a rank outside every child gets no group; the parent keeps
-working. Plain Gloo can split, so a compcoll group must too."""
+"""split_group and merge_remote_group (torch asks a group's backend for the
+new group's) on compcoll groups: every such group is a compcoll group that
+compresses, with bits equal on its ranks; a rank outside every child of a
+split gets no group; the parent keeps working. Plain Gloo can do both, so a
+compcoll group must too."""
 import json
 
 from conftest import launch, worker
 
 
-def test_split_children_are_compcoll_groups_that_compress(tmp_path):
+def test_split_and_merged_groups_are_compcoll_groups_that_compress(tmp_path):
     env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json")}
     ranks = launch([worker("split_group.py")], 3, env=env, timeout=240)
     res = [r.result for r in ranks]
     for key, members in (("first", {0: [0, 2], 1: [1], 2: [0, 2]}),
                          ("second", {0: [0, 1], 1: [0, 1], 2: None}),
-                         ("world", {0: [0, 1, 2], 1: [0, 1, 2], 2: [0, 1, 2]})):
+                         ("world", {0: [0, 1, 2], 1: [0, 1, 2], 2: [0, 1, 2]}),
+                         ("merged", {0: [0, 1, 2], 1: [0, 1, 2], 2: [0, 1, 2]})):
         for r in res:
             group = r[key]
             if members[r["rank"]] is None:
@@ -32,5 +34,5 @@ def test_split_children_are_compcoll_groups_that_compress(tmp_path):
     for r in res:
         with open(tmp_path / f"stats{r['rank']}.json") as f:
             st = json.load(f)
-        names = {r[k]["name"] for k in ("first", "second", "world") if r[k] is not None}
+        names = {r[k]["name"] for k in ("first", "second", "world", "merged") if r[k] is not None}
         assert set(st["groups"]) == names, (st["groups"].keys(), names)

@@ -134,19 +134,15 @@ def _build(args, device_lane):
     return _build_group(creators.creator_args(args), device_lane)
 
 
-def _splitter(parent_rank, device_lane):
-    """What builds a group's children for split_group (torch asks the
-    parent's backend): each child is built as its parent was, with the same
-    device lane, over the store torch gives it, and keeps its own
-    error-feedback state. ranks are the parent's group ranks of the child."""
-    def split(store, ranks, timeout, group_name):
-        ranks = list(ranks)
-        if parent_rank not in ranks:
-            return None
-        child = creators.CreatorArgs(store, ranks.index(parent_rank), len(ranks), timeout,
-                                     group_name or None, None)
-        return _build_group(child, device_lane)
-    return split
+def _children(device_lane):
+    """What builds the groups made from a group by split_group and
+    merge_remote_group (torch asks the parent's backend): each is built as
+    its parent was, with the same device lane, over the store torch gives it,
+    and keeps its own error-feedback state."""
+    def child(store, rank, size, timeout, group_name):
+        return _build_group(creators.CreatorArgs(store, rank, size, timeout, group_name or None,
+                                                 None), device_lane)
+    return child
 
 
 def _build_group(args, device_lane):
@@ -165,7 +161,7 @@ def _build_group(args, device_lane):
                                       global_ranks)
     stats_rank, stats_world = _global_identity(rank, size, global_ranks)
     backend = _C.create_backend(inner, timeout, lane, factory, stats_rank, stats_world,
-                                _state_tag(group_name), _splitter(rank, device_lane))
+                                _state_tag(group_name), _children(device_lane))
     _install_exit_hooks()
     _momentum.install()
     return backend

@@ -1,5 +1,7 @@
 #include "integration/pytorch/csrc/backend.h"
 
+#include <algorithm>
+
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -733,10 +735,22 @@ void CompcollBackend::setBoundDeviceId(std::optional<at::Device> device) {
 c10::intrusive_ptr<c10d::Backend> CompcollBackend::split(
     const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
     const c10::intrusive_ptr<Options>& opts) {
-  TORCH_CHECK(split_factory_, "compcoll: group '", getGroupUid(),
+  TORCH_CHECK(child_factory_, "compcoll: group '", getGroupUid(),
               "' was created without a way to split it (split_group)");
   TORCH_CHECK(opts, "compcoll: split_group gave no options for the child group");
-  return split_factory_(store, ranks, opts->timeout, opts->group_name);
+  auto me = std::find(ranks.begin(), ranks.end(), getRank());
+  if (me == ranks.end()) return {};
+  return child_factory_(store, static_cast<int>(me - ranks.begin()),
+                        static_cast<int>(ranks.size()), opts->timeout, opts->group_name);
+}
+
+c10::intrusive_ptr<c10d::Backend> CompcollBackend::merge(
+    const c10::intrusive_ptr<c10d::Store>& store, const c10::intrusive_ptr<Options>& opts,
+    const int& rank, const int& size) {
+  TORCH_CHECK(child_factory_, "compcoll: group '", getGroupUid(),
+              "' was created without a way to merge it (merge_remote_group)");
+  TORCH_CHECK(opts, "compcoll: merge_remote_group gave no options for the merged group");
+  return child_factory_(store, rank, size, opts->timeout, opts->group_name);
 }
 
 void CompcollBackend::eagerConnectSingleDevice(at::Device device) {

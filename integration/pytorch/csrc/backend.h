@@ -64,11 +64,12 @@
 // compression enabled, nothing compressed) says so at WARN, once, on group
 // rank 0.
 //
-// split_group: torch splits a group by asking its backend for the child's.
-// The child is built the way the group was (its creator's split_factory,
-// from Python): a compcoll backend over a Gloo group of the child's ranks,
-// with the group's device lane and its own error-feedback state. Without a
-// split factory the backend says it cannot split, as torch expects.
+// split_group, merge_remote_group: torch builds such a group by asking the
+// parent's backend for the child's. The child is built the way the parent
+// was (its creator's child factory, from Python): a compcoll backend over a
+// Gloo group of the child's ranks, with the parent's device lane and its own
+// error-feedback state. Without a child factory the backend says it cannot
+// split, as torch expects.
 //
 // finish() (called at destruction and, from Python, at interpreter exit)
 // drains the queue, finishes the lanes' Communicators and records the
@@ -121,11 +122,10 @@ struct StatsIdentity {
   int world_size = -1;
 };
 
-// Builds a split child (see split_group above) on the store torch gives it:
-// the parent's group ranks that form the child, its timeout and its name.
-// Returns null on a rank that is not among them.
-using SplitFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
-    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+// Builds a child group's backend (see split_group above) on the store torch
+// gives it, as rank `rank` of `size`, with its timeout and name.
+using ChildFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, const std::string& group_name)>;
 
 class CompcollBackend final : public c10d::Backend {
@@ -205,12 +205,17 @@ class CompcollBackend final : public c10d::Backend {
   void setBoundDeviceId(std::optional<at::Device> device) override;
 #endif
   void eagerConnectSingleDevice(at::Device device) override;
-  bool supportsSplitting() const override { return static_cast<bool>(split_factory_); }
+  bool supportsSplitting() const override { return static_cast<bool>(child_factory_); }
+  // ranks: the parent's group ranks that form the child; null on a rank that
+  // is not among them.
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
                                           const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override;
+  c10::intrusive_ptr<c10d::Backend> merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const c10::intrusive_ptr<Options>& opts,
+                                          const int& rank, const int& size) override;
   // Set once, by the creator, before the backend is handed to torch.
-  void set_split_factory(SplitFactory factory) { split_factory_ = std::move(factory); }
+  void set_child_factory(ChildFactory factory) { child_factory_ = std::move(factory); }
   c10d::ErrorType getError() override;
   void abort() override;
   void shutdown() override;
@@ -323,7 +328,7 @@ class CompcollBackend final : public c10d::Backend {
   std::atomic<uint64_t> rs_elems_{0};
   std::atomic<bool> rs_warned_{false};
   UncompressedNotes uncompressed_notes_;  // float64, non-contiguous, ...: said once
-  SplitFactory split_factory_;  // empty: the backend cannot split
+  ChildFactory child_factory_;  // empty: the backend cannot split or merge
 };
 
 }  // namespace compcoll::torch_integration

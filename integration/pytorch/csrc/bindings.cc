@@ -47,18 +47,12 @@ std::shared_ptr<py::object> hold_callable(py::function fn) {
 }
 
 // Calls a held backend factory with the GIL; a Python error or a result that
-// is not a backend becomes a C++ error (made while the GIL is held). None is
-// a null backend where allow_none.
+// is not a backend becomes a C++ error (made while the GIL is held).
 template <typename... Args>
-c10::intrusive_ptr<c10d::Backend> call_factory(const py::object& fn, bool allow_none,
-                                               Args&&... args) {
+c10::intrusive_ptr<c10d::Backend> call_factory(const py::object& fn, Args&&... args) {
   py::gil_scoped_acquire gil;
   try {
-    py::object result = fn(std::forward<Args>(args)...);
-    if (allow_none && result.is_none()) {
-      return {};
-    }
-    return result.cast<c10::intrusive_ptr<c10d::Backend>>();
+    return fn(std::forward<Args>(args)...).template cast<c10::intrusive_ptr<c10d::Backend>>();
   } catch (py::error_already_set& e) {
     throw std::runtime_error(e.what());
   } catch (const py::cast_error& e) {
@@ -70,15 +64,15 @@ c10::intrusive_ptr<c10d::Backend> call_factory(const py::object& fn, bool allow_
 // The device lane's factory: the inner backend for its tensors.
 Lane::Factory backend_factory(py::function fn) {
   auto holder = hold_callable(std::move(fn));
-  return [holder]() { return call_factory(*holder, false); };
+  return [holder]() { return call_factory(*holder); };
 }
 
-// split_group's factory: the child backend, or None on a rank outside it.
-compcoll::torch_integration::SplitFactory split_factory(py::function fn) {
+// The child factory of split_group and merge_remote_group: the child backend.
+compcoll::torch_integration::ChildFactory child_factory(py::function fn) {
   auto holder = hold_callable(std::move(fn));
-  return [holder](const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+  return [holder](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                   std::chrono::milliseconds timeout, const std::string& group_name) {
-    return call_factory(*holder, true, store, ranks, timeout, group_name);
+    return call_factory(*holder, store, rank, size, timeout, group_name);
   };
 }
 
@@ -154,7 +148,7 @@ PYBIND11_MODULE(_C, m) {
       [](const c10::intrusive_ptr<c10d::Backend>& inner, std::chrono::milliseconds timeout,
          std::optional<std::string> device_lane, std::optional<py::function> device_factory,
          int stats_rank, int stats_world_size, std::string state_tag,
-         std::optional<py::function> split) {
+         std::optional<py::function> child) {
         DeviceLaneSpec spec;
         if (device_lane) {
           TORCH_CHECK(device_factory, "compcoll: a device lane needs a device_factory");
@@ -169,28 +163,28 @@ PYBIND11_MODULE(_C, m) {
           spec.name = *device_lane;
           spec.factory = backend_factory(std::move(*device_factory));
         }
-        compcoll::torch_integration::SplitFactory splitter;
-        if (split) {
-          splitter = split_factory(std::move(*split));
+        compcoll::torch_integration::ChildFactory children;
+        if (child) {
+          children = child_factory(std::move(*child));
         }
         py::gil_scoped_release nogil;  // collective: other threads may need the GIL meanwhile
         auto backend = CompcollBackend::create(inner, timeout, std::move(spec),
                                                StatsIdentity{stats_rank, stats_world_size},
                                                std::move(state_tag));
-        backend->set_split_factory(std::move(splitter));
+        backend->set_child_factory(std::move(children));
         return c10::intrusive_ptr<c10d::Backend>(backend);
       },
       py::arg("inner"), py::arg("timeout"), py::arg("device_lane") = py::none(),
       py::arg("device_factory") = py::none(), py::arg("stats_rank") = -1,
-      py::arg("stats_world_size") = -1, py::arg("state_tag") = "", py::arg("split") = py::none(),
+      py::arg("stats_world_size") = -1, py::arg("state_tag") = "", py::arg("child") = py::none(),
       "Wraps an inner (Gloo) backend; collective: every rank of the group calls it. "
       "device_lane ('cuda', or 'staged_cpu' for tests) with device_factory (a callable "
       "returning the inner backend for those tensors, called on their first operation) "
       "adds a host-staged lane for that device. stats_rank/stats_world_size: the process's "
       "global rank and world size, for COMPCOLL_STATS_FILE (default: the group's). state_tag: "
-      "names the group's COMPCOLL_STATE_DIR files ('' for the default group). split: "
-      "split(store, ranks, timeout, group_name) -> the child backend for split_group (None on "
-      "a rank outside ranks, the parent's group ranks); without it the group cannot split.");
+      "names the group's COMPCOLL_STATE_DIR files ('' for the default group). child: "
+      "child(store, rank, size, timeout, group_name) -> the backend of a group split or merged "
+      "from this one (split_group, merge_remote_group); without it the group cannot do either.");
 
   m.def("is_compcoll", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return static_cast<bool>(c10::dynamic_intrusive_pointer_cast<CompcollBackend>(b));
