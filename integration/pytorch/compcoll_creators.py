@@ -14,7 +14,11 @@ import torch.distributed as dist
 # older one it keeps as "nccl-legacy"; a name this torch lacks is skipped.
 NCCL_BACKENDS = ("NCCL", "NCCL-LEGACY")
 
-CreatorArgs = namedtuple("CreatorArgs", "store rank size timeout group_name global_ranks")
+# enable_reconfigure: torch's fault-tolerance regime (a group that waits for
+# reconfigure() before its first collective), asked for by the script.
+CreatorArgs = namedtuple("CreatorArgs",
+                         "store rank size timeout group_name global_ranks enable_reconfigure",
+                         defaults=(False,))
 
 
 def creator_args(args):
@@ -24,7 +28,8 @@ def creator_args(args):
         opts, _backend_options = args
         return CreatorArgs(opts.store, opts.group_rank, opts.group_size, opts.timeout,
                            getattr(opts, "group_id", None),
-                           getattr(opts, "global_ranks_in_group", None))
+                           getattr(opts, "global_ranks_in_group", None),
+                           bool(getattr(opts, "enable_reconfigure", False)))
     store, rank, size, timeout = args
     return CreatorArgs(store, rank, size, timeout, None, None)
 
@@ -56,8 +61,14 @@ def wrap(name, wrapper):
     def creator(*args):
         return wrapper(original.creator_fn, *args)
 
+    creator.torch_creator = torch_creator(original)
     set_creator(name, creator, original.extended_api)
     return True
+
+
+def torch_creator(plugin):
+    """torch's own creator under a plugin's wrappers (those of wrap())."""
+    return getattr(plugin.creator_fn, "torch_creator", plugin.creator_fn)
 
 
 def call_first(name, before):

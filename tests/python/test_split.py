@@ -36,3 +36,21 @@ def test_split_and_merged_groups_are_compcoll_groups_that_compress(tmp_path):
             st = json.load(f)
         names = {r[k]["name"] for k in ("first", "second", "world", "merged") if r[k] is not None}
         assert set(st["groups"]) == names, (st["groups"].keys(), names)
+
+
+def test_a_group_asked_for_with_enable_reconfigure_is_never_silently_compcoll():
+    """torch's enable_reconfigure asks for a group that reconfigure() sets up
+    later; compcoll cannot be reconfigured. Under COMPCOLL_ALGO a "gloo"
+    group asked for that way stays torch's own Gloo, and rank 0 says so;
+    init_process_group("compcoll", enable_reconfigure=True) is an error that
+    says why. (Before, compcoll built the group at once and ignored it.)"""
+    gloo = launch([worker("reconfigure.py")], 1, env={"COMPCOLL_ALGO": "dgc",
+                                                       "RECONFIGURE_BACKEND": "gloo"})[0]
+    assert gloo.result == {"cpu_backend": "gloo", "supports_reconfigure": True}, gloo.describe()
+    said = [ln for ln in gloo.stderr.splitlines() if ln.startswith("compcoll WARN")]
+    assert len(said) == 1 and "enable_reconfigure=True" in said[0] \
+        and "it is torch's own Gloo, and its allreduces are not compressed" in said[0], said
+    explicit = launch([worker("reconfigure.py")], 1, env={"COMPCOLL_ALGO": "dgc",
+                                                          "RECONFIGURE_BACKEND": "compcoll"})[0]
+    assert "compcoll: group '0' is created with enable_reconfigure=True" in \
+        explicit.result.get("error", ""), explicit.describe()

@@ -51,6 +51,7 @@ _TEST_STAGED_CPU = False
 _lock = threading.Lock()
 _registered = False
 _hooked_gloo = None  # the original gloo plugin once the hook is installed
+_torch_gloo = None   # torch's own gloo creator under it
 _exit_hooks = False
 
 
@@ -146,7 +147,13 @@ def _children(device_lane):
 
 
 def _build_group(args, device_lane):
-    store, rank, size, timeout, group_name, global_ranks = args
+    store, rank, size, timeout, group_name, global_ranks, enable_reconfigure = args
+    if enable_reconfigure:
+        raise ValueError(
+            f"compcoll: group '{group_name or '0'}' is created with enable_reconfigure=True "
+            "(torch's fault-tolerance regime, where reconfigure() sets up the group later), "
+            "which compcoll does not support: create it without enable_reconfigure, or create "
+            "it as \"gloo\" with COMPCOLL_ALGO unset")
     # A rank without COMPCOLL_ALGO would build torch's own Gloo instead, and
     # neither side would find the other before the group's timeout.
     _join.await_every_rank(store, rank, size, timeout, group_name if group_name else "0")
@@ -175,8 +182,14 @@ def _create(*args):
 def create_for_gloo(*args):
     """Creator behind the gloo hook: the script asked for Gloo, so cuda
     tensors stay on Gloo (uncompressed) and no NCCL group is built (Gloo
-    allows several ranks per GPU, NCCL does not)."""
-    return _build(args, device_lane=False)
+    allows several ranks per GPU, NCCL does not). A group asked for with
+    enable_reconfigure stays torch's own Gloo, and rank 0 says so: compcoll
+    cannot be reconfigured, and building it anyway would ignore the request."""
+    group = creators.creator_args(args)
+    if group.enable_reconfigure and _torch_gloo is not None:
+        _notices.reconfigure_left_to_gloo(group)
+        return _torch_gloo(*args)
+    return _build_group(group, device_lane=False)
 
 
 def register():
@@ -197,7 +210,7 @@ def install_gloo_hook():
     backend plugin table it warns and returns False: use
     init_process_group("compcoll") there.
     """
-    global _hooked_gloo
+    global _hooked_gloo, _torch_gloo
     register()
     with _lock:
         if _hooked_gloo is not None:
@@ -211,6 +224,7 @@ def install_gloo_hook():
                 stacklevel=2,
             )
             return False
+        _torch_gloo = creators.torch_creator(original)
         creators.set_creator("GLOO", create_for_gloo, True)
         _hooked_gloo = original
     # torch's NCCL groups stay torch's: their cuda tensors are not compressed,

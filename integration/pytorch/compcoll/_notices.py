@@ -12,6 +12,9 @@ default group, usually), on that group's rank 0, before torch builds it:
 - compcoll is on, through the "gloo" hook, but a group's cuda tensors go to
   torch's NCCL backend: their allreduces (a GPU model's gradients under
   DDP) are not compressed, unless the NCCL interposer is loaded.
+- compcoll is on, through the "gloo" hook, but a gloo group is asked for
+  with enable_reconfigure: it stays torch's own Gloo (compcoll cannot be
+  reconfigured), uncompressed.
 """
 import os
 import threading
@@ -78,6 +81,15 @@ def _nccl_notice_text():
             "as \"compcoll\" (init_process_group(\"compcoll\"): cuda tensors compressed "
             "host-staged, docs/pytorch.md), or preload the NCCL interposer "
             "(LD_PRELOAD=libcompcoll_nccl.so, docs/gpu.md) (said once per process)")
+
+
+def reconfigure_left_to_gloo(args):
+    """A gloo group asked for with enable_reconfigure stays torch's own."""
+    _once("reconfigure", args.rank, lambda: (
+        f"group '{args.group_name or '0'}' is created with enable_reconfigure=True (torch's "
+        "fault-tolerance regime, where reconfigure() sets up the group later), which compcoll "
+        "does not support: it is torch's own Gloo, and its allreduces are not compressed "
+        "(said once per process)"))
 
 
 def install_nccl_notice():
