@@ -469,12 +469,21 @@ void Communicator::merge_state(const std::string& from, const std::string& into)
 }
 
 void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, const char* key) {
+  allreduce_on(choose_route(*algo_, count, dtype, op, cfg_.min_elems), buf, count, dtype, op, key);
+}
+
+void Communicator::allreduce_exact(void* buf, size_t count, DType dtype, ReduceOp op,
+                                   const char* reason) {
+  allreduce_on(Route{false, reason}, buf, count, dtype, op, nullptr);
+}
+
+void Communicator::allreduce_on(const Route& route, void* buf, size_t count, DType dtype,
+                                ReduceOp op, const char* key) {
   CC_CHECK(broken_.empty(), kTransport, "rank ", comm_->rank(),
            ": this communicator failed earlier and must be rebuilt; first error: ", broken_);
   CC_CHECK(buf != nullptr || count == 0, kInvalidArgument, "allreduce of ", count,
            " elements from a null buffer");
   const auto t0 = std::chrono::steady_clock::now();
-  const Route route = choose_route(*algo_, count, dtype, op, cfg_.min_elems);
   StateKey skey{key ? key : "", reinterpret_cast<uintptr_t>(buf), count, dtype};
   const std::string skey_text = skey.str();
   CodecState* state = nullptr;

@@ -31,6 +31,7 @@
 #include "collectives/algorithm.h"
 #include "collectives/momentum_handover.h"
 #include "collectives/comm.h"
+#include "collectives/dispatch.h"
 #include "collectives/hierarchical.h"
 #include "plugin/config.h"
 #include "plugin/logging.h"
@@ -54,6 +55,11 @@ class Communicator {
 
   // In-place allreduce. key may be null or empty (then address/count/dtype).
   void allreduce(void* buf, size_t count, DType dtype, ReduceOp op, const char* key = nullptr);
+  // The same on the exact dense route, whatever the algorithm (counted in the
+  // stats as a dense call); reason says why, in the route's log line. The
+  // PyTorch backend sends this way what it must not compress
+  // (COMPCOLL_TORCH_SCOPE).
+  void allreduce_exact(void* buf, size_t count, DType dtype, ReduceOp op, const char* reason);
 
   // Frees the error-feedback state of an explicit key whose tensor is gone
   // (the PyTorch backend after DDP's bucket rebuild), instead of waiting for
@@ -109,6 +115,8 @@ class Communicator {
   void finish();
 
  private:
+  void allreduce_on(const Route& route, void* buf, size_t count, DType dtype, ReduceOp op,
+                    const char* key);
   // COMPCOLL_STATE_DIR: this rank's file, or "" when off or when another
   // communicator of this process already uses that path.
   std::string state_file_path();

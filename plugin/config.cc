@@ -267,6 +267,19 @@ const ConfigVar kTable[] = {
      "tensors with fewer elements take the exact dense path",
      CC_APPLY { cfg.min_elems = static_cast<size_t>(int_at_least(var, value, 0)); },
      kTunesCompressed},
+    {"COMPCOLL_TORCH_SCOPE", VarType::kEnum, "backward", "backward|all",
+     "which allreduces the PyTorch backend may compress: backward = those issued during a "
+     "backward pass (DDP's gradient buckets and comm hooks, and what a compcoll operation's "
+     "callbacks issue); any other takes the exact dense path, and its group's rank 0 says so "
+     "once: an allreduce of values (parameters being averaged, evaluation results, "
+     "activations) would lose most of its entries to sparsification. all = every eligible "
+     "allreduce (a loop of your own that allreduces .grad after backward()). The C API and the "
+     "NCCL interposer compress every eligible allreduce",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.torch_scope_all = value == "all";
+     },
+     kTunesCompressed},
     {"COMPCOLL_CSC_CHUNK", VarType::kInt, "16384", ">= 1", "csc chunk size in elements",
      CC_APPLY { cfg.params.csc_chunk = static_cast<size_t>(int_at_least(var, value, 1)); },
      "csc"},
@@ -547,9 +560,11 @@ std::vector<std::string> inert_setting_warnings_once(const Config& cfg) {
 std::string Config::agreement_description() const {
   // state_dir: whether ranks load checkpoints at creation (a collective
   // step); where they keep them is each rank's own business.
+  // torch_scope: a rank that compresses a call its peers send exact would
+  // not meet them (said only when not the default, as state_dir).
   return "algo=" + algo + ";min_elems=" + std::to_string(min_elems) + ";hierarchy=" + hierarchy +
          ";" + params.canonical() +
-         (state_dir.empty() ? "" : ";state_dir=on");
+         (state_dir.empty() ? "" : ";state_dir=on") + (torch_scope_all ? ";torch_scope=all" : "");
 }
 
 namespace {

@@ -23,6 +23,9 @@ struct Config {
   std::string algo = "dense";  // COMPCOLL_ALGO; unset or "dense" = off
   AlgoParams params;
   size_t min_elems = 16384;
+  // COMPCOLL_TORCH_SCOPE=all: the PyTorch backend may compress allreduces
+  // issued outside a backward pass too (default: only those inside one).
+  bool torch_scope_all = false;
   std::string transport = "tcp";
   std::string iface;
   std::string hostname;

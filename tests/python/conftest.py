@@ -53,6 +53,14 @@ def base_env(extra=None):
     return {k: v for k, v in env.items() if v is not None}  # None: leave that variable out
 
 
+# Workers that allreduce tensors themselves, outside a backward pass, and
+# check that compcoll compresses them, as a script's own loop over .grad
+# does: by default (COMPCOLL_TORCH_SCOPE=backward) only what is issued in a
+# backward pass is compressed (test_scope.py tests that default; DDP and
+# its hooks run under it everywhere else).
+DIRECT_CALLS = {"COMPCOLL_TORCH_SCOPE": "all"}
+
+
 class RankResult:
     def __init__(self, rank, returncode, stdout, stderr):
         self.rank, self.returncode, self.stdout, self.stderr = rank, returncode, stdout, stderr
@@ -87,6 +95,12 @@ def launch(args, nranks, env=None, timeout=180, check=True, cwd=None, rank_env=N
         procs.append(subprocess.Popen([sys.executable] + list(args), env=e, cwd=cwd,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return collect(procs, timeout, check)
+
+
+def launch_direct(args, nranks, env=None, **kwargs):
+    """launch() for workers that allreduce outside a backward pass and expect
+    compression (DIRECT_CALLS)."""
+    return launch(args, nranks, env=dict(DIRECT_CALLS, **(env or {})), **kwargs)
 
 
 def run_single(args, env=None, timeout=300, check=True, cwd=None):

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from conftest import launch, run_single, worker
+# Their workers allreduce outside a backward pass and expect compression.
+from conftest import launch_direct as launch, run_single, worker
 
 ALGOS = ["dense", "dgc", "sbc", "sdagc", "csc", "onebit", "auto"]
 

@@ -16,7 +16,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from conftest import launch, worker
+# Their workers allreduce outside a backward pass and expect compression.
+from conftest import launch_direct as launch, worker
 
 ALGOS = ["dgc", "sbc", "sdagc", "csc", "onebit"]
 NO_HOOK = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}

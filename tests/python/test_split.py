@@ -5,7 +5,8 @@ split gets no group; the parent keeps working. Plain Gloo can do both, so a
 compcoll group must too."""
 import json
 
-from conftest import launch, worker
+# Their workers allreduce outside a backward pass and expect compression.
+from conftest import launch_direct as launch, worker
 
 
 def test_split_and_merged_groups_are_compcoll_groups_that_compress(tmp_path):

@@ -12,6 +12,7 @@
 #include "collectives/dense.h"
 #include "compcoll/error.h"
 #include "integration/pytorch/csrc/group_stats.h"
+#include "integration/pytorch/csrc/issue_scope.h"
 #include "integration/pytorch/csrc/torch_comm.h"
 #include "plugin/stats.h"
 
@@ -78,6 +79,11 @@ std::string op_label(const char* title, const std::vector<at::Tensor>& tensors) 
   return name;
 }
 
+// The route's reason, in the Communicator's log, for a candidate sent exact
+// because it was issued outside a backward pass (issue_scope.h).
+constexpr const char* kOutsideBackward =
+    "issued outside a backward pass, COMPCOLL_TORCH_SCOPE=backward";
+
 // The worker's part of a candidate: reduce (host, or t in place), copy a
 // staged result back into t, complete work. Owns what it touches (see
 // worker.h: it may outlive the backend).
@@ -86,7 +92,7 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
                    const c10::intrusive_ptr<CompcollWork>& work,
                    const at::Tensor& t, const at::Tensor& host, DType dtype, ReduceOp op,
                    const std::string& key, const std::string& dropped,
-                   const std::string& merged, const std::string& context) {
+                   const std::string& merged, const std::string& context, bool exact) {
   try {
     const std::optional<c10::Stream> stream =
         lane->staged() ? lane->worker_stream(t.device()) : std::nullopt;
@@ -99,8 +105,13 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
       if (!dropped.empty()) comm.drop_state(dropped);  // free it now, not at eviction
       if (!merged.empty()) comm.merge_state(merged, key);  // buffer_slots.h
       const at::Tensor& buf = lane->staged() ? host : t;
-      comm.allreduce(buf.data_ptr(), static_cast<size_t>(t.numel()), dtype, op,
-                     key.empty() ? nullptr : key.c_str());
+      if (exact) {
+        comm.allreduce_exact(buf.data_ptr(), static_cast<size_t>(t.numel()), dtype, op,
+                             kOutsideBackward);
+      } else {
+        comm.allreduce(buf.data_ptr(), static_cast<size_t>(t.numel()), dtype, op,
+                       key.empty() ? nullptr : key.c_str());
+      }
       // non_blocking=false: the result is in t when copy_ returns, so
       // before the work completes.
       if (lane->staged()) t.copy_(host);
@@ -434,8 +445,17 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
                     });
   }
   at::Tensor t = tensors[0];
-  const bool compress =
-      cfg_.compression_enabled() && static_cast<size_t>(t.numel()) >= cfg_.min_elems;
+  bool compress = cfg_.compression_enabled() && static_cast<size_t>(t.numel()) >= cfg_.min_elems;
+  bool exact = false;  // sent on the exact dense route whatever the algorithm
+  if (compress && !cfg_.torch_scope_all && !issued_in_backward()) {
+    // Maybe values, not gradients: exact, and said once (issue_scope.h).
+    compress = false;
+    exact = true;
+    if (getRank() == 0) {
+      const std::string note = uncompressed_notes_.first_outside_backward(t.numel(), opts.reduceOp);
+      if (!note.empty()) log_.warn("group '", getGroupUid(), "': ", note);
+    }
+  }
   if (compress) compressible_candidates_.fetch_add(1);
   if (lane->staged() && !compress) {
     // Kept dense by the policy: the inner backend's own allreduce (exact,
@@ -477,10 +497,11 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     }
     log_slot_event(*lane, a, t.numel());
     return [lane, cfg = lane_cfg_, timeout = timeout_, work, t, host, dtype, op, key = a.key,
-            dropped = a.dropped_key, merged = a.merged_key,
+            dropped = a.dropped_key, merged = a.merged_key, exact,
             context = detail::concat("rank ", getRank(), "/", getSize(), ", group '",
                                      getGroupUid(), "': ", what)] {
-      run_candidate(lane, cfg, timeout, work, t, host, dtype, op, key, dropped, merged, context);
+      run_candidate(lane, cfg, timeout, work, t, host, dtype, op, key, dropped, merged, context,
+                    exact);
     };
   });
   return work;

@@ -13,9 +13,10 @@
 //   candidate   an allreduce of one dense, contiguous tensor of float32,
 //               float16 or bfloat16 with SUM or AVG, on its lane's device
 //               type. Candidates go to the lane's Communicator, whose policy
-//               compresses those of at least COMPCOLL_MIN_ELEMS elements and
-//               sends the rest through the exact dense path (so the stats
-//               count every gradient call). On the device lane a candidate
+//               compresses those of at least COMPCOLL_MIN_ELEMS elements
+//               issued during a backward pass (COMPCOLL_TORCH_SCOPE,
+//               issue_scope.h) and sends the rest through the exact dense
+//               path (so the stats count every gradient call). On the device lane a candidate
 //               to compress is host-staged: copied to host memory at
 //               submission, on the caller's thread and current stream (so
 //               whatever that stream did to the tensor before the call is in

@@ -71,4 +71,20 @@ std::string UncompressedNotes::first_report(const std::vector<at::Tensor>& tenso
          "(docs/pytorch.md, \"What happens to each operation\")";
 }
 
+std::string UncompressedNotes::first_outside_backward(int64_t numel, const c10d::ReduceOp& op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!reported_.insert("outside backward").second) return {};
+  }
+  return "an all_reduce (" + std::string(op == c10d::ReduceOp::AVG ? "AVG" : "SUM") + ", " +
+         std::to_string(numel) +
+         " elements) issued outside a backward pass took the exact dense path, as will every "
+         "call like it: compcoll compresses the gradient sums that DDP (and its comm hooks) "
+         "issue during backward, since an allreduce of values (parameters being averaged, "
+         "evaluation results, activations) would lose most of its entries to sparsification. "
+         "If these are gradients (a loop of your own that allreduces .grad after backward()), "
+         "set COMPCOLL_TORCH_SCOPE=all on every rank. Said once per group (docs/pytorch.md, "
+         "\"What happens to each operation\")";
+}
+
 }  // namespace compcoll::torch_integration

@@ -26,6 +26,9 @@ class UncompressedNotes {
   // lane the call went to; inner: its backend ("Gloo" or "NCCL").
   std::string first_report(const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op,
                            size_t min_elems, c10::DeviceType lane, const char* inner);
+  // The same for a call compcoll could compress but that was issued outside
+  // a backward pass (COMPCOLL_TORCH_SCOPE=backward, issue_scope.h), once.
+  std::string first_outside_backward(int64_t numel, const c10d::ReduceOp& op);
 
  private:
   std::mutex mu_;

@@ -2,6 +2,8 @@
 
 #include <ATen/core/jit_type.h>
 
+#include "integration/pytorch/csrc/issue_scope.h"
+
 namespace compcoll::torch_integration {
 
 namespace {
@@ -23,7 +25,8 @@ CompcollWork::CompcollWork(int rank, c10d::OpType type, const char* profiling_ti
     : c10d::Work(rank, type, profiling_title),
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()), device_outputs(outputs_))) {}
+          c10::ListType::create(c10::TensorType::get()), device_outputs(outputs_))),
+      in_backward_(issued_in_backward()) {}
 
 bool CompcollWork::settle() {
   if (settled_.exchange(true)) return false;
@@ -47,6 +50,7 @@ bool CompcollWork::complete_with(const c10::IValue& value, std::vector<at::Tenso
   }
   // Work first, so that a future callback that waits on this work returns.
   finish();
+  InheritedScope scope(in_backward_);  // for the callbacks markCompleted runs
   future_->markCompleted(value);
   return true;
 }
@@ -54,6 +58,7 @@ bool CompcollWork::complete_with(const c10::IValue& value, std::vector<at::Tenso
 bool CompcollWork::fail(std::exception_ptr e) {
   if (!settle()) return false;
   finish(e);
+  InheritedScope scope(in_backward_);
   future_->setError(e);
   return true;
 }

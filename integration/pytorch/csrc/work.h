@@ -10,6 +10,9 @@
 // worker may still be running it (see worker.h); whatever the worker does
 // afterwards must not complete the future a second time.
 //
+// The future's callbacks run in the issue scope of the operation
+// (issue_scope.h): what they issue counts as issued where the operation was.
+//
 // Outputs on a device (cuda) make the future device-aware: completing it
 // records an event on the completing thread's current stream for each
 // device, and future.wait() / then() callbacks order themselves after those
@@ -57,6 +60,8 @@ class CompcollWork final : public c10d::Work {
   c10::intrusive_ptr<c10d::Work> inner_;
   std::atomic<bool> settled_{false};
   std::function<void()> on_settle_;
+  // Taken on the issuing thread at construction (issue_scope.h).
+  const bool in_backward_;
 };
 
 }  // namespace compcoll::torch_integration

@@ -1,0 +1,24 @@
+#include "integration/pytorch/csrc/issue_scope.h"
+
+#include <torch/csrc/autograd/graph_task.h>
+
+namespace compcoll::torch_integration {
+namespace {
+
+// -1: nothing inherited (ask autograd); 0 or 1: a callback's inherited scope.
+thread_local int inherited_scope = -1;
+
+}  // namespace
+
+bool issued_in_backward() {
+  if (inherited_scope >= 0) return inherited_scope == 1;
+  return torch::autograd::get_current_graph_task_id() != -1;
+}
+
+InheritedScope::InheritedScope(bool in_backward) : saved_(inherited_scope) {
+  inherited_scope = in_backward ? 1 : 0;
+}
+
+InheritedScope::~InheritedScope() { inherited_scope = saved_; }
+
+}  // namespace compcoll::torch_integration

@@ -1,0 +1,38 @@
+// COMPCOLL_TORCH_SCOPE=backward (the default): the PyTorch backend
+// compresses only allreduces issued during a backward pass. Those are the
+// gradient sums compression is for: DDP issues its buckets' allreduces from
+// autograd hooks, inside the backward pass, whatever its options. An
+// allreduce issued elsewhere may carry values (parameters being averaged,
+// evaluation results, activations), and sparsifying a value leaves most of
+// its entries at zero, with the rest waiting in a residual.
+//
+// The calling thread is in a backward pass when autograd runs a graph task
+// on it. A callback of a compcoll operation (DDP comm hooks such as
+// PowerSGD chain further allreduces on the first one's future) takes the
+// scope of the operation it follows, wherever it runs: on compcoll's worker,
+// on an inner backend's thread, or at once on the thread attaching it once
+// the operation has completed. So every rank decides alike for the same
+// call, whatever the timing, as long as its ranks attach their callbacks
+// alike (DDP's hooks attach them as they issue the operation).
+#pragma once
+
+namespace compcoll::torch_integration {
+
+// True when an operation the calling thread issues now is in a backward
+// pass (or inherits one, see InheritedScope).
+bool issued_in_backward();
+
+// While alive, operations issued by this thread take `in_backward`: set
+// around the completion of a compcoll work, whose future runs callbacks.
+class InheritedScope {
+ public:
+  explicit InheritedScope(bool in_backward);
+  ~InheritedScope();
+  InheritedScope(const InheritedScope&) = delete;
+  InheritedScope& operator=(const InheritedScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace compcoll::torch_integration

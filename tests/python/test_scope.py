@@ -1,0 +1,38 @@
+"""COMPCOLL_TORCH_SCOPE: compcoll compresses the allreduces issued during a
+backward pass (DDP's buckets, comm hooks and what their callbacks issue), and
+sends any other exactly, saying so once, since an allreduce of values
+(parameters being averaged, evaluation results) would lose most of its
+entries to sparsification. COMPCOLL_TORCH_SCOPE=all compresses every
+eligible allreduce."""
+from conftest import launch, worker
+
+OUTSIDE = "issued outside a backward pass took the exact dense path"
+
+
+def run(scope):
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_TORCH_SCOPE": scope}
+    return launch([worker("scope.py")], 2, env=env, timeout=240)
+
+
+def test_only_allreduces_in_a_backward_pass_are_compressed_unless_scope_is_all():
+    default, everything = run(None), run("all")
+    for r, a in zip(default, everything):
+        res, res_all = r.result, a.result
+        # Outside backward: exact by default (and said once, by rank 0) ...
+        assert res["direct"] == {"compressed": 0, "exact": True}, res
+        assert res["chained"] == {"compressed": 0, "exact": True}, res
+        said = [ln for ln in r.stderr.splitlines() if OUTSIDE in ln]
+        assert len(said) == (1 if r.rank == 0 else 0), r.describe()
+        if said:
+            assert said[0].startswith("compcoll WARN [rank 0]") and \
+                "set COMPCOLL_TORCH_SCOPE=all" in said[0], said
+        # ... compressed with COMPCOLL_TORCH_SCOPE=all, without a word.
+        assert res_all["direct"]["compressed"] == 1 and not res_all["direct"]["exact"], res_all
+        assert res_all["chained"]["compressed"] == 2, res_all
+        assert OUTSIDE not in a.stderr, a.describe()
+        # In backward: DDP's buckets, a hook's chained allreduces and an
+        # autograd Function's are compressed alike under both.
+        for phase in ("ddp", "hook_chain", "in_backward"):
+            assert res[phase]["compressed"] == res_all[phase]["compressed"] > 0, (phase, res, res_all)
+        assert res["hook_chain"]["compressed"] > res["ddp"]["compressed"], res
+        assert res["in_backward"]["compressed"] == 3, res

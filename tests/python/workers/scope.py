@@ -1,0 +1,111 @@
+"""Which allreduces compcoll compresses under COMPCOLL_TORCH_SCOPE (an
+unmodified "gloo" script; COMPCOLL_ALGO from the environment). Each phase
+reports how many compressed calls it added (compcoll.stats), and the
+direct phases whether their result is the exact sum:
+
+  direct        dist.all_reduce of 100,000 floats outside backward, as a
+                script averaging parameters or evaluation results would;
+  chained       the same issued async with a then() callback that
+                allreduces another 100,000 floats;
+  ddp           3 DDP steps (2 buckets' allreduces per step, in backward);
+  hook_chain    3 DDP steps under a comm hook that chains a second
+                allreduce of 100,000 floats on its bucket's future;
+  in_backward   an autograd Function that allreduces its gradient in
+                backward (as tensor-parallel layers do), 3 steps.
+"""
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import compcoll
+from common import emit
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo", init_method="env://")
+rank, world = dist.get_rank(), dist.get_world_size()
+N = 100_000
+out = {}
+
+
+def compressed():
+    return compcoll.stats()["compressed_calls"]
+
+
+def exact_sum(t):
+    # Every rank holds rank + 1: the exact sum is the same in every entry.
+    return bool(torch.all(t == sum(range(1, world + 1))))
+
+
+before = compressed()
+t = torch.full((N,), rank + 1.0)
+dist.all_reduce(t)
+out["direct"] = {"compressed": compressed() - before, "exact": exact_sum(t)}
+
+before = compressed()
+second = torch.full((N,), rank + 1.0)
+
+
+def then(fut):
+    dist.all_reduce(second)
+    return fut.value()
+
+
+t = torch.full((N,), rank + 1.0)
+dist.all_reduce(t, async_op=True).get_future().then(then).wait()
+out["chained"] = {"compressed": compressed() - before, "exact": exact_sum(t) and exact_sum(second)}
+
+
+def model():
+    torch.manual_seed(0)
+    # 2 buckets of at least 16,384 elements (bucket_cap_mb 0.25 = 65,536 floats).
+    return nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256))
+
+
+def train(m, steps=3):
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(steps):
+        m(torch.randn(8, 256, generator=g)).square().mean().backward()
+
+
+before = compressed()
+train(DDP(model(), bucket_cap_mb=0.25))
+out["ddp"] = {"compressed": compressed() - before}
+
+extra = torch.zeros(N)
+
+
+def chaining_hook(_state, bucket):
+    def again(fut):
+        extra.fill_(rank + 1.0)
+        dist.all_reduce(extra)
+        return fut.value()[0]
+    return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(again)
+
+
+before = compressed()
+m = DDP(model(), bucket_cap_mb=0.25)
+m.register_comm_hook(None, chaining_hook)
+train(m)
+out["hook_chain"] = {"compressed": compressed() - before}
+
+
+class AllreduceGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        dist.all_reduce(grad)
+        return grad
+
+
+before = compressed()
+w = torch.ones(N, requires_grad=True)
+for _ in range(3):
+    AllreduceGrad.apply(w * (rank + 1.0)).sum().backward()
+out["in_backward"] = {"compressed": compressed() - before}
+emit(out)
+dist.destroy_process_group()
