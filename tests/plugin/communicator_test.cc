@@ -49,6 +49,18 @@ TEST(Communicator, CompressesEligibleTensorsAndRoutesTheRestDense) {
   });
 }
 
+TEST(Communicator, AllreduceExactTakesTheDenseRouteWhateverTheAlgorithm) {
+  testing::run_gloo_ranks(2, [](Comm& comm) {
+    Communicator cc(std::make_unique<Borrowed>(comm), dgc_config());
+    std::vector<float> values(100000, float(comm.rank() + 1));  // dgc would compress it
+    cc.allreduce_exact(values.data(), values.size(), DType::kFloat32, ReduceOp::kAvg, "a test");
+    for (float v : values) ASSERT_EQ(v, 1.5f);  // every entry, exact
+    EXPECT_EQ(cc.stats().calls(), 1u);
+    EXPECT_EQ(cc.stats().compressed_calls(), 0u);
+    EXPECT_EQ(cc.state_entries(), 0u);  // no residual was made for it
+  });
+}
+
 TEST(Communicator, ExplicitKeysKeepResidualsAcrossBufferMoves) {
   testing::run_gloo_ranks(2, [](Comm& comm) {
     Communicator cc(std::make_unique<Borrowed>(comm), dgc_config());
