@@ -50,8 +50,7 @@ _TEST_STAGED_CPU = False
 
 _lock = threading.Lock()
 _registered = False
-_hooked_gloo = None  # the original gloo plugin once the hook is installed
-_torch_gloo = None   # torch's own gloo creator under it
+_torch_gloo = None  # torch's own gloo creator, once the hook is installed over it
 _exit_hooks = False
 
 
@@ -186,7 +185,7 @@ def create_for_gloo(*args):
     enable_reconfigure stays torch's own Gloo, and rank 0 says so: compcoll
     cannot be reconfigured, and building it anyway would ignore the request."""
     group = creators.creator_args(args)
-    if group.enable_reconfigure and _torch_gloo is not None:
+    if group.enable_reconfigure:
         _notices.reconfigure_left_to_gloo(group)
         return _torch_gloo(*args)
     return _build_group(group, device_lane=False)
@@ -210,10 +209,10 @@ def install_gloo_hook():
     backend plugin table it warns and returns False: use
     init_process_group("compcoll") there.
     """
-    global _hooked_gloo, _torch_gloo
+    global _torch_gloo
     register()
     with _lock:
-        if _hooked_gloo is not None:
+        if _torch_gloo is not None:
             return True
         original = creators.torch_plugin("GLOO")
         if original is None:
@@ -226,7 +225,6 @@ def install_gloo_hook():
             return False
         _torch_gloo = creators.torch_creator(original)
         creators.set_creator("GLOO", create_for_gloo, True)
-        _hooked_gloo = original
     # torch's NCCL groups stay torch's: their cuda tensors are not compressed,
     # and the first one says so.
     _notices.install_nccl_notice()
@@ -234,7 +232,7 @@ def install_gloo_hook():
 
 
 def is_gloo_hooked():
-    return _hooked_gloo is not None
+    return _torch_gloo is not None
 
 
 def backend_of(group=None):

@@ -53,6 +53,12 @@ Reason reason_for(const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& 
   return {};
 }
 
+// "an all_reduce (SUM, 1000 elements)": how every note names its call.
+std::string call_label(const c10d::ReduceOp& op, int64_t numel) {
+  return "an all_reduce (" + std::string(op == c10d::ReduceOp::AVG ? "AVG" : "SUM") + ", " +
+         std::to_string(numel) + " elements)";
+}
+
 }  // namespace
 
 std::string UncompressedNotes::first_report(const std::vector<at::Tensor>& tensors,
@@ -64,8 +70,7 @@ std::string UncompressedNotes::first_report(const std::vector<at::Tensor>& tenso
     std::lock_guard<std::mutex> lock(mu_);
     if (!reported_.insert(r.key).second) return {};
   }
-  return "an all_reduce (" + std::string(op == c10d::ReduceOp::AVG ? "AVG" : "SUM") + ", " +
-         std::to_string(tensors[0].numel()) + " elements) went to " + inner +
+  return call_label(op, tensors[0].numel()) + " went to " + inner +
          " uncompressed, as will every call like it: it is " + r.advice +
          ". Said once per reason and group; such calls are not in compcoll's stats "
          "(docs/pytorch.md, \"What happens to each operation\")";
@@ -76,9 +81,8 @@ std::string UncompressedNotes::first_outside_backward(int64_t numel, const c10d:
     std::lock_guard<std::mutex> lock(mu_);
     if (!reported_.insert("outside backward").second) return {};
   }
-  return "an all_reduce (" + std::string(op == c10d::ReduceOp::AVG ? "AVG" : "SUM") + ", " +
-         std::to_string(numel) +
-         " elements) issued outside a backward pass took the exact dense path, as will every "
+  return call_label(op, numel) +
+         " issued outside a backward pass took the exact dense path, as will every "
          "call like it: compcoll compresses the gradient sums that DDP (and its comm hooks) "
          "issue during backward, since an allreduce of values (parameters being averaged, "
          "evaluation results, activations) would lose most of its entries to sparsification. "
