@@ -270,8 +270,8 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_TORCH_SCOPE", VarType::kEnum, "backward", "backward|all",
      "which allreduces the PyTorch backend may compress: backward = those issued during a "
      "backward pass (DDP's gradient buckets and comm hooks, and what a compcoll operation's "
-     "callbacks issue); any other takes the exact dense path, and its group's rank 0 says so "
-     "once: an allreduce of values (parameters being averaged, evaluation results, "
+     "callbacks issue, and those in compcoll.gradient_scope(), where DDP's Join shadows "
+     "them); any other takes the exact dense path, and its group's rank 0 says so once: an allreduce of values (parameters being averaged, evaluation results, "
      "activations) would lose most of its entries to sparsification. all = every eligible "
      "allreduce (a loop of your own that allreduces .grad after backward()). The C API and the "
      "NCCL interposer compress every eligible allreduce",

@@ -3,7 +3,8 @@ backward pass (DDP's buckets, comm hooks and what their callbacks issue), and
 sends any other exactly, saying so once, since an allreduce of values
 (parameters being averaged, evaluation results) would lose most of its
 entries to sparsification. COMPCOLL_TORCH_SCOPE=all compresses every
-eligible allreduce."""
+eligible allreduce. compcoll.gradient_scope() marks gradient sums issued
+elsewhere, as DDP's Join does for a rank that has run out of inputs."""
 from conftest import launch, worker
 
 OUTSIDE = "issued outside a backward pass took the exact dense path"
@@ -36,3 +37,13 @@ def test_only_allreduces_in_a_backward_pass_are_compressed_unless_scope_is_all()
             assert res[phase]["compressed"] == res_all[phase]["compressed"] > 0, (phase, res, res_all)
         assert res["hook_chain"]["compressed"] > res["ddp"]["compressed"], res
         assert res["in_backward"]["compressed"] == 3, res
+        # compcoll.gradient_scope() makes a direct allreduce a gradient sum.
+        assert res["scoped"]["compressed"] == res_all["scoped"]["compressed"] == 1, (res, res_all)
+        # DDP's Join: the rank that ran out shadows the other's backward
+        # passes outside any backward pass of its own, and takes the same
+        # (compressed) route: the replicas stay equal, and both ranks make
+        # as many compressed calls, one step more than the ddp phase's 3
+        # (whose first step compresses one bucket, the others two each).
+        for j in (res["join"], res_all["join"]):
+            assert j == {"compressed": res["ddp"]["compressed"] + 2, "replicas_equal": True}, \
+                (res, res_all)

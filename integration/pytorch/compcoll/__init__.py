@@ -43,5 +43,6 @@ from compcoll._backend import (  # noqa: F401
     stats,
 )
 from compcoll._checkpoint import load_state_dict, state_dict  # noqa: F401
+from compcoll._scope import gradient_scope  # noqa: F401
 
 register()

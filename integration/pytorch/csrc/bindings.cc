@@ -9,6 +9,7 @@
 
 #include "collectives/registry.h"
 #include "integration/pytorch/csrc/backend.h"
+#include "integration/pytorch/csrc/issue_scope.h"
 #include "integration/pytorch/csrc/reference.h"
 #include "integration/pytorch/csrc/torch_comm.h"
 #include "plugin/config.h"
@@ -320,6 +321,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("warn", [](int rank, const std::string& message) {
     compcoll::Logger(compcoll::LogLevel::kWarn, rank).warn(message);
   }, py::arg("rank"), py::arg("message"), "A WARN line in compcoll's format, on stderr.");
+  m.def("_enter_gradient_scope", &compcoll::torch_integration::enter_gradient_scope,
+        "compcoll.gradient_scope(): this thread's allreduces count as issued in backward.");
+  m.def("_exit_gradient_scope", &compcoll::torch_integration::exit_gradient_scope,
+        py::arg("saved"));
   m.def("validate_config", [] { compcoll::load_config(); },
         "Parses the COMPCOLL_* environment; raises naming the first bad variable.");
   m.def("reference_allreduce", &compcoll::torch_integration::reference_allreduce,

@@ -21,4 +21,12 @@ InheritedScope::InheritedScope(bool in_backward) : saved_(inherited_scope) {
 
 InheritedScope::~InheritedScope() { inherited_scope = saved_; }
 
+int enter_gradient_scope() {
+  const int saved = inherited_scope;
+  inherited_scope = 1;
+  return saved;
+}
+
+void exit_gradient_scope(int saved) { inherited_scope = saved < 0 ? -1 : (saved == 1 ? 1 : 0); }
+
 }  // namespace compcoll::torch_integration

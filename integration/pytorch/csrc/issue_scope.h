@@ -14,6 +14,12 @@
 // the operation has completed. So every rank decides alike for the same
 // call, whatever the timing, as long as its ranks attach their callbacks
 // alike (DDP's hooks attach them as they issue the operation).
+//
+// Python can open the same scope on a thread (compcoll.gradient_scope()):
+// for gradient sums issued outside a backward pass, such as the allreduces
+// by which a rank that has joined under DDP's Join shadows the backward
+// passes of the ranks still training. Its peers issue theirs in backward,
+// so it must decide as they do, or the ranks take different routes.
 #pragma once
 
 namespace compcoll::torch_integration {
@@ -34,5 +40,9 @@ class InheritedScope {
  private:
   int saved_;
 };
+
+// compcoll.gradient_scope(): enter returns what exit restores, so scopes nest.
+int enter_gradient_scope();
+void exit_gradient_scope(int saved);
 
 }  // namespace compcoll::torch_integration

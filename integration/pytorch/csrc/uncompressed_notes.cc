@@ -87,8 +87,9 @@ std::string UncompressedNotes::first_outside_backward(int64_t numel, const c10d:
          "issue during backward, since an allreduce of values (parameters being averaged, "
          "evaluation results, activations) would lose most of its entries to sparsification. "
          "If these are gradients (a loop of your own that allreduces .grad after backward()), "
-         "set COMPCOLL_TORCH_SCOPE=all on every rank. Said once per group (docs/pytorch.md, "
-         "\"What happens to each operation\")";
+         "set COMPCOLL_TORCH_SCOPE=all on every rank, or issue them in "
+         "compcoll.gradient_scope(). Said once per group (docs/pytorch.md, "
+         "\"Which allreduces are compressed\")";
 }
 
 }  // namespace compcoll::torch_integration

@@ -11,18 +11,26 @@ direct phases whether their result is the exact sum:
   hook_chain    3 DDP steps under a comm hook that chains a second
                 allreduce of 100,000 floats on its bucket's future;
   in_backward   an autograd Function that allreduces its gradient in
-                backward (as tensor-parallel layers do), 3 steps.
+                backward (as tensor-parallel layers do), 3 steps;
+  scoped        the direct allreduce inside compcoll.gradient_scope();
+  join          DDP under Join with uneven inputs: rank r trains 2 + 2r
+                steps, so the ranks that run out shadow the others'
+                backward passes; reports whether the replicas end equal.
 """
+import datetime
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import compcoll
 from common import emit
 
 torch.set_num_threads(1)
-dist.init_process_group("gloo", init_method="env://")
+# A route that differs between ranks waits for the group's timeout: fail in a minute.
+dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=60))
 rank, world = dist.get_rank(), dist.get_world_size()
 N = 100_000
 out = {}
@@ -107,5 +115,26 @@ w = torch.ones(N, requires_grad=True)
 for _ in range(3):
     AllreduceGrad.apply(w * (rank + 1.0)).sum().backward()
 out["in_backward"] = {"compressed": compressed() - before}
+
+before = compressed()
+t = torch.full((N,), rank + 1.0)
+with compcoll.gradient_scope():
+    dist.all_reduce(t)
+out["scoped"] = {"compressed": compressed() - before}
+
+before = compressed()
+m = DDP(model(), bucket_cap_mb=0.25)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+g = torch.Generator().manual_seed(rank)
+with Join([m]):
+    for _ in range(2 + 2 * rank):
+        opt.zero_grad()
+        m(torch.randn(8, 256, generator=g)).square().mean().backward()
+        opt.step()
+flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+replicas = [torch.empty_like(flat) for _ in range(world)]
+dist.all_gather(replicas, flat)
+out["join"] = {"compressed": compressed() - before,
+               "replicas_equal": all(torch.equal(replicas[0], x) for x in replicas)}
 emit(out)
 dist.destroy_process_group()
