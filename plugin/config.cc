@@ -271,7 +271,8 @@ const ConfigVar kTable[] = {
      "which allreduces the PyTorch backend may compress: backward = those issued during a "
      "backward pass (DDP's gradient buckets and comm hooks, and what a compcoll operation's "
      "callbacks issue, and those in compcoll.gradient_scope(), where DDP's Join shadows "
-     "them); any other takes the exact dense path, and its group's rank 0 says so once: an allreduce of values (parameters being averaged, evaluation results, "
+     "them); any other takes the exact dense path, and its group's rank 0 says so once: an "
+     "allreduce of values (parameters being averaged, evaluation results, "
      "activations) would lose most of its entries to sparsification. all = every eligible "
      "allreduce (a loop of your own that allreduces .grad after backward()). The C API and the "
      "NCCL interposer compress every eligible allreduce",
@@ -279,7 +280,8 @@ const ConfigVar kTable[] = {
        check_enum(var, value);
        cfg.torch_scope_all = value == "all";
      },
-     kTunesCompressed},
+     kTunesCompressed, nullptr,
+     static_cast<unsigned>(FrontEnd::kStandalone) | static_cast<unsigned>(FrontEnd::kNcclInterposer)},
     {"COMPCOLL_CSC_CHUNK", VarType::kInt, "16384", ">= 1", "csc chunk size in elements",
      CC_APPLY { cfg.params.csc_chunk = static_cast<size_t>(int_at_least(var, value, 1)); },
      "csc"},
@@ -368,13 +370,14 @@ const ConfigVar kTable[] = {
        }
        check_enum(var, value);
        cfg.transport = value;
-     }},
+     },
+     "", nullptr, kFrameworkGivesIt},
     {"COMPCOLL_IFACE", VarType::kString, "", "a network interface name",
      "network interface the tcp device binds to (e.g. eth0)",
-     CC_APPLY { cfg.iface = value; }},
+     CC_APPLY { cfg.iface = value; }, "", nullptr, kFrameworkGivesIt},
     {"COMPCOLL_HOSTNAME", VarType::kString, "", "a hostname or address",
      "address the tcp device binds to (instead of COMPCOLL_IFACE)",
-     CC_APPLY { cfg.hostname = value; }},
+     CC_APPLY { cfg.hostname = value; }, "", nullptr, kFrameworkGivesIt},
     {"COMPCOLL_RENDEZVOUS", VarType::kString, "", "file://DIR|redis://HOST:PORT",
      "where ranks meet: a shared directory or a Redis server",
      CC_APPLY {
@@ -382,15 +385,19 @@ const ConfigVar kTable[] = {
          reject(var, value, "not a file:// or redis:// address");
        }
        cfg.rendezvous = value;
-     }},
+     },
+     "", nullptr, kFrameworkGivesIt},
     {"COMPCOLL_RANK", VarType::kInt, "", ">= 0 (falls back to RANK)", "this process's rank",
-     CC_APPLY { cfg.rank = static_cast<int>(int_at_least(var, value, 0, kIntMax - 1)); }},
+     CC_APPLY { cfg.rank = static_cast<int>(int_at_least(var, value, 0, kIntMax - 1)); }, "",
+     nullptr, kFrameworkGivesIt},
     {"COMPCOLL_WORLD_SIZE", VarType::kInt, "", ">= 1 (falls back to WORLD_SIZE)",
      "number of ranks",
-     CC_APPLY { cfg.world_size = static_cast<int>(int_at_least(var, value, 1, kIntMax)); }},
+     CC_APPLY { cfg.world_size = static_cast<int>(int_at_least(var, value, 1, kIntMax)); }, "",
+     nullptr, kFrameworkGivesIt},
     {"COMPCOLL_TIMEOUT_MS", VarType::kInt, "30000", ">= 1",
      "limit of every collective call and of rendezvous, in milliseconds",
-     CC_APPLY { cfg.timeout = std::chrono::milliseconds(int_at_least(var, value, 1, kIntMax)); }},
+     CC_APPLY { cfg.timeout = std::chrono::milliseconds(int_at_least(var, value, 1, kIntMax)); },
+     "", nullptr, static_cast<unsigned>(FrontEnd::kTorchBackend)},
     {"COMPCOLL_HIERARCHY", VarType::kEnum, "auto", "off|host|shards|auto",
      "two-level host hierarchy for compressed calls: each host's ranks sum densely over shared "
      "memory, one leader per host runs COMPCOLL_ALGO between hosts and shares the result back "
@@ -516,11 +523,58 @@ std::string tunes_in_words(const ConfigVar& var) {
   return words;
 }
 
+const char* front_end_name(FrontEnd f) {
+  switch (f) {
+    case FrontEnd::kAny: return "any front end";
+    case FrontEnd::kStandalone: return "the C API and compcoll-bench";
+    case FrontEnd::kTorchBackend: return "the PyTorch backend's groups";
+    case FrontEnd::kNcclInterposer: return "the NCCL interposer's communicators";
+  }
+  return "?";
+}
+
+namespace {
+
+// Why a front end does not read var (one of its ignored_by).
+std::string ignored_because(const ConfigVar& var, FrontEnd f) {
+  const std::string_view name = var.name;
+  if (name == "COMPCOLL_TORCH_SCOPE") {
+    return "they have no notion of a backward pass and compress every eligible allreduce";
+  }
+  if (f == FrontEnd::kTorchBackend) {
+    if (name == "COMPCOLL_TIMEOUT_MS") {
+      return "every operation's limit is the process group's timeout (init_process_group's "
+             "timeout=, torch's default 30 minutes)";
+    }
+    return "the process group gives the rank, the world size, the store where ranks meet and "
+           "the Gloo device (GLOO_SOCKET_IFNAME picks its interface)";
+  }
+  return "the NCCL communicator gives the rank, the world size and the network (NCCL_SOCKET_IFNAME "
+         "and NCCL's own settings)";
+}
+
+}  // namespace
+
+std::string ignored_by_in_words(const ConfigVar& var) {
+  std::string words;
+  for (const FrontEnd f : {FrontEnd::kStandalone, FrontEnd::kTorchBackend, FrontEnd::kNcclInterposer}) {
+    if ((var.ignored_by & static_cast<unsigned>(f)) == 0) continue;
+    if (!words.empty()) words += "; ";
+    words += front_end_name(f);
+  }
+  return words;
+}
+
 std::vector<std::string> inert_settings(const Config& cfg, const EnvLookup& env) {
   std::vector<std::string> out;
   for (const ConfigVar& var : kTable) {
     const std::optional<std::string> value = env(var.name);
     if (!value || value->empty()) continue;
+    if (var.ignored_by & static_cast<unsigned>(cfg.front_end)) {
+      out.push_back(std::string(var.name) + "=" + *value + " changes nothing for " +
+                    front_end_name(cfg.front_end) + ": " + ignored_because(var, cfg.front_end));
+      continue;
+    }
     if (tunes(var, cfg)) {
       if (var.idle_because == nullptr) continue;
       if (const char* why = var.idle_because(cfg)) {

@@ -19,6 +19,18 @@ namespace compcoll {
 
 enum class LogLevel { kWarn = 0, kInfo = 1, kTrace = 2 };
 
+// Who builds a communicator. The PyTorch backend and the NCCL interposer take
+// some settings from the framework they sit in (the rank from the process
+// group or the NCCL communicator, say), so a COMPCOLL_* variable for them
+// changes nothing there (ConfigVar::ignored_by).
+enum class FrontEnd : unsigned {
+  kAny = 0,             // compcoll-info: a configuration, whoever will read it
+  kStandalone = 1,      // the C API, the C++ Communicator, the benchmark
+  kTorchBackend = 2,    // integration/pytorch
+  kNcclInterposer = 4,  // plugin/nccl_interposer
+};
+const char* front_end_name(FrontEnd f);
+
 struct Config {
   std::string algo = "dense";  // COMPCOLL_ALGO; unset or "dense" = off
   AlgoParams params;
@@ -55,6 +67,9 @@ struct Config {
   // algorithm does not read (inert_settings). Off only where a tool runs
   // several algorithms from one environment (the benchmark's dense row).
   bool report_inert_settings = true;
+  // Not a variable: who builds the communicator (set by the PyTorch backend
+  // and the NCCL interposer), for the settings it does not read.
+  FrontEnd front_end = FrontEnd::kStandalone;
 
   bool compression_enabled() const { return algo != "dense"; }
   // "algo=...;" + params.canonical() + the other settings that change the
@@ -84,7 +99,17 @@ struct ConfigVar {
   // there is no warm-up to shape"), or nullptr while it is read. Asked only
   // when `tunes` covers cfg's algorithm; nullptr = read whenever it does.
   const char* (*idle_because)(const Config& cfg) = nullptr;
+  // The front ends (FrontEnd bits) that never read the variable, taking the
+  // setting from their framework; set there, it changes nothing and the
+  // communicator says so (inert_settings). 0 = read by all.
+  unsigned ignored_by = 0;
 };
+
+inline constexpr unsigned kFrameworkGivesIt =
+    static_cast<unsigned>(FrontEnd::kTorchBackend) | static_cast<unsigned>(FrontEnd::kNcclInterposer);
+
+// The front ends of var.ignored_by, in words ("" when read by all).
+std::string ignored_by_in_words(const ConfigVar& var);
 
 inline constexpr const char* kTunesCompressed = "compressed";
 

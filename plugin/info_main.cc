@@ -63,14 +63,19 @@ void print_markdown() {
               "NCCL interposer leave torch's Gloo and NCCL as they are and read nothing else,\n"
               "so every other `COMPCOLL_*` variable set changes nothing; they are named in one\n"
               "WARN line per process (PyTorch: by the first gloo or NCCL group, on its rank 0),\n"
-              "a mistyped `COMPCOLL_ALGO` with the nearest name.\n\n");
-  std::printf("| variable | type | default | allowed | read by | meaning |\n"
-              "|---|---|---|---|---|---|\n");
+              "a mistyped `COMPCOLL_ALGO` with the nearest name. \"not read by\" names the\n"
+              "front ends that take a setting from the framework they sit in (the PyTorch\n"
+              "backend's rank, world size, store and timeout are its process group's); set for\n"
+              "them, it changes nothing, and their communicators say so the same way.\n\n");
+  std::printf("| variable | type | default | allowed | read by | not read by | meaning |\n"
+              "|---|---|---|---|---|---|---|\n");
   for (const ConfigVar& v : config_table()) {
     const std::string read_by = tunes_in_words(v);
-    std::printf("| `%s` | %s | %s | %s | %s | %s |\n", v.name, var_type_name(v.type),
+    const std::string ignored_by = ignored_by_in_words(v);
+    std::printf("| `%s` | %s | %s | %s | %s | %s | %s |\n", v.name, var_type_name(v.type),
                 *v.default_value ? v.default_value : "(unset)", md_cell(v.allowed).c_str(),
-                read_by.empty() ? "-" : read_by.c_str(), md_cell(v.doc).c_str());
+                read_by.empty() ? "-" : read_by.c_str(), ignored_by.empty() ? "-" : ignored_by.c_str(),
+                md_cell(v.doc).c_str());
   }
   std::printf("\n## Algorithms (`COMPCOLL_ALGO`)\n\n| name | what it does |\n|---|---|\n");
   for (const AlgorithmDescriptor& a : algorithm_table()) {
@@ -167,6 +172,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "compcoll-info: %s\n", without_library_prefix(e.what()).c_str());
     return 1;
   }
+  // No front end: what the PyTorch backend or the interposer takes from its
+  // framework is their communicators' to say (the "not read by" column).
+  cfg.front_end = FrontEnd::kAny;
   for (const std::string& m : inert_settings(cfg, process_env())) {
     std::fprintf(stderr, "compcoll-info: warning: %s\n", m.c_str());
   }

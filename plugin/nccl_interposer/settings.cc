@@ -5,6 +5,7 @@ namespace compcoll::interposer {
 Settings load_settings(const EnvLookup& env) {
   Settings s;
   s.config = load_config(env);
+  s.config.front_end = FrontEnd::kNcclInterposer;
   s.nccl_library = s.config.nccl_library;
   s.cuda_library = s.config.cuda_library;
   return s;

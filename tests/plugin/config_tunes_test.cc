@@ -20,9 +20,12 @@
 namespace compcoll {
 namespace {
 
-std::vector<std::string> inert(std::map<std::string, std::string> vars) {
+std::vector<std::string> inert(std::map<std::string, std::string> vars,
+                               FrontEnd front_end = FrontEnd::kStandalone) {
   const EnvLookup env = env_of(std::move(vars));
-  return inert_settings(load_config(env), env);
+  Config cfg = load_config(env);
+  cfg.front_end = front_end;
+  return inert_settings(cfg, env);
 }
 
 TEST(InertSettings, AVariableOfAnotherAlgorithmIsNamedWithWhatItTunes) {
@@ -52,6 +55,43 @@ TEST(InertSettings, VariablesTheAlgorithmReadsAndCommunicatorSettingsAreNotRepor
                   .empty());
   // An empty value counts as unset, as load_config reads it.
   EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "onebit"}, {"COMPCOLL_DENSITY", ""}}).empty());
+}
+
+TEST(InertSettings, WhatAFrontEndTakesFromItsFrameworkIsNamedForItAlone) {
+  const std::map<std::string, std::string> vars = {
+      {"COMPCOLL_ALGO", "dgc"},          {"COMPCOLL_TIMEOUT_MS", "5000"},
+      {"COMPCOLL_RANK", "1"},            {"COMPCOLL_WORLD_SIZE", "2"},
+      {"COMPCOLL_IFACE", "eth0"},        {"COMPCOLL_RENDEZVOUS", "file:///tmp/r"},
+      {"COMPCOLL_TORCH_SCOPE", "all"},   {"COMPCOLL_DENSITY", "0.01"}};
+  const std::string torch = " changes nothing for the PyTorch backend's groups: ";
+  const std::string group_gives =
+      "the process group gives the rank, the world size, the store where ranks meet and the Gloo "
+      "device (GLOO_SOCKET_IFNAME picks its interface)";
+  // Sorted by the table's order: communicator settings, then the timeout.
+  EXPECT_EQ(inert(vars, FrontEnd::kTorchBackend),
+            (std::vector<std::string>{
+                "COMPCOLL_IFACE=eth0" + torch + group_gives,
+                "COMPCOLL_RENDEZVOUS=file:///tmp/r" + torch + group_gives,
+                "COMPCOLL_RANK=1" + torch + group_gives,
+                "COMPCOLL_WORLD_SIZE=2" + torch + group_gives,
+                "COMPCOLL_TIMEOUT_MS=5000" + torch +
+                    "every operation's limit is the process group's timeout (init_process_group's "
+                    "timeout=, torch's default 30 minutes)"}));
+  const std::vector<std::string> nccl = inert(vars, FrontEnd::kNcclInterposer);
+  ASSERT_EQ(nccl.size(), 5u) << ::testing::PrintToString(nccl);
+  EXPECT_EQ(nccl[0].rfind("COMPCOLL_TORCH_SCOPE=all changes nothing for the NCCL interposer's "
+                          "communicators: they have no notion of a backward pass",
+                          0),
+            0u);
+  EXPECT_EQ(nccl[1].rfind("COMPCOLL_IFACE=eth0 changes nothing for the NCCL interposer's "
+                          "communicators: the NCCL communicator gives the rank",
+                          0),
+            0u);
+  EXPECT_EQ(inert(vars, FrontEnd::kStandalone),
+            std::vector<std::string>{"COMPCOLL_TORCH_SCOPE=all changes nothing for the C API and "
+                                     "compcoll-bench: they have no notion of a backward pass and "
+                                     "compress every eligible allreduce"});
+  EXPECT_TRUE(inert(vars, FrontEnd::kAny).empty());  // compcoll-info describes, reads nothing
 }
 
 TEST(InertSettings, AWarmUpShapeWithoutAWarmUpIsNamed) {

@@ -40,11 +40,19 @@ def read_stats(tmp_path, n):
 
 
 def test_compcoll_algo_turns_gloo_into_compcoll(tmp_path):
-    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json")}
+    # Two settings the backend takes from the process group instead: each
+    # rank says once that they change nothing.
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json"),
+           "COMPCOLL_TIMEOUT_MS": "5000", "COMPCOLL_IFACE": "lo"}
     ranks = launch([SCRIPT], 2, env=env)
     for r in ranks:
         assert r.result["backend"] == "gloo"  # what the script asked for and sees
         assert r.result["cpu_backend"] == "compcoll"
+        for said in ("COMPCOLL_TIMEOUT_MS=5000 changes nothing for the PyTorch backend's groups: "
+                     "every operation's limit is the process group's timeout",
+                     "COMPCOLL_IFACE=lo changes nothing for the PyTorch backend's groups: the "
+                     "process group gives"):
+            assert r.stderr.count(said) == 1, r.describe()
     for st in read_stats(tmp_path, 2):
         assert st["algo"] == "dgc" and st["compressed_calls"] > 0, st
         print("stats:", st)

@@ -142,6 +142,7 @@ CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
   cfg_.rank = getRank();
   cfg_.world_size = getSize();
   cfg_.timeout = timeout;
+  cfg_.front_end = FrontEnd::kTorchBackend;  // what it takes from the group, it does not read
   cfg_.state_tag = std::move(state_tag);
   if (stats_id_.rank < 0) stats_id_ = {getRank(), getSize()};
   Config lane_cfg = cfg_;
