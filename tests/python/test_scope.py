@@ -39,11 +39,13 @@ def test_only_allreduces_in_a_backward_pass_are_compressed_unless_scope_is_all()
         assert res["in_backward"]["compressed"] == 3, res
         # compcoll.gradient_scope() makes a direct allreduce a gradient sum.
         assert res["scoped"]["compressed"] == res_all["scoped"]["compressed"] == 1, (res, res_all)
-        # DDP's Join: the rank that ran out shadows the other's backward
-        # passes outside any backward pass of its own, and takes the same
-        # (compressed) route: the replicas stay equal, and both ranks make
-        # as many compressed calls, one step more than the ddp phase's 3
-        # (whose first step compresses one bucket, the others two each).
+        # DDP's Join: rank 0, out of inputs from the start, shadows rank 1's
+        # backward passes outside any backward pass of its own, and takes
+        # the same (compressed) route; it takes part in the optimizer-step
+        # agreement on the momentum without an optimizer. The replicas stay
+        # equal, both ranks make as many compressed calls (rank 1's 4 steps,
+        # one more than the ddp phase's 3, whose first step compresses one
+        # bucket and the others two each), and the momentum is taken over.
         for j in (res["join"], res_all["join"]):
-            assert j == {"compressed": res["ddp"]["compressed"] + 2, "replicas_equal": True}, \
-                (res, res_all)
+            assert j == {"compressed": res["ddp"]["compressed"] + 2, "replicas_equal": True,
+                         "optimizer_momentum": 0.9}, (res, res_all)

@@ -20,7 +20,7 @@ torch would have built. Nothing else of torch is patched: the process group
 still says "gloo" (dist.get_backend() == "gloo"), and every way of creating a
 gloo group (init_process_group with "gloo" or no backend on a CPU machine,
 new_group, torchrun) goes through it. (Once a compcoll group exists, DDP's
-join shadowing runs in compcoll's gradient scope: compcoll._scope.)
+join hook is wrapped: compcoll._ddp_join.)
 """
 import atexit
 import json
@@ -34,7 +34,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 import compcoll_creators as creators
-from compcoll import _C, _join, _momentum, _notices, _scope
+from compcoll import _C, _ddp_join, _join, _momentum, _notices
 
 BACKEND_NAME = "compcoll"
 DEVICES = ["cpu", "cuda"]
@@ -171,7 +171,7 @@ def _build_group(args, device_lane):
                                 _state_tag(group_name), _children(device_lane))
     _install_exit_hooks()
     _momentum.install()
-    _scope.install_ddp_join_scope()
+    _ddp_join.install()
     return backend
 
 

@@ -178,6 +178,16 @@ def _pre_step(optimizer, args, kwargs):
         _follow(optimizer, moved_now)
 
 
+def shadow_step():
+    """Takes part, without an optimizer, in what a step does collectively: a
+    rank out of inputs under DDP's Join, for each of its peers' steps
+    (compcoll._ddp_join). Nothing to do before a group was built."""
+    with _lock:
+        if not _installed:
+            return
+    _C.agree_optimizer_momentum(None, False, "")
+
+
 def install():
     """Registers the step pre-hook once per process (idempotent)."""
     global _installed

@@ -89,6 +89,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <memory>
 #include <string>
@@ -256,7 +257,11 @@ class CompcollBackend final : public c10d::Backend {
   // caller sets to 0 once agreed), the group takes it when all proposals are
   // equal, and every lane's Communicator adopts it for its later calls.
   // Logs the outcome once (group rank 0). Returns the agreed momentum.
-  OptimizerMomentum agree_optimizer_momentum(OptimizerMomentum proposal, const std::string& why);
+  // proposal nullopt: this rank abstains, shadowing under DDP's Join a step
+  // its peers take (it has no optimizer stepping); the others decide, and
+  // when none proposed, the group still awaits.
+  OptimizerMomentum agree_optimizer_momentum(std::optional<OptimizerMomentum> proposal,
+                                             const std::string& why);
   // What the group has taken (m 0: nothing, or turned off again).
   OptimizerMomentum optimizer_momentum() const;
   // At every optimizer step after the agreement, until it has decided: the
@@ -266,7 +271,8 @@ class CompcollBackend final : public c10d::Backend {
   // rank saw more calls than buffers (accumulation without no_sync, a
   // gradient reduced twice), the group agrees to turn the hand-over off
   // again and warns. Collective over the group at that one step.
-  void check_one_allreduce_per_step();
+  // counted false: a step shadowed under DDP's Join, whose calls say nothing.
+  void check_one_allreduce_per_step(bool counted = true);
 
   // Builds a backend (collective, see the constructor) and records it for
   // live().

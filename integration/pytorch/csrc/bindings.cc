@@ -208,15 +208,17 @@ PYBIND11_MODULE(_C, m) {
       py::call_guard<py::gil_scoped_release>());
   m.def(
       "agree_optimizer_momentum",
-      [](float proposal, bool moved, const std::string& why) {
+      [](std::optional<float> proposal, bool moved, const std::string& why) {
         // Every live group that awaits it, in creation order (the same on
         // every rank: groups are created collectively).
         float moved_now = 0.0f;
         for (auto& b : CompcollBackend::live()) {
           if (b->awaits_optimizer_momentum()) {
-            b->agree_optimizer_momentum({proposal, moved}, why);
+            std::optional<compcoll::OptimizerMomentum> mine;
+            if (proposal) mine = compcoll::OptimizerMomentum{*proposal, moved};
+            b->agree_optimizer_momentum(mine, why);
           } else {
-            b->check_one_allreduce_per_step();
+            b->check_one_allreduce_per_step(proposal.has_value());
           }
           // A destroyed group reduces nothing any more: its momentum is not
           // applied (the optimizer gets its beta1 back).
@@ -225,12 +227,14 @@ PYBIND11_MODULE(_C, m) {
         }
         return moved_now;
       },
+      py::arg("proposal"), py::arg("moved"), py::arg("why"),
       py::call_guard<py::gil_scoped_release>(),
       "COMPCOLL_MOMENTUM_HANDOVER=auto, at every optimizer step: every live group still awaiting "
       "it agrees on the optimizer's momentum (moved: Adam's beta1), and checks one allreduce per "
       "gradient and step over the step after (collective per group, once each; see "
-      "compcoll/_momentum.py). Returns the momentum some group has moved out of the optimizer "
-      "and still applies (0: none): the optimizer must then run with beta1 = 0.");
+      "compcoll/_momentum.py). proposal None: a step this rank shadows under DDP's Join, with "
+      "no optimizer stepping (it abstains). Returns the momentum some group has moved out of "
+      "the optimizer and still applies (0: none): the optimizer must then run with beta1 = 0.");
   m.def(
       "stats_json", [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->stats_json(); },
       py::call_guard<py::gil_scoped_release>());

@@ -13,6 +13,9 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -30,14 +33,17 @@ namespace {
 
 // Worker only: the lowest and the highest of every rank's values over the
 // inner group (one allreduce, MAX of v and -v). Doubles hold every float and
-// every count exactly, so equal values stay equal.
-std::vector<std::pair<double, double>> extremes_over_group(c10d::Backend& inner,
-                                                           const std::vector<double>& values,
-                                                           std::chrono::milliseconds timeout) {
+// every count exactly, so equal values stay equal. A rank without values
+// (nullopt: it abstains) takes part in the allreduce without counting; if
+// every rank abstains, the lowest is +inf and the highest -inf.
+std::vector<std::pair<double, double>> extremes_over_group(
+    c10d::Backend& inner, size_t count, const std::optional<std::vector<double>>& values,
+    std::chrono::milliseconds timeout) {
+  constexpr double kNothing = -std::numeric_limits<double>::infinity();
   std::vector<double> both;
-  for (double v : values) {
-    both.push_back(v);
-    both.push_back(-v);
+  for (size_t i = 0; i < count; ++i) {
+    both.push_back(values ? (*values)[i] : kNothing);
+    both.push_back(values ? -(*values)[i] : kNothing);
   }
   at::Tensor t = at::tensor(both, at::kDouble);
   std::vector<at::Tensor> ts{t};
@@ -46,7 +52,7 @@ std::vector<std::pair<double, double>> extremes_over_group(c10d::Backend& inner,
   opts.timeout = timeout;
   inner.allreduce(ts, opts)->wait(timeout);
   std::vector<std::pair<double, double>> out;
-  for (size_t i = 0; i < values.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     out.emplace_back(-t[2 * i + 1].item<double>(), t[2 * i].item<double>());
   }
   return out;
@@ -58,40 +64,51 @@ OptimizerMomentum CompcollBackend::optimizer_momentum() const {
   return optimizer_momentum_.load();
 }
 
-OptimizerMomentum CompcollBackend::agree_optimizer_momentum(OptimizerMomentum proposal,
-                                                            const std::string& why) {
+OptimizerMomentum CompcollBackend::agree_optimizer_momentum(
+    std::optional<OptimizerMomentum> proposal, const std::string& why) {
   std::lock_guard<std::mutex> lock(momentum_mu_);
   if (!awaits_optimizer_momentum()) return optimizer_momentum();
   auto agreed = std::make_shared<OptimizerMomentum>();
+  auto nobody_proposed = std::make_shared<bool>(false);
   worker_->run_and_wait("the agreement on the optimizer's momentum (COMPCOLL_MOMENTUM_HANDOVER=auto)",
                         [=, this] {
-    const auto ext = extremes_over_group(*inner_, {proposal.m, proposal.moved ? 1.0 : 0.0},
-                                         timeout_->get());
+    std::optional<std::vector<double>> mine;
+    if (proposal) mine = std::vector<double>{proposal->m, proposal->moved ? 1.0 : 0.0};
+    const auto ext = extremes_over_group(*inner_, 2, mine, timeout_->get());
     const auto [lowest, highest] = ext[0];
+    if (lowest > highest) {  // every rank shadowed a step (DDP's Join): ask again at the next
+      *nobody_proposed = true;
+      return;
+    }
     const bool same = highest == lowest && ext[1].first == ext[1].second;
     if (same && highest > 0.0) *agreed = {static_cast<float>(highest), ext[1].second > 0.0};
     for (const std::shared_ptr<Lane>& lane : {host_, device_}) {
       if (lane != nullptr) lane->adopt_optimizer_momentum(*agreed);
     }
     if (getRank() != 0) return;
+    const std::string rank0 = !proposal ? std::string("none, it has run out of inputs under DDP's Join")
+                              : !why.empty() ? why
+                              : proposal->moved ? std::string("Adam")
+                                                : std::string("SGD");
     if (!same) {
       log_.warn("COMPCOLL_MOMENTUM_HANDOVER=auto: the ranks' optimizers disagree (momentum "
                 "from ", lowest, " to ", highest, ", ",
                 ext[1].first == ext[1].second ? "all of one kind" : "SGD on some, Adam on others",
-                "; rank 0: ", why.empty() ? (proposal.moved ? "Adam" : "SGD") : why,
-                "): no momentum taken over, ", cfg_.algo, " runs as configured");
+                "; rank 0: ", rank0, "): no momentum taken over, ", cfg_.algo,
+                " runs as configured");
     } else if (agreed->m == 0.0f) {
-      log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: no momentum to take over (", why, "); ",
-                cfg_.algo, " runs as configured");
+      log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: no momentum to take over (rank 0: ", rank0,
+                "); ", cfg_.algo, " runs as configured");
     }  // else every lane's Communicator says what it took over
   });
+  if (*nobody_proposed) return optimizer_momentum();
   optimizer_momentum_.store(*agreed);
   momentum_agreed_.store(true);
   if (agreed->m == 0.0f) momentum_check_stage_ = 2;  // nothing to check
   return *agreed;
 }
 
-void CompcollBackend::check_one_allreduce_per_step() {
+void CompcollBackend::check_one_allreduce_per_step(bool counted) {
   std::lock_guard<std::mutex> lock(momentum_mu_);
   if (!momentum_agreed_.load() || momentum_check_stage_ == 2 || finished_.load()) return;
   if (momentum_check_stage_ == 0) {
@@ -115,7 +132,10 @@ void CompcollBackend::check_one_allreduce_per_step() {
   const double excess = static_cast<double>(calls) - static_cast<double>(buffers);
   worker_->run_and_wait("the check of one allreduce per optimizer step (COMPCOLL_MOMENTUM_HANDOVER=auto)",
                         [=, this] {
-    const double highest = extremes_over_group(*inner_, {excess}, timeout_->get())[0].second;
+    std::optional<std::vector<double>> mine;
+    if (counted) mine = std::vector<double>{excess};
+    // No rank counted (every one shadowed the step): -inf, nothing to turn off.
+    const double highest = extremes_over_group(*inner_, 1, mine, timeout_->get())[0].second;
     if (highest <= 0.0) return;
     for (const std::shared_ptr<Lane>& lane : {host_, device_}) {
       if (lane != nullptr) lane->adopt_optimizer_momentum({});

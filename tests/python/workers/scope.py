@@ -13,9 +13,12 @@ direct phases whether their result is the exact sum:
   in_backward   an autograd Function that allreduces its gradient in
                 backward (as tensor-parallel layers do), 3 steps;
   scoped        the direct allreduce inside compcoll.gradient_scope();
-  join          DDP under Join with uneven inputs: rank r trains 2 + 2r
-                steps, so the ranks that run out shadow the others'
-                backward passes; reports whether the replicas end equal.
+  join          DDP under Join with uneven inputs and SGD with momentum
+                (the process's first optimizer steps, so the group agrees
+                on the momentum then): rank r trains 4r steps, so rank 0
+                shadows every backward pass and step of the others from
+                the start; reports the compressed calls, whether the
+                replicas end equal and the momentum the group took over.
 """
 import datetime
 
@@ -124,10 +127,10 @@ out["scoped"] = {"compressed": compressed() - before}
 
 before = compressed()
 m = DDP(model(), bucket_cap_mb=0.25)
-opt = torch.optim.SGD(m.parameters(), lr=0.01)
+opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
 g = torch.Generator().manual_seed(rank)
 with Join([m]):
-    for _ in range(2 + 2 * rank):
+    for _ in range(4 * rank):
         opt.zero_grad()
         m(torch.randn(8, 256, generator=g)).square().mean().backward()
         opt.step()
@@ -135,6 +138,7 @@ flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
 replicas = [torch.empty_like(flat) for _ in range(world)]
 dist.all_gather(replicas, flat)
 out["join"] = {"compressed": compressed() - before,
-               "replicas_equal": all(torch.equal(replicas[0], x) for x in replicas)}
+               "replicas_equal": all(torch.equal(replicas[0], x) for x in replicas),
+               "optimizer_momentum": round(compcoll.stats()["optimizer_momentum"], 6)}
 emit(out)
 dist.destroy_process_group()
