@@ -288,7 +288,8 @@ class CompcollBackend final : public c10d::Backend {
   // Issues issue(inner) on the lane serving device, in submission order.
   // collective: false for point-to-point operations (matched by peer and
   // tag, not by order).
-  template <typename Issue>
+  // (delegated_ops.cc, beside the operations it serves.)
+  using Issue = std::function<c10::intrusive_ptr<c10d::Work>(c10d::Backend& inner)>;
   c10::intrusive_ptr<c10d::Work> delegate(c10::Device device, c10d::OpType type,
                                           const char* title, std::vector<at::Tensor> outputs,
                                           Issue issue, bool collective = true);

@@ -1,0 +1,330 @@
+// The operations the backend hands to a lane's inner backend as they are
+// (everything but the allreduces it compresses, see backend.h), and the one
+// path that issues them in submission order: delegate().
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <exception>
+
+#include "integration/pytorch/csrc/backend.h"
+#include "integration/pytorch/csrc/op_label.h"
+
+namespace compcoll::torch_integration {
+namespace {
+
+// The works' OpType labels for the coalesced tensor collectives; torch
+// releases without these names (setup.py probes) label them COALESCED.
+#if COMPCOLL_TORCH_COALESCED_OPTYPES
+constexpr c10d::OpType kAllgatherIntoTensorCoalesced = c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED;
+constexpr c10d::OpType kReduceScatterTensorCoalesced = c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED;
+#else
+constexpr c10d::OpType kAllgatherIntoTensorCoalesced = c10d::OpType::COALESCED;
+constexpr c10d::OpType kReduceScatterTensorCoalesced = c10d::OpType::COALESCED;
+#endif
+
+}  // namespace
+
+void CompcollBackend::note_reduce_scatter(int64_t elems) {
+  rs_calls_.fetch_add(1);
+  rs_elems_.fetch_add(static_cast<uint64_t>(elems));
+  if (!cfg_.compression_enabled() || static_cast<size_t>(elems) < cfg_.min_elems) return;
+  if (compressible_candidates_.load() > 0 || rs_warned_.exchange(true)) return;
+  if (getRank() != 0) return;  // once per group
+  log_.warn("group '", getGroupUid(), "': a reduce-scatter of ", elems,
+            " elements went uncompressed, and no allreduce of this group so far could be "
+            "compressed: compcoll compresses allreduce only. FSDP (FULL_SHARD, SHARD_GRAD_OP, "
+            "HYBRID_SHARD) and FSDP2's fully_shard reduce gradients with reduce-scatter, so "
+            "COMPCOLL_ALGO=", cfg_.algo, " saves nothing for them; DDP, or FSDP NO_SHARD, "
+            "allreduces them (docs/pytorch.md, FSDP)");
+}
+
+// ------------------------------------------------------------ delegation --
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10d::OpType type,
+                                                         const char* title,
+                                                         std::vector<at::Tensor> outputs,
+                                                         Issue issue, bool collective) {
+  const std::shared_ptr<Lane>& lane = lane_for(device);
+  // Builds the device lane's inner backend on its first operation: here, on
+  // the caller's thread, before the queue lock (the factory takes the GIL).
+  c10::intrusive_ptr<c10d::Backend> inner = lane->inner();
+  const std::string what = op_label(title, outputs);
+  // In order: nothing is ahead of it (or a callback on the worker issues
+  // it). Issued by the caller, with the caller's current stream: the inner
+  // backend handles streams itself.
+  c10::intrusive_ptr<c10d::Work> direct;
+  if (worker_->run_now_if_idle(what, [&] { direct = issue(*inner); })) {
+    if (collective && device.is_cpu() && worker_->on_worker_thread()) {
+      // Issued by a callback the worker runs: completed before the call
+      // returns, so the future's own callbacks also run here, in order,
+      // instead of on Gloo's thread, where an operation they issued would
+      // queue behind this worker waiting for them. (Point-to-point
+      // operations are matched by peer and tag, not by order: they stay
+      // asynchronous, so a callback may post a receive before its send. A
+      // device future completes at issue: NCCL orders it on the stream.)
+      direct->wait(timeout_->get());
+      // Gloo may finish the work just before it completes the work's
+      // future; then() on an incomplete future would run the callback on
+      // Gloo's thread. The completion follows at once, so this wait is
+      // bounded by the one above.
+      c10::intrusive_ptr<c10::ivalue::Future> future;
+      try {
+        future = direct->getFuture();
+      } catch (const std::exception&) {
+        future.reset();  // a work without a future has no callbacks
+      }
+      if (future) future->wait();
+    }
+    return direct;
+  }
+  auto work = c10::make_intrusive<CompcollWork>(getRank(), type, title, std::move(outputs));
+  if (!device.is_cpu()) {
+    // Issued later by the worker: it must see the tensors as the caller's
+    // stream leaves them now, and complete only when the outputs are there.
+    const c10::impl::VirtualGuardImpl impl(device.type());
+    auto ready = std::make_shared<c10::Event>(device.type());
+    ready->record(impl.getStream(device));
+    worker_->submit(what, work, [&]() -> Worker::Task {
+      return [lane, work, inner, issue, ready, device, timeout = timeout_->get()]() mutable {
+        try {
+          const std::optional<c10::Stream> stream = lane->worker_stream(device);
+          c10::OptionalStreamGuard guard(stream);
+          ready->block(*stream);
+          c10::intrusive_ptr<c10d::Work> in = issue(*inner);
+          work->set_inner(in);
+          in->wait(timeout);
+          stream->synchronize();
+          work->complete();  // with the stream current: the future's events are on it
+        } catch (const std::exception&) {
+          work->fail(std::current_exception());
+        }
+      };
+    });
+    return work;
+  }
+  worker_->submit(what, work, [&]() -> Worker::Task {
+    return [work, inner, issue]() mutable {
+      c10::intrusive_ptr<c10d::Work> in;
+      try {
+        in = issue(*inner);
+      } catch (const std::exception& e) {
+        work->fail(std::current_exception());
+        return;
+      }
+      work->set_inner(in);
+      c10::intrusive_ptr<c10::ivalue::Future> future;
+      try {
+        future = in->getFuture();
+      } catch (const std::exception&) {
+        future.reset();  // Gloo's send/recv works have no future
+      }
+      if (future) {
+        future->addCallback([work](c10::ivalue::Future& f) {
+          if (f.hasError()) {
+            work->fail(f.exception_ptr());
+          } else {
+            work->complete_with(f.value(), work->result());
+          }
+        });
+        return;
+      }
+      try {
+        in->wait();
+        work->complete();
+      } catch (const std::exception&) {
+        work->fail(std::current_exception());
+      }
+    };
+  });
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce_sparse(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  return delegate(device_of(tensors), c10d::OpType::_ALLREDUCE_SPARSE,
+                  "compcoll:all_reduce_sparse", tensors,
+                  [tensors, opts](c10d::Backend& in) mutable {
+                    return in.allreduce_sparse(tensors, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  return delegate(device_of(tensors), c10d::OpType::ALLREDUCE_COALESCED,
+                  "compcoll:all_reduce_coalesced", tensors,
+                  [tensors, opts](c10d::Backend& in) mutable {
+                    return in.allreduce_coalesced(tensors, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                          const c10d::BroadcastOptions& opts) {
+  return delegate(device_of(tensors), c10d::OpType::BROADCAST, "compcoll:broadcast", tensors,
+                  [tensors, opts](c10d::Backend& in) mutable {
+                    return in.broadcast(tensors, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce(std::vector<at::Tensor>& tensors,
+                                                       const c10d::ReduceOptions& opts) {
+  return delegate(device_of(tensors), c10d::OpType::REDUCE, "compcoll:reduce", tensors,
+                  [tensors, opts](c10d::Backend& in) mutable { return in.reduce(tensors, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  std::vector<at::Tensor> flat = flatten(outputs);
+  return delegate(device_of(inputs, flat), c10d::OpType::ALLGATHER, "compcoll:all_gather", flat,
+                  [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.allgather(outputs, inputs, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  return delegate(input.device(), c10d::OpType::_ALLGATHER_BASE, "compcoll:_all_gather_base",
+                  {output}, [output, input, opts](c10d::Backend& in) mutable {
+                    return in._allgather_base(output, input, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  std::vector<at::Tensor> flat = flatten(output_lists);
+  return delegate(device_of(inputs, flat), c10d::OpType::ALLGATHER_COALESCED,
+                  "compcoll:all_gather_coalesced", flat,
+                  [output_lists, inputs, opts](c10d::Backend& in) mutable {
+                    return in.allgather_coalesced(output_lists, inputs, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  return delegate(device_of(inputs, outputs), kAllgatherIntoTensorCoalesced,
+                  "compcoll:all_gather_into_tensor_coalesced", outputs,
+                  [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.allgather_into_tensor_coalesced(outputs, inputs, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  std::vector<at::Tensor> flat = flatten(outputs);
+  return delegate(device_of(inputs, flat), c10d::OpType::GATHER, "compcoll:gather", flat,
+                  [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.gather(outputs, inputs, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  return delegate(device_of(outputs), c10d::OpType::SCATTER, "compcoll:scatter", outputs,
+                  [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.scatter(outputs, inputs, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  int64_t elems = 0;
+  for (const auto& list : inputs) {
+    for (const at::Tensor& t : list) elems += t.numel();
+  }
+  note_reduce_scatter(elems);
+  return delegate(device_of(outputs), c10d::OpType::REDUCE_SCATTER, "compcoll:reduce_scatter",
+                  outputs, [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.reduce_scatter(outputs, inputs, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  note_reduce_scatter(input.numel());
+  return delegate(input.device(), c10d::OpType::_REDUCE_SCATTER_BASE,
+                  "compcoll:_reduce_scatter_base", {output},
+                  [output, input, opts](c10d::Backend& in) mutable {
+                    return in._reduce_scatter_base(output, input, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  int64_t elems = 0;
+  for (const at::Tensor& t : inputs) elems += t.numel();
+  note_reduce_scatter(elems);
+  return delegate(device_of(inputs, outputs), kReduceScatterTensorCoalesced,
+                  "compcoll:reduce_scatter_tensor_coalesced", outputs,
+                  [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+    std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
+  return delegate(input.device(), c10d::OpType::ALLTOALL_BASE, "compcoll:all_to_all_single",
+                  {output},
+                  [output, input, output_splits, input_splits, opts](c10d::Backend& in) mutable {
+                    return in.alltoall_base(output, input, output_splits, input_splits, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::alltoall(std::vector<at::Tensor>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::AllToAllOptions& opts) {
+  return delegate(device_of(inputs, outputs), c10d::OpType::ALLTOALL, "compcoll:all_to_all",
+                  outputs, [outputs, inputs, opts](c10d::Backend& in) mutable {
+                    return in.alltoall(outputs, inputs, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::send(std::vector<at::Tensor>& tensors, int dst,
+                                                     int tag) {
+  return delegate(device_of(tensors), c10d::OpType::SEND, "compcoll:send", tensors,
+                  [tensors, dst, tag](c10d::Backend& in) mutable {
+                    return in.send(tensors, dst, tag);
+                  },
+                  /*collective=*/false);
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::recv(std::vector<at::Tensor>& tensors, int src,
+                                                     int tag) {
+  return delegate(device_of(tensors), c10d::OpType::RECV, "compcoll:recv", tensors,
+                  [tensors, src, tag](c10d::Backend& in) mutable {
+                    return in.recv(tensors, src, tag);
+                  },
+                  /*collective=*/false);
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                              int tag) {
+  return delegate(device_of(tensors), c10d::OpType::RECVANYSOURCE, "compcoll:recv_any_source",
+                  tensors, [tensors, tag](c10d::Backend& in) mutable {
+                    return in.recvAnysource(tensors, tag);
+                  },
+                  /*collective=*/false);
+}
+
+c10::intrusive_ptr<c10d::Work> CompcollBackend::barrier(const c10d::BarrierOptions& opts) {
+  // torch says which device the barrier is for (dist.barrier() picks cpu for
+  // a group with a cpu backend); none: cpu, Gloo.
+  const c10::Device device = opts.device.value_or(c10::Device(c10::kCPU));
+  return delegate(device, c10d::OpType::BARRIER, "compcoll:barrier", {},
+                  [opts](c10d::Backend& in) mutable { return in.barrier(opts); });
+}
+
+void CompcollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  // Synchronous: everything submitted before it is issued first.
+  worker_->run_and_wait("monitored_barrier", [] {});
+  inner_->monitoredBarrier(opts, wait_all_ranks);
+}
+
+}  // namespace compcoll::torch_integration
