@@ -26,14 +26,11 @@ built; it is the one torch function compcoll wraps. A torch without it
 """
 import functools
 import logging
-import threading
 
 from compcoll import _momentum
 from compcoll._scope import gradient_scope
 
 _log = logging.getLogger("compcoll")
-_lock = threading.Lock()
-_installed = False
 
 
 def _shadowing(main_hook):
@@ -48,23 +45,20 @@ def _shadowing(main_hook):
     return wrapper
 
 
+@functools.cache
 def install():
-    """Wraps DDP's join hook (idempotent)."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        _installed = True
-        try:
-            from torch.nn.parallel.distributed import _DDPJoinHook as hook
-        except ImportError:
-            hook = None
-        main_hook = getattr(hook, "main_hook", None)
-        if main_hook is None:
-            _log.warning("compcoll: this torch has no DDP join hook (_DDPJoinHook.main_hook) to "
-                         "wrap: under DDP's Join a rank out of inputs may not match its peers' "
-                         "compressed allreduces; set COMPCOLL_TORCH_SCOPE=all and "
-                         "COMPCOLL_MOMENTUM_HANDOVER=0 to use Join")
-            return
-        if not getattr(main_hook, "__compcoll_shadowing__", False):
-            hook.main_hook = _shadowing(main_hook)
+    """Wraps DDP's join hook, once per process (a second wrapping, should two
+    groups be built at once, is recognised and skipped)."""
+    try:
+        from torch.nn.parallel.distributed import _DDPJoinHook as hook
+    except ImportError:
+        hook = None
+    main_hook = getattr(hook, "main_hook", None)
+    if main_hook is None:
+        _log.warning("compcoll: this torch has no DDP join hook (_DDPJoinHook.main_hook) to "
+                     "wrap: under DDP's Join a rank out of inputs may not match its peers' "
+                     "compressed allreduces; set COMPCOLL_TORCH_SCOPE=all and "
+                     "COMPCOLL_MOMENTUM_HANDOVER=0 to use Join")
+        return
+    if not getattr(main_hook, "__compcoll_shadowing__", False):
+        hook.main_hook = _shadowing(main_hook)
