@@ -198,6 +198,28 @@ TEST_F(Interposer, EveryAlgorithmRunsOnThreeRanks) {
   }
 }
 
+TEST_F(Interposer, SettingsTheNcclCommunicatorGivesAreNamedOnceAndTheRestAreRead) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_TIMEOUT_MS"] = "20000";   // read: the limit of compcoll's own waits
+  e["COMPCOLL_WORLD_SIZE"] = "2";       // NCCL's communicator says who is who
+  e["COMPCOLL_TORCH_SCOPE"] = "all";    // the PyTorch backend's alone
+  const AppRun r = run({"--ranks", "2", "--steps", "2"}, e);
+  EXPECT_RAN_OK(r);
+  const auto said = lines_after(r.output, "compcoll WARN");
+  std::string all;
+  for (const auto& line : said) all += line + "\n";
+  const std::string ours = " changes nothing for the NCCL interposer's communicators: ";
+  for (const std::string& m :
+       {"COMPCOLL_WORLD_SIZE=2" + ours + "the NCCL communicator gives the rank, the world size",
+        "COMPCOLL_TORCH_SCOPE=all" + ours + "they have no notion of a backward pass"}) {
+    size_t n = 0;
+    for (size_t p = all.find(m); p != std::string::npos; p = all.find(m, p + 1)) ++n;
+    EXPECT_EQ(n, 1u) << m << "\n" << r.output;  // once per process (its ranks are threads)
+  }
+  EXPECT_EQ(all.find("COMPCOLL_TIMEOUT_MS"), std::string::npos) << r.output;
+}
+
 TEST_F(Interposer, SplitCommunicatorsKeepSeparateState) {
   auto e = env();
   e["COMPCOLL_ALGO"] = "dgc";
