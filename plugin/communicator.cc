@@ -225,7 +225,7 @@ bool Communicator::adopt_optimizer_momentum(OptimizerMomentum taken) {
               ", from the next call on");
   } else if (taken.m > 0.0f) {
     log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: the optimizer's SGD momentum is ", taken.m,
-              " on every rank: ", cfg_.algo, " applies DGC's momentum correction with it and hands "
+              ", as the ranks agreed: ", cfg_.algo, " applies DGC's momentum correction with it and hands "
               "the optimizer s_t - m*s_(t-1), momentum factor masking ", masking,
               ", from the next call on");
   } else {
