@@ -119,10 +119,12 @@ void print_table() {
               "allowed / meaning");
   for (const ConfigVar& v : config_table()) {
     const std::string read_by = tunes_in_words(v);
+    const std::string ignored_by = ignored_by_in_words(v);
+    const std::string notes = (read_by.empty() ? "" : "   (read by " + read_by + ")") +
+                              (ignored_by.empty() ? "" : "   (not read by " + ignored_by + ")");
     std::printf("%-*s %-*s %-*s %-*s %s%s\n%*s %s\n", n, v.name, t, var_type_name(v.type), d,
-                default_text(v).c_str(), c, current(v).c_str(), v.allowed,
-                read_by.empty() ? "" : ("   (read by " + read_by + ")").c_str(), indent, "",
-                v.doc);
+                default_text(v).c_str(), c, current(v).c_str(), v.allowed, notes.c_str(), indent,
+                "", v.doc);
   }
   std::printf("\nalgorithms (COMPCOLL_ALGO)\n\n");
   size_t w_algo = 0;
