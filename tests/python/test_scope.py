@@ -39,6 +39,10 @@ def test_only_allreduces_in_a_backward_pass_are_compressed_unless_scope_is_all()
         assert res["in_backward"]["compressed"] == 3, res
         # compcoll.gradient_scope() makes a direct allreduce a gradient sum.
         assert res["scoped"]["compressed"] == res_all["scoped"]["compressed"] == 1, (res, res_all)
+        # Leaving it (after a nested scope, and by an exception) restores
+        # the thread's scope: exact by default, compressed under all.
+        assert res["scoped"]["after"] == 0 and res["scoped"]["after_exact"], res
+        assert res_all["scoped"]["after"] == 1 and not res_all["scoped"]["after_exact"], res_all
         # DDP's Join: rank 0, out of inputs from the start, shadows rank 1's
         # backward passes outside any backward pass of its own, and takes
         # the same (compressed) route; it takes part in the optimizer-step

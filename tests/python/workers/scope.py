@@ -12,7 +12,9 @@ direct phases whether their result is the exact sum:
                 allreduce of 100,000 floats on its bucket's future;
   in_backward   an autograd Function that allreduces its gradient in
                 backward (as tensor-parallel layers do), 3 steps;
-  scoped        the direct allreduce inside compcoll.gradient_scope();
+  scoped        the direct allreduce inside compcoll.gradient_scope()
+                (with a nested scope before it), then one after the scope
+                (left once more by an exception);
   join          DDP under Join with uneven inputs and SGD with momentum
                 (the process's first optimizer steps, so the group agrees
                 on the momentum then): rank r trains 4r steps, so rank 0
@@ -122,8 +124,19 @@ out["in_backward"] = {"compressed": compressed() - before}
 before = compressed()
 t = torch.full((N,), rank + 1.0)
 with compcoll.gradient_scope():
+    with compcoll.gradient_scope():  # scopes nest
+        pass
     dist.all_reduce(t)
-out["scoped"] = {"compressed": compressed() - before}
+try:
+    with compcoll.gradient_scope():
+        raise KeyError("left by an exception")
+except KeyError:
+    pass
+inside = compressed() - before
+t = torch.full((N,), rank + 1.0)
+dist.all_reduce(t)  # after the scope: as before it
+out["scoped"] = {"compressed": inside, "after": compressed() - before - inside,
+                 "after_exact": exact_sum(t)}
 
 before = compressed()
 m = DDP(model(), bucket_cap_mb=0.25)
