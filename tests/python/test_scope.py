@@ -37,6 +37,10 @@ def test_only_allreduces_in_a_backward_pass_are_compressed_unless_scope_is_all()
             assert res[phase]["compressed"] == res_all[phase]["compressed"] > 0, (phase, res, res_all)
         assert res["hook_chain"]["compressed"] > res["ddp"]["compressed"], res
         assert res["in_backward"]["compressed"] == 3, res
+        # A callback chained on a delegated operation issued in backward
+        # takes its scope, on Gloo's thread (rank 0) as at once (rank 1).
+        assert res["delegated_chain"] == res_all["delegated_chain"] == {"compressed": 1}, \
+            (res, res_all)
         # compcoll.gradient_scope() makes a direct allreduce a gradient sum.
         assert res["scoped"]["compressed"] == res_all["scoped"]["compressed"] == 1, (res, res_all)
         # Leaving it (after a nested scope, and by an exception) restores

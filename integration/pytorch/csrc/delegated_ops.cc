@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "integration/pytorch/csrc/backend.h"
+#include "integration/pytorch/csrc/issue_scope.h"
 #include "integration/pytorch/csrc/op_label.h"
 
 namespace compcoll::torch_integration {
@@ -75,6 +76,8 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
         future.reset();  // a work without a future has no callbacks
       }
       if (future) future->wait();
+    } else if (device.is_cpu()) {
+      pass_scope_to_callbacks(direct);
     }
     return direct;
   }

@@ -2,6 +2,9 @@
 
 #include <torch/csrc/autograd/graph_task.h>
 
+#include <exception>
+#include <thread>
+
 namespace compcoll::torch_integration {
 namespace {
 
@@ -20,6 +23,21 @@ InheritedScope::InheritedScope(bool in_backward) : saved_(inherited_scope) {
 }
 
 InheritedScope::~InheritedScope() { inherited_scope = saved_; }
+
+void pass_scope_to_callbacks(const c10::intrusive_ptr<c10d::Work>& work) {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  try {
+    future = work->getFuture();
+  } catch (const std::exception&) {
+    return;  // Gloo's send/recv works have no future, so no callbacks
+  }
+  if (!future) return;
+  const int scope = issued_in_backward() ? 1 : 0;
+  const std::thread::id issuer = std::this_thread::get_id();
+  future->addCallback([scope, issuer](c10::ivalue::Future&) {
+    if (std::this_thread::get_id() != issuer) inherited_scope = scope;
+  });
+}
 
 int enter_gradient_scope() {
   const int saved = inherited_scope;

@@ -22,6 +22,8 @@
 // so it must decide as they do, or the ranks take different routes.
 #pragma once
 
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
 namespace compcoll::torch_integration {
 
 // True when an operation the calling thread issues now is in a backward
@@ -40,6 +42,16 @@ class InheritedScope {
  private:
   int saved_;
 };
+
+// A delegated operation the caller issued straight to Gloo (the worker
+// idle) returns Gloo's work: its future's callbacks run on Gloo's thread, or
+// at once on the thread attaching them when it has already completed, and
+// which one depends on timing, so it may differ between ranks. Either way
+// they take the scope of the thread that issued the operation: a first
+// callback sets it on any other thread that completes the future (where it
+// stays until the next such operation sets its own; only callbacks of this
+// backend's inner operations run there).
+void pass_scope_to_callbacks(const c10::intrusive_ptr<c10d::Work>& work);
 
 // compcoll.gradient_scope(): enter returns what exit restores, so scopes nest.
 int enter_gradient_scope();

@@ -12,6 +12,9 @@ direct phases whether their result is the exact sum:
                 allreduce of 100,000 floats on its bucket's future;
   in_backward   an autograd Function that allreduces its gradient in
                 backward (as tensor-parallel layers do), 3 steps;
+  delegated_chain  in backward, an async broadcast whose then() callback
+                allreduces 100,000 floats, run on Gloo's thread on rank 0
+                and at once on the backward thread on rank 1;
   scoped        the direct allreduce inside compcoll.gradient_scope()
                 (with a nested scope before it), then one after the scope
                 (left once more by an exception);
@@ -23,6 +26,7 @@ direct phases whether their result is the exact sum:
                 replicas end equal and the momentum the group took over.
 """
 import datetime
+import time
 
 import torch
 import torch.distributed as dist
@@ -120,6 +124,47 @@ w = torch.ones(N, requires_grad=True)
 for _ in range(3):
     AllreduceGrad.apply(w * (rank + 1.0)).sum().backward()
 out["in_backward"] = {"compressed": compressed() - before}
+
+chained = torch.zeros(N)
+chained_works = []
+
+
+class BroadcastThenAllreduce(torch.autograd.Function):
+    """In backward: an async broadcast (delegated, issued straight to Gloo)
+    with a then() callback that allreduces 100,000 floats. Rank 1 attaches
+    the callback late, after the broadcast has completed, so it runs at once
+    on the backward thread; rank 0 attaches it at once, so it runs on
+    Gloo's thread. Both must judge the allreduce alike."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        flag = torch.zeros(1)
+        work = dist.broadcast(flag, src=0, async_op=True)
+        if rank == 1:
+            work.wait()
+            time.sleep(0.2)
+
+        def allreduce_next(fut):
+            chained.fill_(rank + 1.0)
+            chained_works.append(dist.all_reduce(chained, async_op=True))
+            return fut.value()
+        chained_works.append(work.get_future().then(allreduce_next))
+        return grad
+
+
+before = compressed()
+w = torch.ones(8, requires_grad=True)
+BroadcastThenAllreduce.apply(w * 2.0).sum().backward()
+deadline = time.monotonic() + 30
+while len(chained_works) < 2 and time.monotonic() < deadline:
+    time.sleep(0.01)
+for x in list(chained_works):
+    x.wait()
+out["delegated_chain"] = {"compressed": compressed() - before}
 
 before = compressed()
 t = torch.full((N,), rank + 1.0)
