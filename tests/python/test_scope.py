@@ -57,3 +57,7 @@ def test_only_allreduces_in_a_backward_pass_are_compressed_unless_scope_is_all()
         for j in (res["join"], res_all["join"]):
             assert j == {"compressed": res["ddp"]["compressed"] + 2, "replicas_equal": True,
                          "optimizer_momentum": 0.9}, (res, res_all)
+        # Two optimizers stepped one after the other are one step to the
+        # hand-over, on the shadowing rank as on the other.
+        for j in (res["join_two_optimizers"], res_all["join_two_optimizers"]):
+            assert j == {"replicas_equal": True, "optimizer_momentum": 0.9}, (res, res_all)

@@ -18,7 +18,9 @@ distributed collective mismatch") or wait until the group's timeout:
   an iteration whose gradients were synchronized (DDP's
   require_forward_param_sync, which the hook sets), the shadowing rank takes
   part in those as a rank without an optimizer (it abstains). This assumes
-  what DDP scripts do: one optimizer step per synchronized iteration.
+  what DDP scripts do: one optimizer step per synchronized iteration
+  (several optimizers stepped one after another count as one:
+  check_one_allreduce_per_step moves on only after compressed calls).
 
 The hook is wrapped once per process, when the first compcoll group is
 built; it is the one torch function compcoll wraps. A torch without it

@@ -336,6 +336,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     // no state and get no slot.
     SlotAssignment a{"", SlotEvent::kSame, 0};
     if (compress) a = lane->slots.assign(t);
+    if (compress) ++compressed_submissions_;
     if (compress && count_step_calls_) {  // check_one_allreduce_per_step
       ++step_calls_;
       step_keys_.insert(lane->name() + "/" + a.key);

@@ -327,10 +327,17 @@ class CompcollBackend final : public c10d::Backend {
   // optimizer_momentum.cc: serialises the Python thread(s) stepping optimizers.
   std::mutex momentum_mu_;
   int momentum_check_stage_ = 0;  // 0: next step starts counting; 1: counting; 2: decided
-  // Guarded by the worker's queue lock: the count over one optimizer step.
+  // compressed_submissions_ when the stage last moved (or the group agreed):
+  // a step moves it only after compressed calls were submitted since, so
+  // several optimizers stepped one after another count as one step, on a
+  // rank that shadows its peers' steps under DDP's Join as on the peers.
+  uint64_t submissions_at_stage_ = 0;
+  // Guarded by the worker's queue lock: the count over one optimizer step,
+  // and every compressed call submitted.
   bool count_step_calls_ = false;
   uint64_t step_calls_ = 0;
   std::set<std::string> step_keys_;
+  uint64_t compressed_submissions_ = 0;
   std::atomic<uint64_t> compressible_candidates_{0};
   std::atomic<uint64_t> rs_calls_{0};
   std::atomic<uint64_t> rs_elems_{0};

@@ -102,6 +102,7 @@ OptimizerMomentum CompcollBackend::agree_optimizer_momentum(
     }  // else every lane's Communicator says what it took over
   });
   if (*nobody_proposed) return optimizer_momentum();
+  worker_->locked([&] { submissions_at_stage_ = compressed_submissions_; });
   optimizer_momentum_.store(*agreed);
   momentum_agreed_.store(true);
   if (agreed->m == 0.0f) momentum_check_stage_ = 2;  // nothing to check
@@ -111,6 +112,14 @@ OptimizerMomentum CompcollBackend::agree_optimizer_momentum(
 void CompcollBackend::check_one_allreduce_per_step(bool counted) {
   std::lock_guard<std::mutex> lock(momentum_mu_);
   if (!momentum_agreed_.load() || momentum_check_stage_ == 2 || finished_.load()) return;
+  // A second optimizer stepped right after the first (nothing compressed
+  // since) is the same step.
+  bool moved = false;
+  worker_->locked([&] {
+    moved = compressed_submissions_ != submissions_at_stage_;
+    submissions_at_stage_ = compressed_submissions_;
+  });
+  if (!moved) return;
   if (momentum_check_stage_ == 0) {
     // The step after the agreement: count the next whole step's calls.
     worker_->locked([&] {

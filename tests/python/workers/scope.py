@@ -23,7 +23,9 @@ direct phases whether their result is the exact sum:
                 on the momentum then): rank r trains 4r steps, so rank 0
                 shadows every backward pass and step of the others from
                 the start; reports the compressed calls, whether the
-                replicas end equal and the momentum the group took over.
+                replicas end equal and the momentum the group took over;
+  join_two_optimizers  the same on a new group, with two optimizers
+                stepped one after the other each iteration.
 """
 import datetime
 import time
@@ -198,5 +200,24 @@ dist.all_gather(replicas, flat)
 out["join"] = {"compressed": compressed() - before,
                "replicas_equal": all(torch.equal(replicas[0], x) for x in replicas),
                "optimizer_momentum": round(compcoll.stats()["optimizer_momentum"], 6)}
+# The same with two optimizers stepped one after the other each iteration,
+# on a group of its own (so that it agrees on the momentum afresh).
+group = dist.new_group(list(range(world)))
+m = DDP(model(), bucket_cap_mb=0.25, process_group=group)
+opts = [torch.optim.SGD(m.module[0].parameters(), lr=0.01, momentum=0.9),
+        torch.optim.SGD(m.module[2].parameters(), lr=0.01, momentum=0.9)]
+g = torch.Generator().manual_seed(rank)
+with Join([m]):
+    for _ in range(4 * rank):
+        m(torch.randn(8, 256, generator=g)).square().mean().backward()
+        for o in opts:
+            o.step()
+            o.zero_grad()
+flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+replicas = [torch.empty_like(flat) for _ in range(world)]
+dist.all_gather(replicas, flat, group=group)
+out["join_two_optimizers"] = {
+    "replicas_equal": all(torch.equal(replicas[0], x) for x in replicas),
+    "optimizer_momentum": round(compcoll.stats(group)["optimizer_momentum"], 6)}
 emit(out)
 dist.destroy_process_group()
