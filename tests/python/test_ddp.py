@@ -113,10 +113,10 @@ def test_every_ddp_option_keeps_replicas_identical_and_compressed(algo, tmp_path
         for name, v in variants.items():
             assert v["same_on_every_rank"] and v["finite"] and v["moved"], (algo, name, v)
             # auto compresses a size only where it measures compression
-            # faster, which for the small buckets depends on the machine's
-            # load (under the sanitizers it can choose dense for them).
-            assert v["compressed_calls"] > 0 or (algo == "auto" and name == "small_buckets"), \
-                (algo, name, v)
+            # faster, which for the small buckets (bucket_cap_mb 0.25) depends
+            # on the machine's load: under the sanitizers it can choose dense.
+            small = name in ("small_buckets", "everything")  # workers/ddp_options.py
+            assert v["compressed_calls"] > 0 or (algo == "auto" and small), (algo, name, v)
             assert v["calls"] >= 6, (algo, name, v)
         # DDP's rebuilt buckets (its own log): the small cap really splits them.
         assert variants["small_buckets"]["buckets"] > variants["plain"]["buckets"], res
