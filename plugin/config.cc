@@ -280,8 +280,8 @@ const ConfigVar kTable[] = {
        check_enum(var, value);
        cfg.torch_scope_all = value == "all";
      },
-     kTunesCompressed, nullptr,
-     static_cast<unsigned>(FrontEnd::kStandalone) | static_cast<unsigned>(FrontEnd::kNcclInterposer)},
+     kTunesCompressed, nullptr, bit(FrontEnd::kStandalone) | bit(FrontEnd::kNcclInterposer),
+     "they have no notion of a backward pass and compress every eligible allreduce"},
     {"COMPCOLL_CSC_CHUNK", VarType::kInt, "16384", ">= 1", "csc chunk size in elements",
      CC_APPLY { cfg.params.csc_chunk = static_cast<size_t>(int_at_least(var, value, 1)); },
      "csc"},
@@ -397,7 +397,9 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_TIMEOUT_MS", VarType::kInt, "30000", ">= 1",
      "limit of every collective call and of rendezvous, in milliseconds",
      CC_APPLY { cfg.timeout = std::chrono::milliseconds(int_at_least(var, value, 1, kIntMax)); },
-     "", nullptr, static_cast<unsigned>(FrontEnd::kTorchBackend)},
+     "", nullptr, bit(FrontEnd::kTorchBackend),
+     "every operation's limit is the process group's timeout (init_process_group's timeout=, "
+     "torch's default 30 minutes)"},
     {"COMPCOLL_HIERARCHY", VarType::kEnum, "auto", "off|host|shards|auto",
      "two-level host hierarchy for compressed calls: each host's ranks sum densely over shared "
      "memory, one leader per host runs COMPCOLL_ALGO between hosts and shares the result back "
@@ -537,15 +539,8 @@ namespace {
 
 // Why a front end does not read var (one of its ignored_by).
 std::string ignored_because(const ConfigVar& var, FrontEnd f) {
-  const std::string_view name = var.name;
-  if (name == "COMPCOLL_TORCH_SCOPE") {
-    return "they have no notion of a backward pass and compress every eligible allreduce";
-  }
+  if (var.ignored_because != nullptr) return var.ignored_because;
   if (f == FrontEnd::kTorchBackend) {
-    if (name == "COMPCOLL_TIMEOUT_MS") {
-      return "every operation's limit is the process group's timeout (init_process_group's "
-             "timeout=, torch's default 30 minutes)";
-    }
     return "the process group gives the rank, the world size, the store where ranks meet and "
            "the Gloo device (GLOO_SOCKET_IFNAME picks its interface)";
   }
@@ -558,7 +553,7 @@ std::string ignored_because(const ConfigVar& var, FrontEnd f) {
 std::string ignored_by_in_words(const ConfigVar& var) {
   std::string words;
   for (const FrontEnd f : {FrontEnd::kStandalone, FrontEnd::kTorchBackend, FrontEnd::kNcclInterposer}) {
-    if ((var.ignored_by & static_cast<unsigned>(f)) == 0) continue;
+    if ((var.ignored_by & bit(f)) == 0) continue;
     if (!words.empty()) words += "; ";
     words += front_end_name(f);
   }
@@ -570,7 +565,7 @@ std::vector<std::string> inert_settings(const Config& cfg, const EnvLookup& env)
   for (const ConfigVar& var : kTable) {
     const std::optional<std::string> value = env(var.name);
     if (!value || value->empty()) continue;
-    if (var.ignored_by & static_cast<unsigned>(cfg.front_end)) {
+    if (var.ignored_by & bit(cfg.front_end)) {
       out.push_back(std::string(var.name) + "=" + *value + " changes nothing for " +
                     front_end_name(cfg.front_end) + ": " + ignored_because(var, cfg.front_end));
       continue;

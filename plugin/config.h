@@ -103,10 +103,13 @@ struct ConfigVar {
   // setting from their framework; set there, it changes nothing and the
   // communicator says so (inert_settings). 0 = read by all.
   unsigned ignored_by = 0;
+  // Why those front ends do not read it; nullptr: what each front end's
+  // framework gives (the rank, the world size, the network).
+  const char* ignored_because = nullptr;
 };
 
-inline constexpr unsigned kFrameworkGivesIt =
-    static_cast<unsigned>(FrontEnd::kTorchBackend) | static_cast<unsigned>(FrontEnd::kNcclInterposer);
+constexpr unsigned bit(FrontEnd f) { return static_cast<unsigned>(f); }
+inline constexpr unsigned kFrameworkGivesIt = bit(FrontEnd::kTorchBackend) | bit(FrontEnd::kNcclInterposer);
 
 // The front ends of var.ignored_by, in words ("" when read by all).
 std::string ignored_by_in_words(const ConfigVar& var);

@@ -45,6 +45,6 @@ int enter_gradient_scope() {
   return saved;
 }
 
-void exit_gradient_scope(int saved) { inherited_scope = saved < 0 ? -1 : (saved == 1 ? 1 : 0); }
+void exit_gradient_scope(int saved) { inherited_scope = saved; }
 
 }  // namespace compcoll::torch_integration
