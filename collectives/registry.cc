@@ -135,27 +135,36 @@ constexpr AlgorithmDescriptor kAlgorithms[] = {
 
 }  // namespace
 
-std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const AlgoParams& given) {
+std::optional<SparseCodecConfig> sparse_codec_config(std::string_view name, const AlgoParams& given) {
   const AlgoParams p = resolved(name, given);
+  SparseCodecConfig out;
   if (name == "dgc") {
-    DgcConfig c;
-    static_cast<SparsifyConfig&>(c) = sparsify_config(p);
-    c.sample_fraction = p.sample_fraction;
-    c.threads = p.codec_threads;
-    return std::make_unique<DgcCodec>(c);
-  }
-  if (name == "sdagc") return std::make_unique<SdagcCodec>(sparsify_config(p));
-  if (name == "sbc") {
-    SbcConfig c{p.density, p.sample_fraction, p.warmup_steps, p.momentum, p.nesterov,
-                masking_density_or_always(p), p.sbc_exact_warmup, p.sbc_both_sides,
-                second_moment_beta(p), p.warmup_shape};
+    static_cast<SparsifyConfig&>(out.dgc) = sparsify_config(p);
+    out.dgc.sample_fraction = p.sample_fraction;
+    out.dgc.threads = p.codec_threads;
+  } else if (name == "sdagc") {
+    out.sdagc = sparsify_config(p);
+  } else if (name == "sbc") {
+    out.sbc = SbcConfig{p.density, p.sample_fraction, p.warmup_steps, p.momentum, p.nesterov,
+                        masking_density_or_always(p), p.sbc_exact_warmup, p.sbc_both_sides,
+                        second_moment_beta(p), p.warmup_shape};
     // The exact warm-up is dgc's: its entries and, under COMPCOLL_DENSITY=auto,
     // its density (`given`: make_sbc passes the density unresolved).
-    c.warmup_encoding = {p.values, p.indices};
-    c.warmup_density = density_for("dgc", given);
-    return std::make_unique<SbcCodec>(c);
+    out.sbc.warmup_encoding = {p.values, p.indices};
+    out.sbc.warmup_density = density_for("dgc", given);
+  } else {
+    return std::nullopt;
   }
-  return nullptr;
+  out.name = std::string(name);
+  return out;
+}
+
+std::unique_ptr<SparseCodec> make_sparse_codec(std::string_view name, const AlgoParams& given) {
+  const std::optional<SparseCodecConfig> c = sparse_codec_config(name, given);
+  if (!c) return nullptr;
+  if (name == "dgc") return std::make_unique<DgcCodec>(c->dgc);
+  if (name == "sdagc") return std::make_unique<SdagcCodec>(c->sdagc);
+  return std::make_unique<SbcCodec>(c->sbc);
 }
 
 std::span<const AlgorithmDescriptor> algorithm_table() { return kAlgorithms; }

@@ -4,10 +4,15 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <span>
 #include <string_view>
 
 #include "collectives/algorithm.h"
+#include "compression/dgc.h"
+#include "compression/sbc.h"
+#include "compression/sdagc.h"
 
 namespace compcoll {
 
@@ -22,6 +27,18 @@ std::span<const AlgorithmDescriptor> algorithm_table();
 // Throws kInvalidArgument naming the value and the registered names.
 const AlgorithmDescriptor& find_algorithm(std::string_view name);
 std::unique_ptr<Algorithm> make_algorithm(std::string_view name, const AlgoParams& params);
+
+// The configuration of the codec behind a sparse-allgather algorithm (dgc,
+// sbc, sdagc) from its parameters, the field named by `name` set; nullopt
+// for the others. The CPU codecs below and the GPU codecs
+// (collectives/cuda/) are built from it alike.
+struct SparseCodecConfig {
+  std::string name;
+  DgcConfig dgc;
+  SdagcConfig sdagc;
+  SbcConfig sbc;
+};
+std::optional<SparseCodecConfig> sparse_codec_config(std::string_view name, const AlgoParams& params);
 
 // The codec behind a sparse-allgather algorithm (dgc, sbc, sdagc), built
 // from the same parameters; null for the others.

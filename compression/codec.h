@@ -15,6 +15,22 @@
 
 namespace compcoll {
 
+struct CodecState;
+
+// Error-feedback memory that a device codec holds in device memory while it
+// runs the tensor (the NCCL interposer's GPU codecs, collectives/device_route.h).
+// While a CodecState has one, its host v and u are released and stale; the
+// residency is the truth until to_host() brings it back.
+class DeviceResidency {
+ public:
+  virtual ~DeviceResidency() = default;
+  virtual size_t size() const = 0;          // elements
+  virtual size_t memory_bytes() const = 0;  // device bytes held
+  virtual uint64_t steps() const = 0;       // encodes so far (CodecState::steps)
+  // Writes v, u, steps and lambda back into host (resizing v and u).
+  virtual void to_host(CodecState& host) = 0;
+};
+
 // Error-feedback memory of one tensor on one rank.
 struct CodecState {
   explicit CodecState(size_t n) : v(n, 0.0f) {}
@@ -34,11 +50,23 @@ struct CodecState {
   // the first encode that uses it; empty otherwise (second_moment.h).
   std::vector<float> second_moment;
 
-  size_t size() const { return v.size(); }
+  // Set while the state lives in device memory (see DeviceResidency).
+  std::unique_ptr<DeviceResidency> device;
+
+  size_t size() const { return device ? device->size() : v.size(); }
+  uint64_t step_count() const { return device ? device->steps() : steps; }
+  // Host and device bytes.
   size_t memory_bytes() const {
     return (v.capacity() + u.capacity() + handed.capacity() + second_moment.capacity()) *
                sizeof(float) +
-           regions.capacity() * sizeof(size_t);
+           regions.capacity() * sizeof(size_t) + (device ? device->memory_bytes() : 0);
+  }
+  // Brings a device-resident state back to host memory (a host codec, a
+  // checkpoint or a merge is about to read it); nothing when it is there.
+  void bring_to_host() {
+    if (!device) return;
+    device->to_host(*this);
+    device.reset();
   }
 };
 

@@ -15,6 +15,7 @@
 #include "collectives/machine_load.h"
 #include "collectives/momentum_handover.h"
 #include "collectives/registry.h"
+#include "collectives/sparse_allreduce.h"
 #include "compcoll/error.h"
 #include "plugin/state_file.h"
 #include "transport/machine_cpus.h"
@@ -176,7 +177,8 @@ void Communicator::load_state_dir() {
   }
 }
 
-Bytes Communicator::save_state() const {
+Bytes Communicator::save_state() {
+  states_.bring_to_host();  // device-resident residuals are saved as host ones
   StateFile f;
   f.description = state_description();
   f.config_hash = config_hash(f.description);
@@ -393,8 +395,16 @@ void Communicator::finish() {
     } else {
       std::error_code ec;
       std::filesystem::create_directories(cfg_.state_dir, ec);
-      const Bytes bytes = save_state();
-      if (write_binary_file_atomically(state_path_, bytes)) {
+      Bytes bytes;
+      std::string failed;
+      try {
+        bytes = save_state();  // copies device-resident states back, which can fail
+      } catch (const std::exception& e) {
+        failed = e.what();
+      }
+      if (!failed.empty()) {
+        log_.warn("COMPCOLL_STATE_DIR: not saving ", state_path_, ": ", failed);
+      } else if (write_binary_file_atomically(state_path_, bytes)) {
         log_.info("COMPCOLL_STATE_DIR: saved ", states_.entries(), " error-feedback states to ",
                   state_path_, " (", bytes.size(), " bytes)");
       } else {
@@ -479,6 +489,45 @@ void Communicator::allreduce_exact(void* buf, size_t count, DType dtype, ReduceO
 
 void Communicator::allreduce_on(const Route& route, void* buf, size_t count, DType dtype,
                                 ReduceOp op, const char* key) {
+  run_call(route, buf, count, dtype, op, key, true, [&](CodecState* state, bool hierarchical) {
+    if (state != nullptr) state->bring_to_host();  // a device route ran this tensor before
+    return hierarchical ? run_hierarchical(*hier_, *algo_, buf, count, dtype, op, state)
+                        : run_allreduce(*comm_, *algo_, route, buf, count, dtype, op, state);
+  });
+}
+
+std::string Communicator::device_route_refusal(const DeviceRoute& device, const void* send,
+                                               const void* recv, size_t count, DType dtype,
+                                               ReduceOp op) const {
+  const Route route = choose_route(*algo_, count, dtype, op, cfg_.min_elems);
+  if (!route.compressed) return route.reason;
+  if (hier_ != nullptr) return "the host hierarchy (COMPCOLL_HIERARCHY) reduces in host memory";
+  if (&algo_->unwrapped() != algo_.get()) {
+    return "the momentum hand-over (COMPCOLL_MOMENTUM_HANDOVER) runs on the host";
+  }
+  const auto* sparse = dynamic_cast<const SparseAllreduce*>(algo_.get());
+  if (sparse == nullptr) {
+    return detail::concat(cfg_.algo, " has no GPU route (dgc, sdagc and sbc have)");
+  }
+  if (sparse->pattern_for(count, comm_->size()) != SparsePattern::kAllgather) {
+    return "the scatter pattern (COMPCOLL_SPARSE_PATTERN) runs on the host";
+  }
+  return device.refuses(send, recv, count, dtype);
+}
+
+void Communicator::allreduce_device(DeviceRoute& device, const void* send, void* recv,
+                                    size_t count, DType dtype, ReduceOp op, const char* key) {
+  const std::string refused = device_route_refusal(device, send, recv, count, dtype, op);
+  CC_CHECK(refused.empty(), kInternal, "allreduce_device of ", count, " x ", dtype_name(dtype),
+           " that the device route refuses: ", refused);
+  const Route route{true, "compressed on the device"};
+  run_call(route, recv, count, dtype, op, key, false, [&](CodecState* state, bool) {
+    return device.allreduce(*comm_, send, recv, count, dtype, op == ReduceOp::kAvg, *state);
+  });
+}
+
+void Communicator::run_call(const Route& route, void* buf, size_t count, DType dtype, ReduceOp op,
+                            const char* key, bool algorithm_decides, const CallRunner& run) {
   CC_CHECK(broken_.empty(), kTransport, "rank ", comm_->rank(),
            ": this communicator failed earlier and must be rebuilt; first error: ", broken_);
   CC_CHECK(buf != nullptr || count == 0, kInvalidArgument, "allreduce of ", count,
@@ -515,15 +564,12 @@ void Communicator::allreduce_on(const Route& route, void* buf, size_t count, DTy
               route.compressed ? cfg_.algo : "dense", " (", route.reason, ")");
   }
   // Before the call counts it: is this tensor still in its warm-up?
-  const bool in_warmup = state != nullptr && state->steps < uint64_t(cfg_.params.warmup_steps);
+  const bool in_warmup =
+      state != nullptr && state->step_count() < uint64_t(cfg_.params.warmup_steps);
   const uint64_t before = comm_->bytes_sent();
   CallInfo info;
   try {
-    if (hierarchical) {
-      info = run_hierarchical(*hier_, *algo_, buf, count, dtype, op, state);
-    } else {
-      info = run_allreduce(*comm_, *algo_, route, buf, count, dtype, op, state);
-    }
+    info = run(state, hierarchical);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kInvalidArgument) broken_ = e.what();
     throw;
@@ -533,7 +579,8 @@ void Communicator::allreduce_on(const Route& route, void* buf, size_t count, DTy
   }
   // Only a call that ran the algorithm has a decision of its own (a dense
   // route would read the previous call's).
-  const std::string decision = route.compressed ? algo_->last_decision() : std::string();
+  const std::string decision =
+      route.compressed && algorithm_decides ? algo_->last_decision() : std::string();
   if (!decision.empty()) {
     auto& last = decisions_[skey_text];
     // Log when the choice changes, not when only the predicted times move.

@@ -23,6 +23,7 @@
 // effective configuration; a mismatch fails every rank before any data moves.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -31,6 +32,7 @@
 #include "collectives/algorithm.h"
 #include "collectives/momentum_handover.h"
 #include "collectives/comm.h"
+#include "collectives/device_route.h"
 #include "collectives/dispatch.h"
 #include "collectives/hierarchical.h"
 #include "plugin/config.h"
@@ -55,6 +57,18 @@ class Communicator {
 
   // In-place allreduce. key may be null or empty (then address/count/dtype).
   void allreduce(void* buf, size_t count, DType dtype, ReduceOp op, const char* key = nullptr);
+  // Compressed calls on device memory (the NCCL interposer's GPU codecs,
+  // collectives/device_route.h). device_route_refusal: why this call cannot
+  // take `device` ("" when it can): a dense route, the host hierarchy, the
+  // momentum hand-over, an algorithm or pattern without a GPU route, or the
+  // route's own reason (dtype, buffers not in device memory).
+  // allreduce_device: recv = the allreduce of send (both device memory) on
+  // that route, with this communicator's state, stats and logs; only for a
+  // call device_route_refusal accepts (else kInternal).
+  std::string device_route_refusal(const DeviceRoute& device, const void* send, const void* recv,
+                                   size_t count, DType dtype, ReduceOp op) const;
+  void allreduce_device(DeviceRoute& device, const void* send, void* recv, size_t count,
+                        DType dtype, ReduceOp op, const char* key = nullptr);
   // The same on the exact dense route, whatever the algorithm (counted in the
   // stats as a dense call); reason says why, in the route's log line. The
   // PyTorch backend sends this way what it must not compress
@@ -91,7 +105,8 @@ class Communicator {
   // shape this algorithm gives its tensor; otherwise logs why at INFO, keeps
   // the store as it was and returns false. Bytes that are not an intact
   // state file throw kInvalidArgument.
-  Bytes save_state() const;
+  // Device-resident states (allreduce_device) come back to host memory first.
+  Bytes save_state();
   bool load_state(std::span<const uint8_t> bytes);
 
   // COMPCOLL_MOMENTUM_HANDOVER=auto: from the next call on, compressed
@@ -117,6 +132,13 @@ class Communicator {
  private:
   void allreduce_on(const Route& route, void* buf, size_t count, DType dtype, ReduceOp op,
                     const char* key);
+  // One call's bookkeeping around `run` (state lookup, route log, stats,
+  // eviction): run(state, hierarchical) moves the data. state is null on
+  // the dense route and on a hierarchy's followers. algorithm_decides: the
+  // algorithm object ran, so its last_decision() is this call's.
+  using CallRunner = std::function<CallInfo(CodecState* state, bool hierarchical)>;
+  void run_call(const Route& route, void* buf, size_t count, DType dtype, ReduceOp op,
+                const char* key, bool algorithm_decides, const CallRunner& run);
   // COMPCOLL_STATE_DIR: this rank's file, or "" when off or when another
   // communicator of this process already uses that path.
   std::string state_file_path();

@@ -345,6 +345,20 @@ const ConfigVar kTable[] = {
      "cores idle (docs/gpu.md)",
      CC_APPLY { cfg.params.codec_threads = static_cast<int>(int_at_least(var, value, 1, 64)); },
      "dgc"},
+    {"COMPCOLL_DEVICE_CODECS", VarType::kEnum, "auto", "auto|off",
+     "the NCCL interposer's compressed calls on device memory: auto = dgc, sdagc and sbc run "
+     "the GPU codecs where the tensor lies (the allgather pattern, no host hierarchy, "
+     "magnitude selection; the same bits as staging through host memory, without the copies "
+     "and the CPU codec; docs/gpu.md); off = every compressed call is staged through host "
+     "memory and the CPU codec. A call the GPU codecs cannot take is staged, and the log says "
+     "why at INFO",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.device_codecs = value == "auto";
+     },
+     "dgc,sdagc,sbc", nullptr, bit(FrontEnd::kStandalone) | bit(FrontEnd::kTorchBackend),
+     "only the NCCL interposer runs the GPU codecs: the C API and the benchmark take host "
+     "buffers, and the PyTorch backend stages cuda tensors through host memory (docs/gpu.md)"},
     {"COMPCOLL_SPARSE_PATTERN", VarType::kEnum, "auto", "allgather|scatter|auto",
      "how dgc/sdagc payloads move: allgather (every rank receives all P payloads), scatter "
      "(index-region owners reduce and re-select; O(k) bytes per rank whatever P; "

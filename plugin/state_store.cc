@@ -53,6 +53,9 @@ StateStore::Merge StateStore::merge(const StateKey& from, const StateKey& into) 
     entries_[into.str()] = std::move(older);
     return Merge::kMoved;
   }
+  // The merge adds host vectors.
+  older.state->bring_to_host();
+  dst->second.state->bring_to_host();
   return merge_codec_state(*older.state, *dst->second.state) ? Merge::kMerged
                                                              : Merge::kSizeMismatch;
 }
@@ -60,6 +63,10 @@ StateStore::Merge StateStore::merge(const StateKey& from, const StateKey& into) 
 const CodecState* StateStore::find(const StateKey& key) const {
   const auto it = entries_.find(key.str());
   return it == entries_.end() ? nullptr : it->second.state.get();
+}
+
+void StateStore::bring_to_host() {
+  for (auto& [k, e] : entries_) e.state->bring_to_host();
 }
 
 std::vector<StateStore::Saved> StateStore::saved() const {

@@ -59,7 +59,10 @@ class StateStore {
     const CodecState* state;
     uint64_t idle;
   };
+  // (Call bring_to_host() first: a device-resident entry's host vectors are stale.)
   std::vector<Saved> saved() const;
+  // Brings every device-resident entry back to host memory (CodecState::bring_to_host).
+  void bring_to_host();
   uint64_t clock() const { return now_; }
   // Replaces the store's clock (ages of restored entries count from it).
   void set_clock(uint64_t now) { now_ = now; }

@@ -7,6 +7,9 @@
 #include <thread>
 
 #include "collectives/dense.h"
+#if defined(COMPCOLL_INTERPOSER_GPU_CODECS)
+#include "collectives/cuda/gpu_sparse_allgather.h"
+#endif
 #include "compcoll/error.h"
 #include "plugin/stats.h"
 
@@ -120,9 +123,33 @@ void CommEntry::ensure_communicator(CUstream stream) {
     aborted_ = transport_->aborted();
     throw;
   }
+  make_device_route(cfg);
   log_.info("comm ", id_, (parent_ >= 0 ? " (split from comm " + std::to_string(parent_) + ")" : ""),
             ": compressing eligible allreduces with ", cfg.algo, " on ", transport_->who(),
-            ", device ", transport_->device());
+            ", device ", transport_->device(), "; ",
+            device_ ? "on the device with the GPU codecs where a call allows it"
+                    : "staged through host memory: " + device_why_);
+}
+
+void CommEntry::make_device_route(const Config& cfg) {
+  if (!cfg.device_codecs) {
+    device_why_ = "COMPCOLL_DEVICE_CODECS=off";
+    return;
+  }
+#if defined(COMPCOLL_INTERPOSER_GPU_CODECS)
+  cuda::GpuRouteChoice choice = cuda::make_gpu_sparse_route(cfg.algo, cfg.params);
+  device_ = std::move(choice.route);
+  device_why_ = std::move(choice.why);
+  if (device_ && rt_.cuda_runtime_started) rt_.cuda_runtime_started();
+#else
+  device_why_ = "this build has no GPU codecs (built without nvcc)";
+#endif
+}
+
+std::string CommEntry::staging_reason(const void* send, const void* recv, size_t count,
+                                      DType dtype, ReduceOp op) {
+  if (!device_) return device_why_;
+  return communicator_->device_route_refusal(*device_, send, recv, count, dtype, op);
 }
 
 void CommEntry::compressed_allreduce(const void* send, void* recv, size_t count, DType dtype,
@@ -131,12 +158,23 @@ void CommEntry::compressed_allreduce(const void* send, void* recv, size_t count,
   ensure_communicator(stream);
   transport_->set_stream(stream);
   const size_t bytes = count * dtype_size(dtype);
-  host_.resize(bytes);
   const std::string key = keys_.key(recv, count, dtype);
   try {
-    transport_->download(host_.data(), send, bytes);
-    communicator_->allreduce(host_.data(), count, dtype, op, key.c_str());
-    transport_->upload(recv, host_.data(), bytes);
+    const std::string staged = staging_reason(send, recv, count, dtype, op);
+    if (staged.empty()) {
+      device_->set_stream(stream);
+      communicator_->allreduce_device(*device_, send, recv, count, dtype, op, key.c_str());
+    } else {
+      if (log_.enabled(LogLevel::kInfo) && staged_reasons_.size() < kMaxLoggedShapes &&
+          staged_reasons_.insert(staged).second) {
+        log_.info("comm ", id_, ": ncclAllReduce ", count, " x ", dtype_name(dtype),
+                  " staged through host memory: ", staged, " (said once per reason)");
+      }
+      host_.resize(bytes);
+      transport_->download(host_.data(), send, bytes);
+      communicator_->allreduce(host_.data(), count, dtype, op, key.c_str());
+      transport_->upload(recv, host_.data(), bytes);
+    }
   } catch (...) {
     aborted_ = transport_->aborted();
     publish();
@@ -158,7 +196,8 @@ void CommEntry::publish() {
 void CommEntry::finish() {
   std::lock_guard<std::mutex> lk(call_mu_);
   publish();
-  communicator_.reset();
+  communicator_.reset();  // its device-resident states first, then the route
+  device_.reset();
   transport_.reset();
   std::lock_guard<std::mutex> slk(snap_mu_);
   snap_.destroyed = true;  // state_* keep their last values: what it held at the end

@@ -2,13 +2,17 @@
 // tree, its compcoll Communicator (made at its first compressed call), the
 // calls forwarded to NCCL untouched, and a snapshot of its stats.
 //
-// The compressed path is host-staged and synchronous with the caller's
-// stream: copy the caller's device buffer to host memory on that stream,
-// run the configured algorithm through plugin/communicator.h (its payloads
-// travel over the same NCCL communicator through NcclComm, on the same
-// stream), copy the result to the caller's output buffer, and return once
-// the stream has drained. Later work on the stream therefore sees the
-// result; nothing of the call is left in flight.
+// The compressed path is synchronous with the caller's stream and runs the
+// configured algorithm through plugin/communicator.h (its payloads travel
+// over the same NCCL communicator through NcclComm, on the same stream):
+//   on the device  where COMPCOLL_DEVICE_CODECS=auto and the call allows it
+//                  (Communicator::device_route_refusal), the GPU codecs
+//                  encode the caller's buffer where it lies and decode the
+//                  ranks' payloads into its output (collectives/cuda/);
+//   host-staged    otherwise: copy the caller's buffer to host memory, run
+//                  the CPU codec there, copy the result to the output.
+// Both return once the stream has drained, with the same bits. Later work
+// on the stream therefore sees the result; nothing is left in flight.
 //
 // Error-feedback state is the Communicator's, keyed by the caller's output
 // device address, count and dtype: per communicator, so the parent and the
@@ -50,6 +54,10 @@ struct Runtime {
   const nccl::NcclApi* nccl = nullptr;
   const nccl::CudaDriverApi* cuda = nullptr;
   const Config* config = nullptr;
+  // Called once a device route has started the CUDA runtime, which tears
+  // itself down in an exit handler of its own: the interposer's exit work
+  // (checkpoints of device-resident states) must be registered after it.
+  void (*cuda_runtime_started)() = nullptr;
 };
 
 class CommEntry {
@@ -104,6 +112,11 @@ class CommEntry {
 
  private:
   void ensure_communicator(CUstream stream);
+  void make_device_route(const Config& cfg);  // sets device_ or device_why_
+  // Why this call is staged through host memory ("" when the device route
+  // takes it); logged once per distinct reason at INFO.
+  std::string staging_reason(const void* send, const void* recv, size_t count, DType dtype,
+                             ReduceOp op);
   void refresh_identity();  // rank and size, once NCCL can say
   void publish();           // copies the Communicator's stats into snap_
 
@@ -118,6 +131,11 @@ class CommEntry {
   std::mutex call_mu_;  // one compressed call at a time per communicator
   std::unique_ptr<nccl::NcclComm> transport_;
   std::unique_ptr<Communicator> communicator_;
+  // The GPU codecs' route (collectives/device_route.h), made with the
+  // Communicator; null when there is none, and device_why_ says why.
+  std::unique_ptr<DeviceRoute> device_;
+  std::string device_why_;
+  std::set<std::string> staged_reasons_;  // guarded by call_mu_
   std::vector<uint8_t> host_;
   BufferKeys keys_;  // guarded by call_mu_
   std::atomic<bool> aborted_{false};

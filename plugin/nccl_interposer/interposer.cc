@@ -62,6 +62,17 @@ OpInfo op_info(ncclRedOp_t op) {
 
 void at_exit() { Interposer::get().finish_at_exit(); }
 
+// The CUDA runtime a device route started tears itself down at exit, in a
+// handler registered when it started; handlers run last-registered first,
+// so at_exit is registered again after it, to copy device-resident states
+// back while the runtime still can. finish_at_exit runs once either way.
+void at_exit_before_cuda_runtime() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (Interposer::get().saves_at_exit()) std::atexit(&at_exit);
+  });
+}
+
 }  // namespace
 
 Interposer& Interposer::get() {
@@ -119,9 +130,7 @@ Interposer::Interposer() : log_(LogLevel::kWarn, -1) {
   enabled_ = true;
   // A program that exits without ncclCommDestroy still gets its stats and
   // its error-feedback checkpoint.
-  if (!settings_.config.stats_file.empty() || !settings_.config.state_dir.empty()) {
-    std::atexit(&at_exit);
-  }
+  if (saves_at_exit()) std::atexit(&at_exit);
   log_.info("NCCL interposer: ", settings_.config.algo,
             " for float32/float16/bfloat16 SUM/AVG allreduces of at least ",
             settings_.config.min_elems, " elements outside groups and graph capture; everything "
@@ -160,7 +169,7 @@ int Interposer::group_depth() { return t_group_depth; }
 
 std::shared_ptr<CommEntry> Interposer::add_entry(ncclComm_t comm, int parent_id, int origin_rank,
                                                  std::string lineage) {
-  Runtime rt{&*nccl_, cuda_ ? &*cuda_ : nullptr, &settings_.config};
+  Runtime rt{&*nccl_, cuda_ ? &*cuda_ : nullptr, &settings_.config, &at_exit_before_cuda_runtime};
   std::lock_guard<std::mutex> lk(mu_);
   const int id = next_id_++;
   auto entry = std::make_shared<CommEntry>(rt, comm, id, parent_id, origin_rank, std::move(lineage));
@@ -298,8 +307,12 @@ void Interposer::write_stats(int origin_rank) {
   }
 }
 
+bool Interposer::saves_at_exit() const {
+  return !settings_.config.stats_file.empty() || !settings_.config.state_dir.empty();
+}
+
 void Interposer::finish_at_exit() {
-  if (!enabled_) return;
+  if (!enabled_ || exited_.exchange(true)) return;
   std::set<int> origins;
   std::vector<std::shared_ptr<CommEntry>> live;
   {

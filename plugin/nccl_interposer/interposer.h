@@ -24,6 +24,7 @@
 // ncclCommDestroy/ncclCommAbort and from an atexit handler.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -73,8 +74,10 @@ class Interposer {
 
   // At exit: finishes the communicators the program never destroyed (their
   // COMPCOLL_STATE_DIR checkpoints), then writes the stats file of every
-  // origin rank.
+  // origin rank. Once per process, however often it is registered.
   void finish_at_exit();
+  // Whether there is exit work (COMPCOLL_STATS_FILE or COMPCOLL_STATE_DIR).
+  bool saves_at_exit() const;
 
  private:
   Interposer();
@@ -96,6 +99,7 @@ class Interposer {
   std::string cuda_error_;
   std::unique_ptr<Algorithm> policy_;  // the configured algorithm, for choose_route
   bool enabled_ = false;
+  std::atomic<bool> exited_{false};  // finish_at_exit ran
   Logger log_;
 
   std::mutex mu_;  // guards the registry and the finished list

@@ -10,7 +10,8 @@
 // untouched (int32 SUM, fp32 MAX, a 100-element SUM, an allreduce inside
 // ncclGroupStart/End, one captured into a CUDA graph), other collectives
 // (broadcast, allgather), and with --split the same buffer through a parent
-// and a split child. --first-step N starts the fp32 steps' data at step N,
+// and a split child. --fp32-avg adds an out-of-place fp32 AVG (b -> c, whose
+// input must stay as it was). --first-step N starts the fp32 steps' data at step N,
 // as a run resumed from a checkpoint would. Every allreduce prints its
 // arguments:
 //   compressible|forwarded count=N type=T op=O root=0 send=P recv=P stream=S
@@ -48,6 +49,7 @@ struct Options {
   bool exact = false;
   bool expect_init_failure = false;
   bool no_destroy = false;  // leave the communicators to process exit
+  bool fp32_avg = false;    // one more fp32 call: AVG, out of place (b -> c)
 };
 
 struct Shared {
@@ -195,6 +197,22 @@ class Rank {
       if (o_.exact) {
         reference(step, n, false, want, scale);
         expect_close("fp32 sum", got, want, scale, 1e-5f);
+      }
+    }
+    if (o_.fp32_avg) {
+      const int salt = 300;
+      for (size_t i = 0; i < n; ++i) h[i] = value(rank_, salt, i);
+      put(b_, h);
+      nc(allreduce("compressible", b_, c_, n, ncclFloat32, ncclAvg, comm_), "ncclAllReduce(fp32 avg)");
+      sync();
+      const auto got = get<float>(c_, n);
+      record("fp32-avg-out-of-place", got.data(), n * 4);
+      if (got != get<float>(c_, n) || get<float>(b_, n) != h) {
+        throw std::runtime_error("fp32 avg: the input buffer changed or the output is unstable");
+      }
+      if (o_.exact) {
+        reference(salt, n, true, want, scale);
+        expect_close("fp32 avg", got, want, scale, 1e-5f);
       }
     }
     half_call(ncclFloat16, ncclSum, "fp16-sum", compcoll::float_to_half, compcoll::half_to_float);
@@ -379,6 +397,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--child-idle") o.child_idle = true;
     else if (a == "--stall-rank") o.stall_rank = std::stoi(next());
     else if (a == "--exact") o.exact = true;
+    else if (a == "--fp32-avg") o.fp32_avg = true;
     else if (a == "--expect-init-failure") o.expect_init_failure = true;
     else if (a == "--no-destroy") o.no_destroy = true;
     else throw std::runtime_error("unknown argument " + a);
