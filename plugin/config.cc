@@ -345,16 +345,16 @@ const ConfigVar kTable[] = {
      "cores idle (docs/gpu.md)",
      CC_APPLY { cfg.params.codec_threads = static_cast<int>(int_at_least(var, value, 1, 64)); },
      "dgc"},
-    {"COMPCOLL_DEVICE_CODECS", VarType::kEnum, "auto", "auto|off",
-     "the NCCL interposer's compressed calls on device memory: auto = dgc, sdagc and sbc run "
+    {"COMPCOLL_DEVICE_CODECS", VarType::kEnum, "off", "on|off",
+     "the NCCL interposer's compressed calls on device memory: on = dgc, sdagc and sbc run "
      "the GPU codecs where the tensor lies (the allgather pattern, no host hierarchy, "
      "magnitude selection; the same bits as staging through host memory, without the copies "
-     "and the CPU codec; docs/gpu.md); off = every compressed call is staged through host "
-     "memory and the CPU codec. A call the GPU codecs cannot take is staged, and the log says "
-     "why at INFO",
+     "and the CPU codec); a call they cannot take is staged, and the log says why at INFO. "
+     "off = every compressed call is staged through host memory and the CPU codec. Off by "
+     "default until the route has run on a GPU (docs/gpu.md, \"The device route\")",
      CC_APPLY {
        check_enum(var, value);
-       cfg.device_codecs = value == "auto";
+       cfg.device_codecs = value == "on";
      },
      "dgc,sdagc,sbc", nullptr, bit(FrontEnd::kStandalone) | bit(FrontEnd::kTorchBackend),
      "only the NCCL interposer runs the GPU codecs: the C API and the benchmark take host "

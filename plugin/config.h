@@ -60,9 +60,9 @@ struct Config {
   // Not a variable: names this communicator's state file when one process
   // holds several (the PyTorch backend's lanes).
   std::string state_tag;
-  // COMPCOLL_DEVICE_CODECS=auto: the NCCL interposer runs the GPU codecs on
+  // COMPCOLL_DEVICE_CODECS=on: the NCCL interposer runs the GPU codecs on
   // device memory where it can (not agreed on: the same bits either way).
-  bool device_codecs = true;
+  bool device_codecs = false;
   std::string nccl_library = "libnccl.so.2";  // the NCCL interposer's real NCCL
   std::string cuda_library = "libcuda.so.1";  // and the CUDA driver it uses
   // Not a variable: whether a communicator made with this configuration

@@ -74,7 +74,7 @@ TEST_F(GpuInterposer, CompressesWithDgcOnTheRealNccl) {
   EXPECT_EQ(json_int(stats, "forwarded_calls"), 6) << stats;
 }
 
-// The GPU codecs (COMPCOLL_DEVICE_CODECS=auto, the default) against the same
+// The GPU codecs (COMPCOLL_DEVICE_CODECS=on) against the same
 // program staged through host memory and the CPU codecs (=off): every result
 // digest equal, bit for bit, through the warm-up and after it, fp32 in place
 // and out of place (AVG), fp16 and bf16, with and without momentum.
@@ -87,7 +87,7 @@ TEST_F(GpuInterposer, DeviceCodecsGiveTheBitsOfStagingThroughHostMemory) {
   };
   for (const auto& [algo, extra] : cases) {
     std::map<std::string, std::vector<std::string>> digests;
-    for (const char* codecs : {"off", "auto"}) {
+    for (const char* codecs : {"off", "on"}) {
       auto e = env();
       e["COMPCOLL_ALGO"] = algo;
       e["COMPCOLL_DEBUG"] = "INFO";
@@ -98,7 +98,7 @@ TEST_F(GpuInterposer, DeviceCodecsGiveTheBitsOfStagingThroughHostMemory) {
       ASSERT_EQ(r.exit_code, 0) << algo << " " << codecs << "\n" << r.output;
       ASSERT_NE(r.output.find("result ok"), std::string::npos) << r.output;
       digests[codecs] = testing::lines_after(r.output, "digest ");
-      const bool on_device = std::string(codecs) == "auto";
+      const bool on_device = std::string(codecs) == "on";
       EXPECT_EQ(r.output.find("on the device with the GPU codecs") != std::string::npos, on_device)
           << algo << " " << codecs << "\n" << r.output;
       // Staged calls say why; on the device none is staged.
@@ -108,7 +108,7 @@ TEST_F(GpuInterposer, DeviceCodecsGiveTheBitsOfStagingThroughHostMemory) {
       EXPECT_EQ(json_int(stats, "compressed_calls"), 8) << stats;  // 5 + AVG + fp16 + bf16
     }
     ASSERT_EQ(digests["off"].size(), 8u) << algo;
-    EXPECT_EQ(digests["auto"], digests["off"]) << algo;
+    EXPECT_EQ(digests["on"], digests["off"]) << algo;
   }
 }
 
@@ -121,6 +121,7 @@ TEST_F(GpuInterposer, DeviceResidentStatesAreSavedAtExitAndResumeBitForBit) {
   e["COMPCOLL_ALGO"] = "dgc";
   e["COMPCOLL_WARMUP_STEPS"] = "2";
   e["COMPCOLL_MOMENTUM"] = "0.9";
+  e["COMPCOLL_DEVICE_CODECS"] = "on";
   e["COMPCOLL_DEBUG"] = "INFO";
   e["COMPCOLL_STATE_DIR"] = dir_ + "/whole";
   const auto whole = run({"--steps", "5", "--count", "300007"}, e);

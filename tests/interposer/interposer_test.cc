@@ -183,28 +183,27 @@ TEST_F(Interposer, CompressesEligibleCallsAndForwardsTheRestUntouched) {
   }
 }
 
-// Where the GPU codecs cannot take a call (here: no CUDA device, or the
-// stand-in's "device" buffers are host memory, or a build without nvcc),
-// the call is staged through host memory and the log says why, once per
-// reason; COMPCOLL_DEVICE_CODECS=off says so itself. The GPU run of
-// tests/gpu checks the other side: the device route with the host path's
+// Where the GPU codecs cannot take a call (here, with COMPCOLL_DEVICE_CODECS=on:
+// no CUDA device, or the stand-in's "device" buffers are host memory, or a
+// build without nvcc), the call is staged through host memory and the log
+// says why, once per reason; off (the default) says so itself. The GPU run
+// of tests/gpu checks the other side: the device route with the host path's
 // bits.
 TEST_F(Interposer, SaysWhyCompressedCallsAreStagedThroughHostMemory) {
-  for (const char* setting : {"", "off"}) {
+  for (const char* setting : {"on", ""}) {
     auto e = env();
     e["COMPCOLL_ALGO"] = "dgc";
     e["COMPCOLL_DEBUG"] = "INFO";
     if (*setting) e["COMPCOLL_DEVICE_CODECS"] = setting;
+    const bool off = !*setting;
     const AppRun r = run({"--ranks", "2", "--fp32-avg"}, e);
     EXPECT_RAN_OK(r);
     std::vector<std::string> per_call;
     for (const auto& line : lines_after(r.output, "")) {
       if (line.find("staged through host memory: ") == std::string::npos) continue;
       if (line.find("said once per reason") != std::string::npos) per_call.push_back(line);
-      if (*setting) {
-        EXPECT_NE(line.find("staged through host memory: COMPCOLL_DEVICE_CODECS=off"), std::string::npos)
-            << line;
-      }
+      EXPECT_EQ(line.find("staged through host memory: COMPCOLL_DEVICE_CODECS=off") != std::string::npos, off)
+          << line;
     }
     // Six compressed calls per rank, each reason said once per communicator:
     // one line per rank when the route is missing, at most one per dtype

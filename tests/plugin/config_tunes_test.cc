@@ -200,6 +200,7 @@ const std::multimap<std::string, std::string> kOtherValue = {
     {"COMPCOLL_INDEX_CODING", "u32"},
     {"COMPCOLL_SAMPLE_FRACTION", "0.5"},
     {"COMPCOLL_CODEC_THREADS", "3"},
+    {"COMPCOLL_DEVICE_CODECS", "on"},
     {"COMPCOLL_SPARSE_PATTERN", "scatter"},
     {"COMPCOLL_SPARSE_PATTERN", "allgather"},
     {"COMPCOLL_AUTO_ALGO", "sdagc"},

@@ -2,7 +2,7 @@
 median step time (forward, backward with DDP's bucketed allreduces, SGD
 step) of the same model under torch's NCCL, under NCCL with the compcoll
 interposer preloaded (LD_PRELOAD=libcompcoll_nccl.so COMPCOLL_ALGO=...:
-the GPU codecs on device memory, COMPCOLL_DEVICE_CODECS=auto, and staged
+the GPU codecs on device memory, COMPCOLL_DEVICE_CODECS=on, and staged
 through host memory with the CPU codec, =off), and on the compcoll backend's
 cuda lane (init_process_group("compcoll"), staged).
 
@@ -81,7 +81,7 @@ def main():
     rows = [("nccl", None, None, False, None)]
     for algo in a.algos.split(","):
         if a.interposer:
-            rows.append(("nccl", algo, "1", True, "auto"))
+            rows.append(("nccl", algo, "1", True, "on"))
         for threads in a.codec_threads.split(","):
             if a.interposer:
                 rows.append(("nccl", algo, threads, True, "off"))
@@ -89,11 +89,11 @@ def main():
     for backend, algo, threads, preload, codecs in rows:
         path = "torch"
         if preload:
-            path = "interposer, GPU codecs" if codecs == "auto" else "interposer, staged"
+            path = "interposer, GPU codecs" if codecs == "on" else "interposer, staged"
         elif backend == "compcoll":
             path = "cuda lane, staged"
         row = {"backend": backend, "path": path, "algo": algo or "dense"}
-        if codecs != "auto" and algo:
+        if codecs != "on" and algo:
             row["codec_threads"] = threads
         with tempfile.TemporaryDirectory() as d:
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT="29534")
