@@ -22,10 +22,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from child_rows import run_row
 
 
 def child(backend, params_m, steps):
@@ -104,21 +105,12 @@ def main():
                 env["COMPCOLL_DEVICE_CODECS"] = codecs
             if preload:
                 env["LD_PRELOAD"] = os.path.abspath(a.interposer)
-            r = subprocess.run([sys.executable, __file__, "--child", backend, "--params-m", str(a.params_m),
-                                "--steps", str(a.steps)], env=env, capture_output=True, text=True, timeout=600)
-            if r.returncode != 0:
-                row["error"] = r.stderr.strip().splitlines()[-3:] or [f"exit {r.returncode}"]
-            else:
-                out = json.loads(r.stdout.strip().splitlines()[-1])
+            out = run_row([sys.executable, __file__, "--child", backend, "--params-m", str(a.params_m),
+                           "--steps", str(a.steps)], env, os.path.join(d, "stats-0.json"), row, error_lines=3)
+            if out is not None:
                 row.update(step_ms=round(out["step_ms"], 2), params=out["params"],
                            last_loss=round(out["last_loss"], 5))
-                stats = os.path.join(d, "stats-0.json")
-                if os.path.exists(stats):
-                    with open(stats) as f:
-                        s = json.load(f)
-                    row["compressed_calls"] = s.get("compressed_calls")
-                    row["calls"] = s.get("calls")
-                elif algo:
+                if algo and out["stats"] is None:
                     row["compressed_calls"] = "no stats file"
         print(json.dumps(row), flush=True)
 

@@ -22,10 +22,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from child_rows import run_row
 
 
 def child(backend, n, iters, device):
@@ -95,21 +96,14 @@ def main():
             if algo:
                 env.update(COMPCOLL_ALGO=algo, COMPCOLL_WARMUP_STEPS="0",
                            COMPCOLL_STATS_FILE=os.path.join(d, "stats-{rank}.json"))
-            r = subprocess.run([sys.executable, __file__, "--child", backend, "--n", str(a.n),
-                                "--iters", str(a.iters), "--device", device], env=env, capture_output=True, text=True,
-                               timeout=600)
-            if r.returncode != 0:
-                row["error"] = r.stderr.strip().splitlines()[-1:] or [f"exit {r.returncode}"]
-            else:
-                row["ms"] = round(json.loads(r.stdout.strip().splitlines()[-1])["ms"], 3)
-                stats = os.path.join(d, "stats-0.json")
-                if os.path.exists(stats):
-                    with open(stats) as f:
-                        s = json.load(f)
-                    row["compressed_calls"] = s.get("compressed_calls")
-                    row["calls"] = s.get("calls")
-                    if s.get("calls"):
-                        row["comm_ms"] = round(s["time_ms"] / s["calls"], 3)
+            out = run_row([sys.executable, __file__, "--child", backend, "--n", str(a.n),
+                           "--iters", str(a.iters), "--device", device], env,
+                          os.path.join(d, "stats-0.json"), row)
+            if out is not None:
+                row["ms"] = round(out["ms"], 3)
+                s = out["stats"]
+                if s and s.get("calls"):
+                    row["comm_ms"] = round(s["time_ms"] / s["calls"], 3)
         print(json.dumps(row), flush=True)
 
 
