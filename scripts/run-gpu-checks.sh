@@ -12,7 +12,7 @@
 #              libnl-route-3-200, libgtest-dev, libgmock-dev, googletest.
 #              Fetch them on a Debian 12 machine with `apt-get download ...`.
 # --out DIR    where the logs go (default gpu-checks-out/)
-# --skip LIST  steps to leave out: codecs, baseline, profile, python, staging
+# --skip LIST  steps to leave out: codecs, baseline, profile, python, staging, ddp
 #
 # Steps (each bounded by a timeout; a failing step is reported and the next
 # one runs; the exit status is that of the first failure):
@@ -29,6 +29,9 @@
 #             the GPU tests of tests/python/test_device_lane.py
 #   staging   integration/bench/gpu/staging_cost.py with that wheel: what
 #             host staging costs a cuda-lane allreduce against NCCL's own
+#   ddp       integration/bench/gpu/ddp_step_time.py with that wheel and the
+#             interposer: an unmodified DDP step on NCCL, with the interposer
+#             (GPU codecs and staged) and on the cuda lane
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -40,7 +43,7 @@ while [ $# -gt 0 ]; do
     --debs) DEBS=${2:?--debs needs a directory}; shift 2 ;;
     --out) OUT_DIR=${2:?--out needs a directory}; shift 2 ;;
     --skip) SKIP=${2:?--skip needs a list}; shift 2 ;;
-    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run-gpu-checks: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -133,5 +136,13 @@ staging() {
 }
 export -f staging
 step staging 300 staging
+
+# An unmodified DDP step with each path (needs the python step's wheel).
+ddp() {
+  PYTHONPATH=/tmp/compcoll-site${PYTHONPATH:+:$PYTHONPATH} "$PY" integration/bench/gpu/ddp_step_time.py \
+    --interposer "$BUILD/plugin/nccl_interposer/libcompcoll_nccl.so"
+}
+export -f ddp
+step ddp 300 ddp
 echo "run-gpu-checks: done, status $status (logs in $OUT_DIR)"
 exit $status
