@@ -137,9 +137,16 @@ void CommEntry::make_device_route(const Config& cfg) {
     return;
   }
 #if defined(COMPCOLL_INTERPOSER_GPU_CODECS)
-  cuda::GpuRouteChoice choice = cuda::make_gpu_sparse_route(cfg.algo, cfg.params);
-  device_ = std::move(choice.route);
-  device_why_ = std::move(choice.why);
+  try {
+    cuda::GpuRouteChoice choice = cuda::make_gpu_sparse_route(cfg.algo, cfg.params);
+    device_ = std::move(choice.route);
+    device_why_ = std::move(choice.why);
+  } catch (const std::exception& e) {
+    // The staged path still works: the GPU codecs' failure to start (device
+    // memory for their scratch, say) is said, not fatal. Each rank decides
+    // alone; staged and device calls exchange the same payloads.
+    device_why_ = std::string("the GPU codecs could not start: ") + e.what();
+  }
   if (device_ && rt_.cuda_runtime_started) rt_.cuda_runtime_started();
 #else
   device_why_ = "this build has no GPU codecs (built without nvcc)";
