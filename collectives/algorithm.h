@@ -40,6 +40,8 @@ constexpr float kNormalizedSelectionBeta = 0.999f;
 
 // AlgoParams::density's "auto" (no valid density is 0): see density_for.
 inline constexpr double kAutoDensity = 0.0;
+// AlgoParams::codec_threads's "auto" (no valid count is 0).
+inline constexpr int kAutoCodecThreads = 0;
 
 // The effective configuration of the compressed algorithms: every knob that
 // changes the math. Ranks must agree on all of it (see agreement.h).
@@ -78,6 +80,9 @@ struct AlgoParams {
   double sample_fraction = 0.01; // dgc, sbc: threshold sample
   // dgc: threads for the encode's pass (DgcConfig::threads). The same bits
   // whatever the number, so ranks need not agree: not in canonical().
+  // kAutoCodecThreads: COMPCOLL_CODEC_THREADS=auto, which the Communicator
+  // resolves at creation (1 unless it stages device tensors); an algorithm
+  // built with it unresolved runs one thread.
   int codec_threads = 1;
   // sbc: dgc's exact values over the warm-up, binarised after it (sbc.h).
   // COMPCOLL_SBC_WARMUP's default (exact) applies through the configuration.

@@ -1,5 +1,6 @@
 #include "collectives/machine_load.h"
 
+#include <algorithm>
 #include <map>
 
 #include "compcoll/error.h"
@@ -71,6 +72,21 @@ const MachineLoad& busiest_machine(const std::vector<MachineLoad>& loads) {
 
 std::vector<MachineLoad> exchange_machine_loads(Comm& world, const std::string& my_report) {
   return machine_loads(gather_strings(world, my_report, kMaxMachineReportBytes, "machine report"));
+}
+
+MachineLoad machine_of(const std::vector<MachineLoad>& loads, const std::string& my_report) {
+  const MachineLoad mine = machine_loads({my_report}).front();
+  if (mine.machine != "unknown") {
+    for (const MachineLoad& m : loads) {
+      if (m.machine == mine.machine) return m;
+    }
+  }
+  return mine;
+}
+
+int staged_codec_threads(const MachineLoad& machine) {
+  const int per_rank = machine.ranks > 0 ? machine.cpus / machine.ranks : machine.cpus;
+  return std::clamp(per_rank, 1, kMaxStagedCodecThreads);
 }
 
 }  // namespace compcoll

@@ -38,4 +38,14 @@ const MachineLoad& busiest_machine(const std::vector<MachineLoad>& loads);
 // rank.
 std::vector<MachineLoad> exchange_machine_loads(Comm& world, const std::string& my_report);
 
+// Among loads, the one of the machine my_report describes (a rank whose
+// machine is "unknown" is a machine of its own: its report alone).
+MachineLoad machine_of(const std::vector<MachineLoad>& loads, const std::string& my_report);
+
+// COMPCOLL_CODEC_THREADS=auto for host-staged device tensors: the CPUs of
+// the rank's machine shared among its ranks, at least 1, at most
+// kMaxStagedCodecThreads (dgc's encode gains little beyond: docs/gpu.md).
+inline constexpr int kMaxStagedCodecThreads = 8;
+int staged_codec_threads(const MachineLoad& machine);
+
 }  // namespace compcoll

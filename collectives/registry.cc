@@ -141,7 +141,7 @@ std::optional<SparseCodecConfig> sparse_codec_config(std::string_view name, cons
   if (name == "dgc") {
     static_cast<SparsifyConfig&>(out.dgc) = sparsify_config(p);
     out.dgc.sample_fraction = p.sample_fraction;
-    out.dgc.threads = p.codec_threads;
+    out.dgc.threads = p.codec_threads == kAutoCodecThreads ? 1 : p.codec_threads;
   } else if (name == "sdagc") {
     out.sdagc = sparsify_config(p);
   } else if (name == "sbc") {

@@ -78,6 +78,7 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
   const std::string description = cfg_.agreement_description();
   ensure_agreement(*comm_, description);
   check_stats_file();
+  resolve_codec_threads();
   setup_hierarchy();
   if (hier_) {
     hier_->leader_phase([&](Comm& leaders) { algo_->attach(leaders); });
@@ -92,6 +93,26 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
 Communicator::~Communicator() {
   finish();
   release_state_claim();
+}
+
+void Communicator::resolve_codec_threads() {
+  // dgc's encode, or auto's when it weighs dgc: the algorithm is agreed, and
+  // every rank of a communicator stages alike, so all or none exchange.
+  const bool reads = cfg_.algo == "dgc" || (cfg_.algo == "auto" && cfg_.params.auto_algo == "dgc");
+  if (!reads || !cfg_.stages_device_tensors) {
+    if (cfg_.params.codec_threads == kAutoCodecThreads) cfg_.params.codec_threads = 1;
+    return;
+  }
+  // Collective even where this rank set a number: its peers may not have.
+  const std::string mine = describe_machine_cpus();
+  const MachineLoad machine = machine_of(exchange_machine_loads(*comm_, mine), mine);
+  if (cfg_.params.codec_threads != kAutoCodecThreads) return;
+  cfg_.params.codec_threads = staged_codec_threads(machine);
+  log_.info("COMPCOLL_CODEC_THREADS=auto: ", cfg_.params.codec_threads,
+            " threads for dgc's encode of staged device tensors (", machine.ranks,
+            machine.ranks == 1 ? " rank on " : " ranks on ", machine.cpus,
+            " CPUs on this machine; at most ", kMaxStagedCodecThreads, ")");
+  if (cfg_.params.codec_threads != 1) algo_ = make_algorithm(cfg_.algo, cfg_.params);
 }
 
 // Collective: a stats file that cannot be written fails every rank now, not

@@ -170,6 +170,11 @@ class Communicator {
 
   // Collective (creation): decides COMPCOLL_HIERARCHY and builds hier_.
   void setup_hierarchy();
+  // At creation: COMPCOLL_CODEC_THREADS=auto becomes a number (config()
+  // shows it): 1, or where the communicator stages device tensors for dgc,
+  // staged_codec_threads of this rank's machine (collective then: every
+  // rank reports its machine's CPUs).
+  void resolve_codec_threads();
 };
 
 // COMPCOLL_HIERARCHY's decision, collective over `world` when cfg asks for

@@ -337,13 +337,17 @@ const ConfigVar kTable[] = {
      "share of elements dgc and sbc sample to set their threshold",
      CC_APPLY { cfg.params.sample_fraction = fraction_in_unit(var, value); },
      "dgc,sbc"},
-    {"COMPCOLL_CODEC_THREADS", VarType::kInt, "1", "1 to 64",
+    {"COMPCOLL_CODEC_THREADS", VarType::kInt, "auto", "auto or 1 to 64",
      "threads for dgc's encode pass (momentum, accumulation, candidates), each over at least "
-     "262144 elements; the same bits for any number, so ranks may differ. 1 suits CPU training, "
-     "whose cores run the backward pass beside the allreduce; a GPU job's host-staged "
-     "compression (the NCCL interposer, the PyTorch backend's cuda lane) leaves the host's "
-     "cores idle (docs/gpu.md)",
-     CC_APPLY { cfg.params.codec_threads = static_cast<int>(int_at_least(var, value, 1, 64)); },
+     "262144 elements; the same bits for any number, so ranks may differ. auto = 1 where "
+     "compcoll compresses host tensors (CPU training, whose cores run the backward pass beside "
+     "the allreduce); where it stages GPU tensors through host memory (the NCCL interposer, the "
+     "PyTorch backend's cuda lane), whose host cores are otherwise idle, the CPUs of the rank's "
+     "machine shared among its ranks, at most 8 (docs/gpu.md)",
+     CC_APPLY {
+       cfg.params.codec_threads =
+           value == "auto" ? kAutoCodecThreads : static_cast<int>(int_at_least(var, value, 1, 64));
+     },
      "dgc"},
     {"COMPCOLL_DEVICE_CODECS", VarType::kEnum, "off", "on|off",
      "the NCCL interposer's compressed calls on device memory: on = dgc, sdagc and sbc run "

@@ -73,6 +73,12 @@ struct Config {
   // Not a variable: who builds the communicator (set by the PyTorch backend
   // and the NCCL interposer), for the settings it does not read.
   FrontEnd front_end = FrontEnd::kStandalone;
+  // Not a variable: the communicator compresses device tensors staged
+  // through host memory (the NCCL interposer, the PyTorch backend's cuda
+  // lane), whose host cores are otherwise idle: COMPCOLL_CODEC_THREADS=auto
+  // gives dgc's encode several of them. Every rank of a communicator sets
+  // it alike (its creation exchanges the machines' CPUs then).
+  bool stages_device_tensors = false;
 
   bool compression_enabled() const { return algo != "dense"; }
   // "algo=...;" + params.canonical() + the other settings that change the

@@ -32,6 +32,25 @@ TEST(MachineLoad, CountsRanksAndTheUnionOfTheirCpusPerMachine) {
   EXPECT_TRUE(machine_loads(std::vector<std::string>(8, "m|3"))[0].oversubscribed());
 }
 
+// COMPCOLL_CODEC_THREADS=auto for staged device tensors: a rank's machine
+// among all loads, and its CPUs shared among its ranks, 1 to 8.
+TEST(MachineLoad, StagedCodecThreadsShareTheMachinesCpusAmongItsRanks) {
+  const std::string all16 = "m1|ffff";
+  const auto loads = machine_loads({all16, all16, "m2|f", all16});
+  EXPECT_EQ(machine_of(loads, all16).ranks, 3);
+  EXPECT_EQ(machine_of(loads, all16).cpus, 16);
+  EXPECT_EQ(machine_of(loads, "m2|f").ranks, 1);
+  EXPECT_EQ(staged_codec_threads(machine_of(loads, all16)), 5);  // 16 CPUs / 3 ranks
+  EXPECT_EQ(staged_codec_threads(machine_of(loads, "m2|f")), 4);
+  EXPECT_EQ(staged_codec_threads({"m", 1, 128}), kMaxStagedCodecThreads);
+  EXPECT_EQ(staged_codec_threads({"m", 8, 2}), 1);  // oversubscribed: one each
+  EXPECT_EQ(staged_codec_threads({"m", 1, 0}), 1);
+  // An unknown machine is the rank alone.
+  const auto unknown = machine_loads({"unknown|ff", "unknown|ff"});
+  EXPECT_EQ(machine_of(unknown, "unknown|ff").ranks, 1);
+  EXPECT_EQ(staged_codec_threads(machine_of(unknown, "unknown|ff")), 8);
+}
+
 TEST(MachineLoad, UnknownMachinesAreNotTakenToBeOne) {
   const auto loads = machine_loads({"unknown|1", "unknown|1"});
   ASSERT_EQ(loads.size(), 2u);

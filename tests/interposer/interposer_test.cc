@@ -148,6 +148,8 @@ TEST_F(Interposer, CompressesEligibleCallsAndForwardsTheRestUntouched) {
   ASSERT_EQ(compressible.size(), 2u * 5u);  // fp32 x3, fp16 SUM, bf16 AVG
   for (const auto& call : forwarded) EXPECT_TRUE(contains(received, call)) << "not forwarded: " << call;
   for (const auto& call : compressible) EXPECT_FALSE(contains(received, call)) << "not compressed: " << call;
+  // Staged tensors get the machine's spare CPUs for dgc's encode.
+  EXPECT_NE(r.output.find("COMPCOLL_CODEC_THREADS=auto: "), std::string::npos) << r.output;
   for (const char* reason : {"int32 sum: dtype is not float32", "op is not SUM or AVG", "smaller than COMPCOLL_MIN_ELEMS",
                              "inside ncclGroupStart/ncclGroupEnd", "captured into a CUDA graph"}) {
     EXPECT_NE(r.output.find(reason), std::string::npos) << "no log line says: " << reason << "\n" << r.output;

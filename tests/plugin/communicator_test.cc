@@ -8,10 +8,12 @@
 #include <sstream>
 
 #include "collectives/lent_comm.h"
+#include "collectives/machine_load.h"
 #include "compcoll/error.h"
 #include "plugin/communicator.h"
 #include "tests/support/gloo_harness.h"
 #include "transport/gloo_comm.h"
+#include "transport/machine_cpus.h"
 
 namespace compcoll {
 namespace {
@@ -24,6 +26,32 @@ Config dgc_config() {
   c.algo = "dgc";
   c.params.density = 0.01;
   return c;
+}
+
+// COMPCOLL_CODEC_THREADS=auto: 1 for host tensors; where the communicator
+// stages device tensors (the NCCL interposer, the cuda lane) the machine's
+// CPUs shared among its ranks, learnt collectively at creation; a number
+// set by the user stays, though that rank still takes part in the
+// exchange (its peers may be on auto).
+TEST(Communicator, AutoCodecThreadsGiveStagedDeviceTensorsTheMachinesSpareCpus) {
+  const int here = machine_loads({describe_machine_cpus()}).front().cpus;
+  for (const int ranks : {1, 2}) {
+    testing::run_gloo_ranks(ranks, [&](Comm& comm) {
+      Config c = dgc_config();
+      c.params.codec_threads = kAutoCodecThreads;
+      EXPECT_EQ(Communicator(std::make_unique<Borrowed>(comm), c).config().params.codec_threads, 1);
+      c.stages_device_tensors = true;
+      EXPECT_EQ(Communicator(std::make_unique<Borrowed>(comm), c).config().params.codec_threads,
+                std::clamp(here / ranks, 1, kMaxStagedCodecThreads))
+          << ranks << " ranks on " << here << " CPUs";
+      if (comm.rank() == 0) c.params.codec_threads = 3;  // the other rank stays on auto
+      const int got = Communicator(std::make_unique<Borrowed>(comm), c).config().params.codec_threads;
+      EXPECT_EQ(got, comm.rank() == 0 ? 3 : std::clamp(here / ranks, 1, kMaxStagedCodecThreads));
+      c.algo = "onebit";  // reads no codec threads: nothing is exchanged
+      c.params.codec_threads = kAutoCodecThreads;
+      EXPECT_EQ(Communicator(std::make_unique<Borrowed>(comm), c).config().params.codec_threads, 1);
+    });
+  }
 }
 
 TEST(Communicator, CompressesEligibleTensorsAndRoutesTheRestDense) {

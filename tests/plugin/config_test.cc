@@ -329,7 +329,9 @@ TEST(Config, SparsePatternDefaultsToAutoAndIsPartOfTheAgreement) {
 // Threads never change the bits (DgcThreads.*), so ranks may run different
 // numbers: the agreement and the checkpoint's description leave them out.
 TEST(Config, CodecThreadsAreReadButNotAgreedOn) {
-  EXPECT_EQ(load_config(env_of({})).params.codec_threads, 1);
+  EXPECT_EQ(load_config(env_of({})).params.codec_threads, kAutoCodecThreads);
+  EXPECT_EQ(load_config(env_of({{"COMPCOLL_CODEC_THREADS", "auto"}})).params.codec_threads,
+            kAutoCodecThreads);
   const Config c = load_config(env_of({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_CODEC_THREADS", "8"}}));
   EXPECT_EQ(c.params.codec_threads, 8);
   EXPECT_EQ(c.agreement_description(),

@@ -123,6 +123,9 @@ Communicator& Lane::ensure_comm(const Config& cfg,
     if (name_ != "cpu") {
       lane_cfg.state_tag = cfg.state_tag.empty() ? name_ : cfg.state_tag + "-" + name_;
     }
+    // A device lane stages its tensors through host memory, whose cores the
+    // GPU job leaves idle (COMPCOLL_CODEC_THREADS=auto).
+    lane_cfg.stages_device_tensors = staging.has_value();
     comm_ = std::make_unique<Communicator>(std::make_unique<TorchComm>(inner(), timeout, staging),
                                            lane_cfg);
     if (optimizer_momentum_.m > 0.0f) comm_->adopt_optimizer_momentum(optimizer_momentum_);
