@@ -26,11 +26,19 @@ class GpuResidency final : public DeviceResidency {
   size_t memory_bytes() const override { return state_.memory_bytes(); }
   uint64_t steps() const override { return state_.steps; }
   void to_host(CodecState& host) override {
-    check(cudaSetDevice(device_), "cudaSetDevice");
+    // Whoever asks (a checkpoint at ncclCommDestroy, at exit) may have
+    // another device current: switch to the state's for the copy and back.
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) {
+      cudaGetLastError();
+      previous = -1;
+    }
+    if (previous != device_) check(cudaSetDevice(device_), "cudaSetDevice");
     // Every call of the route ended with its stream drained, so the state
     // is complete: the default stream may read it.
     host.v.resize(state_.n);
     state_.to_host(host, nullptr);
+    if (previous >= 0 && previous != device_) cudaSetDevice(previous);
   }
   GpuState& state() { return state_; }
   int device() const { return device_; }
@@ -39,6 +47,17 @@ class GpuResidency final : public DeviceResidency {
   GpuState state_;
   int device_;
 };
+
+// The calling thread's current device (the context NCCL's caller runs
+// in), or -1.
+int current_device() {
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return d;
+}
 
 // The device holding p, or -1 when p is not device (or managed) memory.
 int device_of(const void* p) {
@@ -65,6 +84,12 @@ class GpuSparseAllgather final : public DeviceRoute {
     const int d = device_of(recv);
     if (d < 0) return "the output buffer is not device memory";
     if (device_of(send) != d) return "the input buffer is not device memory on the output's device";
+    // The route runs in the caller's context and never switches it.
+    if (current_device() != d) {
+      return compcoll::detail::concat("the buffers are on device ", d,
+                                      ", the calling thread's current device is ",
+                                      current_device());
+    }
     return {};
   }
 
@@ -72,8 +97,9 @@ class GpuSparseAllgather final : public DeviceRoute {
                      CodecState& state) override {
     std::lock_guard<std::mutex> lock(mu_);  // one stream and scratch per route
     const int device = device_of(recv);
-    CC_CHECK(device >= 0, kInvalidArgument, name_, " on the device: the output buffer is not device memory");
-    check(cudaSetDevice(device), "cudaSetDevice");
+    CC_CHECK(device >= 0 && device == current_device(), kInternal, name_,
+             " on the device: a call refuses() would stage (output on device ", device,
+             ", current device ", current_device(), ")");
     if (state.device == nullptr) {
       // The tensor's first call here (or the first since a host call): its
       // state moves to the device, and the host copy is released.
