@@ -353,7 +353,9 @@ const ConfigVar kTable[] = {
      "the NCCL interposer's compressed calls on device memory: on = dgc, sdagc and sbc run "
      "the GPU codecs where the tensor lies (the allgather pattern, no host hierarchy, "
      "magnitude selection; the same bits as staging through host memory, without the copies "
-     "and the CPU codec); a call they cannot take is staged, and the log says why at INFO. "
+     "and the CPU codec); a call they cannot take is staged, and the log says why at INFO; "
+     "where they cannot run at all (no CUDA device, a build without nvcc, normalized "
+     "selection), it says so once at WARN. "
      "off = every compressed call is staged through host memory and the CPU codec. Off by "
      "default until the route has run on a GPU (docs/gpu.md, \"The device route\")",
      CC_APPLY {

@@ -151,6 +151,13 @@ void CommEntry::make_device_route(const Config& cfg) {
 #else
   device_why_ = "this build has no GPU codecs (built without nvcc)";
 #endif
+  // Asked for and impossible: the setting changes nothing, which is said
+  // once per process (calls a route refuses one by one are said at INFO).
+  static std::atomic<bool> warned{false};
+  if (!device_ && !warned.exchange(true)) {
+    log_.warn("COMPCOLL_DEVICE_CODECS=on changes nothing here: ", device_why_,
+              "; every compressed call is staged through host memory");
+  }
 }
 
 std::string CommEntry::staging_reason(const void* send, const void* recv, size_t count,
