@@ -140,8 +140,12 @@ SparsePattern choose_sparse_pattern(const LinkModel& link, size_t n, int world_s
 }
 
 void AutoAllreduce::attach(Comm& comm) {
+  attach_with_link(measure_link(comm));  // all zeros on one rank: no network, dense is free
+}
+
+void AutoAllreduce::attach_with_link(const LinkModel& link) {
   attached_ = true;
-  link_ = measure_link(comm);  // all zeros on one rank: no network, dense is free
+  link_ = link;
   // A sparse algorithm choosing its pattern uses the same measurement
   // instead of probing the link a second time.
   if (auto* sparse = dynamic_cast<SparseAllreduce*>(compressed_.get())) sparse->set_link(link_);
@@ -209,13 +213,7 @@ CallInfo AutoAllreduce::run(Comm& comm, float* buf, size_t n, bool average, Code
     timed = trial.calls % kRetimeEvery == 0;
     why = "measured";
   }
-  char text[200];
-  std::snprintf(text, sizeof text,
-                "%s (%s; predicted %.3f ms dense, %.3f ms %s; measured %.3f / %.3f ms)",
-                last_compressed_ ? compressed_->name() : "dense", why, td * 1e3, tc * 1e3,
-                compressed_->name(), median(trial.dense_s) * 1e3,
-                median(trial.compressed_s) * 1e3);
-  last_decision_ = text;
+  last_decision_ = describe_decision(why, td, tc, trial);
 
   const auto t0 = Clock::now();
   CallInfo info;
@@ -234,6 +232,26 @@ CallInfo AutoAllreduce::run(Comm& comm, float* buf, size_t n, bool average, Code
     samples.push_back(t);
   }
   return info;
+}
+
+std::string AutoAllreduce::describe_decision(const char* why, double td, double tc,
+                                             const Trial& trial) const {
+  const char* name = compressed_->name();
+  auto ms = [](double seconds) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3f ms", seconds * 1e3);
+    return std::string(text);
+  };
+  std::string text = std::string(last_compressed_ ? name : "dense") + " (" + why +
+                     "; predicted " + ms(td) + " dense, " + ms(tc) + " " + name;
+  // Only what was timed: a size the model is sure about is never timed, and
+  // a placeholder would read as a measurement.
+  if (!trial.dense_s.empty()) text += "; measured " + ms(median(trial.dense_s)) + " dense";
+  if (!trial.compressed_s.empty()) {
+    text += (trial.dense_s.empty() ? "; measured " : ", ") + ms(median(trial.compressed_s)) + " " +
+            name;
+  }
+  return text + ")";
 }
 
 CallInfo AutoAllreduce::run_dense(Comm& comm, float* buf, size_t n, bool average,

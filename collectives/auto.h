@@ -85,6 +85,10 @@ class AutoAllreduce final : public Algorithm {
                                      CodecState& state) const override;
   CostShape cost_shape(size_t n, int world_size) const override;
   void attach(Comm& comm) override;
+  // attach() with a link model the caller already has instead of measuring
+  // one (not collective; every rank must pass the same model). What auto
+  // learnt of the codec's speed and of each size's timings is kept.
+  void attach_with_link(const LinkModel& link);
   std::string last_decision() const override { return last_decision_; }
 
   // Predicted seconds, for tests and the decision text.
@@ -112,6 +116,9 @@ class AutoAllreduce final : public Algorithm {
     uint64_t calls = 0;
   };
   mutable std::map<size_t, Trial> trials_;  // by element count
+  // The line last_decision() returns: the choice, why, and what was predicted
+  // and measured for this size.
+  std::string describe_decision(const char* why, double td, double tc, const Trial& trial) const;
 };
 
 }  // namespace compcoll
