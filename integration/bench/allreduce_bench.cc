@@ -100,6 +100,18 @@ int allreduce_main(int argc, char** argv, int first) {
            "'");
   for (const auto& a : split_list(algos)) find_algorithm(a);  // reject unknown names up front
   const Config cfg = load_config();                            // and bad COMPCOLL_* values
+  if (!density.empty()) {  // and a bad --density, here once rather than in every rank's log
+    try {
+      load_config([&](const char* name) -> std::optional<std::string> {
+        if (std::string(name) == "COMPCOLL_DENSITY") return density;
+        return process_env()(name);
+      });
+    } catch (const Error& e) {
+      std::string why = e.what();
+      if (why.rfind("compcoll: ", 0) == 0) why.erase(0, 10);
+      CC_THROW(kInvalidArgument, "--density (read as ", why, ")");
+    }
+  }
   for (const UnknownVariable& u : unknown_variables_in_environment()) {  // and misspelt names
     std::cerr << "compcoll-bench allreduce: warning: " << u.message() << "\n";
   }

@@ -175,6 +175,7 @@ TEST(BenchCli, ErrorsAreOneLineWithOnePrefixAndNothingOnStdout) {
       {"allreduce", "--ranks", "0"},
       {"allreduce", "--ranks", "2000"},
       {"allreduce", "--algo", "nope", "--ranks", "2", "--count", "1K"},
+      {"allreduce", "--density", "2", "--ranks", "2", "--count", "1K"},  // once, not per rank
       {"allreduce", "--link", "fast"},
       {"allreduce", "--rnaks", "2"},
   };
