@@ -3,6 +3,8 @@
 // (the PyTorch backend) build the communicator without Gloo.
 #include "compcoll/error.h"
 #include "plugin/communicator.h"
+#include "plugin/config.h"
+#include "plugin/logging.h"
 #include "transport/gloo_comm.h"
 #include "transport/gloo_connect.h"
 
@@ -14,6 +16,11 @@ std::unique_ptr<Communicator> Communicator::connect(const Config& cfg) {
   CC_CHECK(cfg.rank >= 0 && cfg.world_size >= 1, kInvalidArgument,
            "COMPCOLL_RANK and COMPCOLL_WORLD_SIZE (or RANK and WORLD_SIZE) must be set, got rank ",
            cfg.rank, " of ", cfg.world_size);
+  // A misspelt COMPCOLL_* name is said before the rendezvous (once per
+  // process; the Communicator then has nothing left to say): a misspelt
+  // timeout matters most when the rendezvous is what never finishes.
+  const Logger log(cfg.debug, cfg.rank);
+  for (const std::string& w : unknown_variable_warnings_once()) log.warn(w);
   GlooOptions o;
   o.rank = cfg.rank;
   o.size = cfg.world_size;

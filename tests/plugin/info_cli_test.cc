@@ -211,6 +211,22 @@ TEST(CommunicatorWarning, UnknownNamesAreWarnedOncePerProcess) {
   EXPECT_EQ(occurrences(clean.err, "WARN"), 0u) << clean.err;
 }
 
+// A misspelt name is said before the rendezvous, not after it: a misspelt
+// timeout matters most when the rendezvous is what never finishes.
+TEST(CommunicatorWarning, UnknownNamesAreWarnedEvenWhenTheRendezvousTimesOut) {
+  TempDir dir;
+  const Output o =
+      run({kTwoComms, dir.path(), "alone"}, {"COMPCOLL_TIMEOUT=600", "COMPCOLL_TIMEOUT_MS=300"});
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_NE(o.err.find("compcoll WARN [rank 0] COMPCOLL_TIMEOUT is not a compcoll variable and is "
+                       "ignored; did you mean COMPCOLL_TIMEOUT_MS?"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("rendezvous timed out after 300 ms: rank(s) 1 never joined"),
+            std::string::npos)
+      << o.err;
+}
+
 // A variable the algorithm does not read: one WARN per process naming what
 // it tunes, however many communicators the process creates; compcoll-info
 // says the same on stderr.
