@@ -1,6 +1,7 @@
 #include "plugin/communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -346,6 +347,18 @@ HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
                              "; ", layout.describe(), ")", undetected);
     return out;
   }
+  if (!shared_host) {
+    // Set explicitly (host or shards) where no host has two ranks: every
+    // rank would lead a host of one, which is the flat algorithm plus a
+    // local step that moves nothing. Run flat, and say so (WARN, once per
+    // process): the setting changes nothing here.
+    out.inert = true;
+    out.why = detail::concat("COMPCOLL_HIERARCHY=", cfg.hierarchy,
+                             " changes nothing: every host has one rank (", layout.describe(),
+                             "), so there is no local step; ", cfg.algo,
+                             " runs between all ranks as without it", undetected);
+    return out;
+  }
   std::string cores;
   if (cfg.hierarchy == "auto") {
     // The leader compresses alone what its host's ranks would compress in
@@ -396,7 +409,12 @@ HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
 void Communicator::setup_hierarchy() {
   HierarchyChoice choice = choose_hierarchy(*comm_, cfg_);
   hier_ = std::move(choice.hierarchy);
-  if (!choice.why.empty()) log_.info(choice.why);
+  static std::atomic<bool> said_inert{false};
+  if (choice.inert && !said_inert.exchange(true)) {
+    log_.warn(choice.why, " (said once per process)");
+  } else if (!choice.why.empty()) {
+    log_.info(choice.why);
+  }
 }
 
 void Communicator::finish() {

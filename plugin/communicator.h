@@ -185,6 +185,9 @@ class Communicator {
 struct HierarchyChoice {
   std::unique_ptr<Hierarchy> hierarchy;
   std::string why;
+  // COMPCOLL_HIERARCHY asked for a hierarchy that would change nothing
+  // (every host has one rank): `why` says so at WARN.
+  bool inert = false;
 };
 HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg);
 

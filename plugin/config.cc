@@ -423,7 +423,9 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_HIERARCHY", VarType::kEnum, "auto", "off|host|shards|auto",
      "two-level host hierarchy for compressed calls: each host's ranks sum densely over shared "
      "memory, one leader per host runs COMPCOLL_ALGO between hosts and shares the result back "
-     "(error feedback on the leaders only; docs/scaling.md); host = always; shards = always, with "
+     "(error feedback on the leaders only; docs/scaling.md); host = wherever some host has "
+     "several ranks (with one rank per host it would change nothing: WARN, flat); shards = the "
+     "same, with "
      "every tensor cut into S slices (S = the smallest host's ranks) and local rank j leading "
      "slice j between the hosts' j-th ranks, each keeping its slice's error feedback (Gloo "
      "subgroups needed, else one leader per host, logged); auto = host when some host "

@@ -166,15 +166,21 @@ TEST_P(HierarchyTest, EqualsTheAlgorithmBetweenHostsOnHostSumsBitForBit) {
                                      {"COMPCOLL_HOST_ID", host_label(c.layout.host_of[r])}},
                             c.pattern);
     Communicator cc(std::make_unique<LentComm>(comm), cfg);
-    ASSERT_NE(cc.hierarchy(), nullptr);
-    EXPECT_EQ(cc.hierarchy()->layout().hosts(), H);
+    // Where every host has one rank the hierarchy would change nothing:
+    // none is built (the calls are the flat algorithm's, as the reference).
+    if (H == P) {
+      ASSERT_EQ(cc.hierarchy(), nullptr);
+    } else {
+      ASSERT_NE(cc.hierarchy(), nullptr);
+      EXPECT_EQ(cc.hierarchy()->layout().hosts(), H);
+    }
     for (int s = 0; s < kSteps; ++s) {
       std::vector<float> g = gradient(r, s, n);
       cc.allreduce(g.data(), n, DType::kFloat32, ReduceOp::kSum, "t");
       got[r][s] = g;
     }
     // Only leaders keep error feedback.
-    EXPECT_EQ(cc.state_entries(), cc.hierarchy()->is_leader() ? 1u : 0u);
+    EXPECT_EQ(cc.state_entries(), !cc.hierarchy() || cc.hierarchy()->is_leader() ? 1u : 0u);
   });
 
   std::vector<std::vector<std::vector<float>>> ref(H, std::vector<std::vector<float>>(kSteps));

@@ -227,6 +227,19 @@ TEST(CommunicatorWarning, UnknownNamesAreWarnedEvenWhenTheRendezvousTimesOut) {
       << o.err;
 }
 
+// COMPCOLL_HIERARCHY=host where every host has one rank (here: one rank in
+// all) builds nothing and says so, once for the process's two communicators.
+TEST(CommunicatorWarning, AHierarchyOfOneRankHostsIsWarnedOncePerProcess) {
+  TempDir dir;
+  const Output o = run({kTwoComms, dir.path()},
+                       {"COMPCOLL_ALGO=dgc", "COMPCOLL_MIN_ELEMS=1", "COMPCOLL_HIERARCHY=host"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(occurrences(o.err, "compcoll WARN"), 1u) << o.err;
+  EXPECT_EQ(occurrences(o.err, "COMPCOLL_HIERARCHY=host changes nothing: every host has one rank"),
+            1u)
+      << o.err;
+}
+
 // A variable the algorithm does not read: one WARN per process naming what
 // it tunes, however many communicators the process creates; compcoll-info
 // says the same on stderr.
