@@ -274,11 +274,15 @@ int codec_main(int argc, char** argv, int first) {
   // value fails here, as it would in an allreduce).
   AlgoParams& p = o.params;
   p = load_config().params;
+  // COMPCOLL_CODEC_THREADS=auto gives host buffers one thread (only a
+  // communicator staging device tensors spreads dgc's encode): this bench
+  // times host buffers, so its header and rows say 1, not auto's marker.
+  if (p.codec_threads == kAutoCodecThreads) p.codec_threads = 1;
   o.density = args.num(
       "density", NAN,
       "fraction sent: elements for dgc/sbc/sdagc, chunks for csc [the library's: COMPCOLL_DENSITY "
-      "(auto: dgc and sdagc 8 bytes per thousand elements at their value and index coding, sbc "
-      "0.001), COMPCOLL_CSC_FRACTION for csc]");
+      "(auto: dgc and sdagc what 0.006 costs at fp8 values and rice indices, converted to their "
+      "value and index coding; sbc 0.002), COMPCOLL_CSC_FRACTION for csc]");
   p.momentum = static_cast<float>(
       args.num("momentum", p.momentum, "momentum correction factor (dgc, sdagc, sbc, csc)"));
   p.nesterov = args.flag("nesterov", "Nesterov momentum correction") || p.nesterov;

@@ -214,13 +214,14 @@ TEST(BenchCli, CodecTableUsesTheLibrarysSettingsForTheEnvironment) {
   struct Case {
     std::vector<std::string> env, flags;
     const char *density, *values, *indices;
+    int threads = 1;  // COMPCOLL_CODEC_THREADS=auto: one for host buffers
   };
   const std::vector<Case> cases{
       // COMPCOLL_DENSITY=auto: 12.75 bytes per thousand elements, 2.125 per entry.
       {{}, {}, "0.006", "fp8", "rice"},
       // The same budget at 8-byte entries: 0.0016 (1.6x DGC's 0.001).
       {{"COMPCOLL_VALUE_DTYPE=fp32", "COMPCOLL_INDEX_CODING=u32"}, {}, "0.00159", "fp32", "u32"},
-      {{"COMPCOLL_DENSITY=0.01"}, {}, "0.01", "fp8", "rice"},
+      {{"COMPCOLL_DENSITY=0.01", "COMPCOLL_CODEC_THREADS=2"}, {}, "0.01", "fp8", "rice", 2},
       // A flag wins over the environment, which it replaces for this run.
       {{"COMPCOLL_DENSITY=0.01"}, {"--density", "0.004", "--values", "bf16"}, "0.004", "bf16",
        "rice"},
@@ -235,6 +236,8 @@ TEST(BenchCli, CodecTableUsesTheLibrarysSettingsForTheEnvironment) {
     EXPECT_NE(r.out.find(std::string("\"values\": \"") + c.values + "\""), std::string::npos)
         << r.out;
     EXPECT_NE(r.out.find(std::string("\"indices\": \"") + c.indices + "\""), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("\"threads\": " + std::to_string(c.threads) + ","), std::string::npos)
         << r.out;
   }
   // A bad setting in the environment fails as it would in an allreduce.
