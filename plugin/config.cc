@@ -138,6 +138,11 @@ const char* idle_for_sbc_pattern(const Config& cfg) {
              : nullptr;
 }
 
+// A host id only places ranks for the hierarchy.
+const char* idle_without_hierarchy(const Config& cfg) {
+  return cfg.hierarchy == "off" ? "with COMPCOLL_HIERARCHY=off: no host is formed" : nullptr;
+}
+
 #define CC_APPLY [](const ConfigVar& var, const std::string& value, Config& cfg)
 
 // Kept in one place so that compcoll-info, docs/ and the tests agree.
@@ -445,7 +450,7 @@ const ConfigVar kTable[] = {
        if (value.size() > kMaxHostIdBytes) reject(var, value, "longer than 256 bytes");
        cfg.host_id = value;
      },
-     kTunesCompressed},
+     kTunesCompressed, idle_without_hierarchy},
     {"COMPCOLL_DEBUG", VarType::kEnum, "WARN", "WARN|INFO|TRACE",
      "log level of 'compcoll INFO ...' lines on stderr (like NCCL_DEBUG)",
      CC_APPLY {

@@ -204,6 +204,7 @@ const std::multimap<std::string, std::string> kOtherValue = {
     {"COMPCOLL_SPARSE_PATTERN", "scatter"},
     {"COMPCOLL_SPARSE_PATTERN", "allgather"},
     {"COMPCOLL_AUTO_ALGO", "sdagc"},
+    {"COMPCOLL_HOST_ID", "another-host"},
 };
 
 // Six calls of `algo` on one rank, the first two in the warm-up (the runs
@@ -250,6 +251,7 @@ TEST(InertSettings, AVariableAnAlgorithmDoesNotReadLeavesItsResultsBitForBit) {
               std::set<std::string> listed;
               for (const ConfigVar& v : config_table()) {
                 if (*v.tunes && std::strcmp(v.tunes, kTunesCompressed) != 0) listed.insert(v.name);
+                if (*v.tunes && v.idle_because != nullptr) listed.insert(v.name);
               }
               return listed;
             }()),
@@ -258,14 +260,16 @@ TEST(InertSettings, AVariableAnAlgorithmDoesNotReadLeavesItsResultsBitForBit) {
               for (const auto& kv : kOtherValue) keys.insert(kv.first);
               return keys;
             }())
-      << "every variable with a list of algorithms needs another value here";
+      << "every variable with a list of algorithms or a condition needs another value here";
   // The runs below set a warm-up of 2 calls (so that warm-up and after are
-  // both covered), none, sbc's binary warm-up, or no momentum at all.
+  // both covered), none, sbc's binary warm-up, no momentum at all, or no
+  // host hierarchy.
   const std::vector<std::map<std::string, std::string>> bases = {
       {{"COMPCOLL_WARMUP_STEPS", "2"}},
       {{"COMPCOLL_WARMUP_STEPS", "0"}},
       {{"COMPCOLL_WARMUP_STEPS", "2"}, {"COMPCOLL_SBC_WARMUP", "binary"}},
-      {{"COMPCOLL_WARMUP_STEPS", "2"}, {"COMPCOLL_MOMENTUM_HANDOVER", "0"}}};
+      {{"COMPCOLL_WARMUP_STEPS", "2"}, {"COMPCOLL_MOMENTUM_HANDOVER", "0"}},
+      {{"COMPCOLL_WARMUP_STEPS", "2"}, {"COMPCOLL_HIERARCHY", "off"}}};
   std::set<std::string> seen_idle;
   size_t checked = 0;
   for (const std::string& algo : algos) {
