@@ -1,6 +1,9 @@
 // Communicator::connect: the Gloo transport behind compcoll.h. Kept apart
 // from communicator.cc so that integrations that bring their own transport
 // (the PyTorch backend) build the communicator without Gloo.
+#include <string>
+#include <string_view>
+
 #include "compcoll/error.h"
 #include "plugin/communicator.h"
 #include "plugin/config.h"
@@ -29,7 +32,21 @@ std::unique_ptr<Communicator> Communicator::connect(const Config& cfg) {
   o.iface = cfg.iface;
   o.hostname = cfg.hostname;
   o.timeout = cfg.timeout;
-  return std::make_unique<Communicator>(connect_gloo(o), cfg);
+  std::unique_ptr<Comm> comm;
+  try {
+    comm = connect_gloo(o);
+  } catch (const Error& e) {
+    // The transport knows its limit, not the variable that set it.
+    if (e.kind() != ErrorKind::kTransport ||
+        std::string_view(e.what()).find("timed out") == std::string_view::npos) {
+      throw;
+    }
+    std::string why = e.what();
+    if (why.rfind("compcoll: ", 0) == 0) why.erase(0, 10);
+    CC_THROW(kTransport, why, " (COMPCOLL_TIMEOUT_MS=", cfg.timeout.count(),
+             " sets this limit; raise it for ranks that start slowly)");
+  }
+  return std::make_unique<Communicator>(std::move(comm), cfg);
 }
 
 }  // namespace compcoll

@@ -225,6 +225,11 @@ TEST(CommunicatorWarning, UnknownNamesAreWarnedEvenWhenTheRendezvousTimesOut) {
   EXPECT_NE(o.err.find("rendezvous timed out after 300 ms: rank(s) 1 never joined"),
             std::string::npos)
       << o.err;
+  // And the error names the variable that set the limit.
+  EXPECT_NE(o.err.find("(COMPCOLL_TIMEOUT_MS=300 sets this limit; raise it for ranks that start "
+                       "slowly)"),
+            std::string::npos)
+      << o.err;
 }
 
 // COMPCOLL_HIERARCHY=host where every host has one rank (here: one rank in
