@@ -81,7 +81,7 @@ def compcoll_sources():
     rel = lambda pattern: sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern)))
     sources = rel("compression/*.cc") + rel("collectives/*.cc")
     # plugin/connect.cc, c_api.cc and info_main.cc need Gloo: not here.
-    sources += [f"plugin/{name}.cc" for name in ("config", "logging", "stats", "state_store", "state_file",
+    sources += [f"plugin/{name}.cc" for name in ("config", "config_diagnostics", "logging", "stats", "state_store", "state_file",
                                                    "writable_dir", "communicator")]
     # The host hierarchy: shared memory, host and machine identity (no Gloo).
     sources += rel("transport/shm_*.cc") + ["transport/machine_cpus.cc", "transport/nonzero_pack.cc"]

@@ -136,6 +136,12 @@ EnvLookup process_env();
 // WORLD_SIZE.
 Config load_config(const EnvLookup& env = process_env());
 
+// The algorithms whose variables cfg's communicator reads: none for dense,
+// auto's own and its COMPCOLL_AUTO_ALGO's for auto.
+std::vector<std::string_view> algorithms_in_use(const Config& cfg);
+
+// What the environment holds that changes nothing (config_diagnostics.cc):
+
 // The algorithm names var.tunes lists; none for kTunesCompressed and for a
 // communicator setting.
 std::vector<std::string_view> tuned_algorithms(const ConfigVar& var);
