@@ -1,5 +1,8 @@
 #include "compcoll/error.h"
 
+#include <string>
+#include <string_view>
+
 namespace compcoll {
 
 const char* error_kind_name(ErrorKind kind) {
@@ -12,6 +15,13 @@ const char* error_kind_name(ErrorKind kind) {
     case ErrorKind::kInternal: return "internal error";
   }
   return "unknown error";
+}
+
+std::string message_without_prefix(const std::exception& e) {
+  constexpr std::string_view kPrefix = "compcoll: ";
+  std::string what = e.what();
+  if (what.rfind(kPrefix, 0) == 0) what.erase(0, kPrefix.size());
+  return what;
 }
 
 namespace detail {

@@ -1,7 +1,6 @@
 // Communicator::connect: the Gloo transport behind compcoll.h. Kept apart
 // from communicator.cc so that integrations that bring their own transport
 // (the PyTorch backend) build the communicator without Gloo.
-#include <string>
 #include <string_view>
 
 #include "compcoll/error.h"
@@ -41,9 +40,7 @@ std::unique_ptr<Communicator> Communicator::connect(const Config& cfg) {
         std::string_view(e.what()).find("timed out") == std::string_view::npos) {
       throw;
     }
-    std::string why = e.what();
-    if (why.rfind("compcoll: ", 0) == 0) why.erase(0, 10);
-    CC_THROW(kTransport, why, " (COMPCOLL_TIMEOUT_MS=", cfg.timeout.count(),
+    CC_THROW(kTransport, message_without_prefix(e), " (COMPCOLL_TIMEOUT_MS=", cfg.timeout.count(),
              " sets this limit; raise it for ranks that start slowly)");
   }
   return std::make_unique<Communicator>(std::move(comm), cfg);

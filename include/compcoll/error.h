@@ -24,6 +24,11 @@ enum class ErrorKind {
 
 const char* error_kind_name(ErrorKind kind);
 
+// e's message without the "compcoll: " that every Error's starts with, for a
+// caller that puts it inside a message of its own (a tool's prefix, a
+// context); other exceptions' messages as they are.
+std::string message_without_prefix(const std::exception& e);
+
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& what)

@@ -107,9 +107,7 @@ int allreduce_main(int argc, char** argv, int first) {
         return process_env()(name);
       });
     } catch (const Error& e) {
-      std::string why = e.what();
-      if (why.rfind("compcoll: ", 0) == 0) why.erase(0, 10);
-      CC_THROW(kInvalidArgument, "--density (read as ", why, ")");
+      CC_THROW(kInvalidArgument, "--density (read as ", message_without_prefix(e), ")");
     }
   }
   for (const UnknownVariable& u : unknown_variables_in_environment()) {  // and misspelt names

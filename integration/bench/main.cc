@@ -41,8 +41,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // compcoll's errors carry a "compcoll: " prefix for library users; the
     // tool's own prefix replaces it rather than doubling it.
-    std::string msg = e.what();
-    if (msg.rfind("compcoll: ", 0) == 0) msg.erase(0, 10);
+    const std::string msg = compcoll::message_without_prefix(e);
     std::fprintf(stderr, "compcoll-bench %s: %s\n", sub.c_str(), msg.c_str());
     return 1;
   }

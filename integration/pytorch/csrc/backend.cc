@@ -33,8 +33,7 @@ std::vector<c10::weak_intrusive_ptr<CompcollBackend>>& registry() {
 // Errors reach Python as RuntimeError; make sure they name compcoll, and
 // (context, "rank 0/2, group '0': all_reduce (...)") the operation and group.
 std::exception_ptr as_compcoll_error(const std::exception& e, const std::string& context) {
-  std::string what = e.what();
-  if (what.rfind("compcoll: ", 0) == 0) what = what.substr(10);
+  const std::string what = message_without_prefix(e);
   return std::make_exception_ptr(std::runtime_error(
       "compcoll: " + (context.empty() ? what : context + " failed: " + what)));
 }
