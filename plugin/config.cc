@@ -1,18 +1,11 @@
 #include "plugin/config.h"
 
-#include <unistd.h>  // environ
-
 #include <algorithm>
-#include <atomic>
 #include <bit>
-#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <mutex>
-#include <set>
-#include <sstream>
 #include <string_view>
 
 #include "collectives/host_layout.h"
