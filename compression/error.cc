@@ -33,5 +33,9 @@ void throw_error(ErrorKind kind, const char* file, int line,
   throw Error(kind, std::string("compcoll: ") + msg);
 }
 
+void throw_timeout(std::chrono::milliseconds limit, const std::string& msg) {
+  throw TimeoutError(std::string("compcoll: ") + msg, limit);
+}
+
 }  // namespace detail
 }  // namespace compcoll

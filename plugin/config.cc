@@ -511,6 +511,14 @@ Config load_config(const EnvLookup& env) {
   return cfg;
 }
 
+TimeoutError naming_timeout_setting(const TimeoutError& e, const Config& cfg,
+                                    std::string_view advice) {
+  if (e.limit() != cfg.timeout) return e;
+  return TimeoutError(detail::concat(e.what(), " (COMPCOLL_TIMEOUT_MS=", cfg.timeout.count(),
+                                     " sets this limit; ", advice, ")"),
+                      e.limit());
+}
+
 std::string Config::agreement_description() const {
   // state_dir: whether ranks load checkpoints at creation (a collective
   // step); where they keep them is each rank's own business.

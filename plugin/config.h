@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collectives/algorithm.h"
+#include "compcoll/error.h"
 
 namespace compcoll {
 
@@ -135,6 +136,13 @@ EnvLookup process_env();
 // COMPCOLL_RANK / COMPCOLL_WORLD_SIZE fall back to torchrun's RANK /
 // WORLD_SIZE.
 Config load_config(const EnvLookup& env = process_env());
+
+// e again, its message naming the setting behind the limit that expired
+// (COMPCOLL_TIMEOUT_MS) when that limit is cfg.timeout, then `advice`: the
+// transport knows its limit, not the variable that set it. A limit from
+// elsewhere (a framework's own timeout) leaves the message as it is.
+TimeoutError naming_timeout_setting(const TimeoutError& e, const Config& cfg,
+                                    std::string_view advice);
 
 // The algorithms whose variables cfg's communicator reads: none for dense,
 // auto's own and its COMPCOLL_AUTO_ALGO's for auto.

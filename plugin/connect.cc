@@ -1,8 +1,6 @@
 // Communicator::connect: the Gloo transport behind compcoll.h. Kept apart
 // from communicator.cc so that integrations that bring their own transport
 // (the PyTorch backend) build the communicator without Gloo.
-#include <string_view>
-
 #include "compcoll/error.h"
 #include "plugin/communicator.h"
 #include "plugin/config.h"
@@ -31,19 +29,13 @@ std::unique_ptr<Communicator> Communicator::connect(const Config& cfg) {
   o.iface = cfg.iface;
   o.hostname = cfg.hostname;
   o.timeout = cfg.timeout;
-  std::unique_ptr<Comm> comm;
+  // The rendezvous, then the agreement on the configuration (the
+  // communicator's first collective): both wait for every rank.
   try {
-    comm = connect_gloo(o);
-  } catch (const Error& e) {
-    // The transport knows its limit, not the variable that set it.
-    if (e.kind() != ErrorKind::kTransport ||
-        std::string_view(e.what()).find("timed out") == std::string_view::npos) {
-      throw;
-    }
-    CC_THROW(kTransport, message_without_prefix(e), " (COMPCOLL_TIMEOUT_MS=", cfg.timeout.count(),
-             " sets this limit; raise it for ranks that start slowly)");
+    return std::make_unique<Communicator>(connect_gloo(o), cfg);
+  } catch (const TimeoutError& e) {
+    throw naming_timeout_setting(e, cfg, "raise it for ranks that start slowly");
   }
-  return std::make_unique<Communicator>(std::move(comm), cfg);
 }
 
 }  // namespace compcoll

@@ -83,7 +83,9 @@ void CallScope::wait_all() {
 void CallScope::fail_from_gloo(const std::string& what, int peer,
                                const std::string& gloo_msg) {
   std::string text = what + " failed";
-  if (gloo_msg.find("Timed out") != std::string::npos) {
+  // Gloo says a timeout only in its message.
+  const bool timed_out = gloo_msg.find("Timed out") != std::string::npos;
+  if (timed_out) {
     text += detail::concat(" (no progress within the ", comm_.timeout_.count(),
                              " ms timeout: ",
                              peer >= 0 ? detail::concat("rank ", peer)
@@ -93,14 +95,14 @@ void CallScope::fail_from_gloo(const std::string& what, int peer,
     text += " (the peer's connection went down: that process died, or it hit "
             "an error of its own and closed its connections; its log says which)";
   }
-  fail(text + ": " + gloo_msg);
+  fail(text + ": " + gloo_msg, timed_out);
 }
 
-void CallScope::fail(const std::string& text) {
+void CallScope::fail(const std::string& text, bool timed_out) {
   // Drop our buffers before the connections go down.
   ops_.clear();
   comm_.fail(detail::concat(op_, " (call ", call_, ", tag ", tag_, "): ",
-                            text));
+                            text), timed_out);
 }
 
 }  // namespace compcoll

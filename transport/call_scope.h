@@ -65,8 +65,9 @@ class CallScope {
     }
   }
 
-  // Marks the communicator broken and throws kTransport with context.
-  [[noreturn]] void fail(const std::string& detail);
+  // Marks the communicator broken and throws kTransport with context (a
+  // TimeoutError when timed_out).
+  [[noreturn]] void fail(const std::string& detail, bool timed_out = false);
   // fail() for an exception out of Gloo while doing `what` (with `peer`, or
   // -1 when Gloo's algorithm hides it); explains timeouts.
   [[noreturn]] void fail_from_gloo(const std::string& what, int peer,

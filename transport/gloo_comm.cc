@@ -119,7 +119,7 @@ std::string GlooComm::name_peers(const std::string& msg) const {
   return out;
 }
 
-void GlooComm::fail(const std::string& what) {
+void GlooComm::fail(const std::string& what, bool timed_out) {
   std::string msg = detail::concat(who(), ": ", what, name_peers(what));
   broken_ = true;
   broken_reason_ = msg;
@@ -130,6 +130,7 @@ void GlooComm::fail(const std::string& what) {
   } catch (...) {
     // Pairs already in an error state may refuse; nothing more to do.
   }
+  if (timed_out) CC_THROW_TIMEOUT(timeout_, msg);
   CC_THROW(kTransport, msg);
 }
 

@@ -100,8 +100,9 @@ class GlooComm : public Comm {
   void check_usable(const char* op) const;
   // Builds the kTransport error for a failed call, marks the communicator
   // broken, tears the connections down so that peers notice at once, and
-  // throws.
-  [[noreturn]] void fail(const std::string& what);
+  // throws; a TimeoutError carrying timeout() when the call's deadline is
+  // what failed it.
+  [[noreturn]] void fail(const std::string& what, bool timed_out = false);
   // Appends " (rank i is ADDR)" for every peer address found in msg.
   std::string name_peers(const std::string& msg) const;
 

@@ -11,6 +11,7 @@
 #include <array>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compcoll/error.h"
@@ -105,7 +106,7 @@ void join(RendezvousStore& store, const GlooOptions& o, milliseconds timeout) {
         absent.push_back(r);
       }
     }
-    CC_THROW(kTransport, "rank ", o.rank, "/", o.size,
+    CC_THROW_TIMEOUT(timeout, "rank ", o.rank, "/", o.size,
              ": rendezvous timed out after ", timeout.count(), " ms: rank(s) ",
              rank_list(absent), " never joined (prefix '", store.prefix(),
              "'). Check that every rank was started with the same rendezvous "
@@ -144,7 +145,7 @@ std::unique_ptr<GlooComm> connect_gloo(const GlooOptions& o) {
   ignore_sigpipe_once();
 
   const auto deadline = start + o.timeout;
-  RendezvousStore store(base, o.prefix, deadline);
+  RendezvousStore store(base, o.prefix, deadline, o.timeout);
   join(store, o, o.timeout);
 
   // Everyone is here. Connecting gets the time left, but at least
@@ -153,7 +154,7 @@ std::unique_ptr<GlooComm> connect_gloo(const GlooOptions& o) {
   const auto now = steady_clock::now();
   const auto connect_deadline =
       std::max(deadline, now + std::min(o.timeout, milliseconds(2000)));
-  RendezvousStore connect_store(base, o.prefix, connect_deadline);
+  RendezvousStore connect_store(base, o.prefix, connect_deadline, o.timeout);
   auto context = std::make_shared<gloo::rendezvous::Context>(o.rank, o.size);
   const auto left = std::chrono::ceil<milliseconds>(connect_deadline - now);
   context->setTimeout(std::max(left / 5, milliseconds(1)));
@@ -162,10 +163,17 @@ std::unique_ptr<GlooComm> connect_gloo(const GlooOptions& o) {
   } catch (const Error&) {
     throw;  // our own store's errors already say what went wrong
   } catch (const std::exception& e) {
+    const std::string_view why = e.what();
+    if (why.find("Timed out") != std::string_view::npos) {
+      CC_THROW_TIMEOUT(o.timeout, "rank ", o.rank, "/", o.size,
+                       ": connecting to peers timed out (a rank may have died after joining "
+                       "or be unreachable at its published address): ",
+                       why);
+    }
     CC_THROW(kTransport, "rank ", o.rank, "/", o.size,
              ": connecting to peers failed (a rank may have died after joining "
              "or be unreachable at its published address): ",
-             e.what());
+             why);
   }
   context->setTimeout(o.timeout);
   auto comm = std::make_unique<GlooComm>(context, o.timeout,

@@ -185,8 +185,9 @@ std::shared_ptr<gloo::rendezvous::Store> make_store(const std::string& spec,
 
 RendezvousStore::RendezvousStore(std::shared_ptr<gloo::rendezvous::Store> base,
                                  std::string prefix,
-                                 steady_clock::time_point deadline)
-    : base_(std::move(base)), prefix_(std::move(prefix)), deadline_(deadline) {
+                                 steady_clock::time_point deadline,
+                                 milliseconds limit)
+    : base_(std::move(base)), prefix_(std::move(prefix)), deadline_(deadline), limit_(limit) {
   CC_CHECK(base_ != nullptr, kInvalidArgument,
            "RendezvousStore needs a store, got null");
 }
@@ -237,9 +238,11 @@ std::vector<char> RendezvousStore::get(const std::string& key) {
 
 void RendezvousStore::wait(const std::vector<std::string>& keys) {
   const std::vector<std::string> missing = wait_for_all(keys);
-  CC_CHECK(missing.empty(), kTransport,
-           "rendezvous timed out waiting for key(s) ", describe_keys(missing),
-           " (a rank never joined, or joined with another prefix/store)");
+  if (!missing.empty()) {
+    CC_THROW_TIMEOUT(limit_, "rendezvous timed out after ", limit_.count(),
+                     " ms waiting for key(s) ", describe_keys(missing),
+                     " (a rank never joined, or joined with another prefix/store)");
+  }
 }
 
 void RendezvousStore::wait(const std::vector<std::string>& keys,

@@ -53,9 +53,12 @@ std::shared_ptr<gloo::rendezvous::Store> make_store(
 // the keys still missing.
 class RendezvousStore : public gloo::rendezvous::Store {
  public:
+  // `limit` is the timeout the deadline was derived from; a wait that
+  // passes the deadline throws a TimeoutError carrying it.
   RendezvousStore(std::shared_ptr<gloo::rendezvous::Store> base,
                   std::string prefix,
-                  std::chrono::steady_clock::time_point deadline);
+                  std::chrono::steady_clock::time_point deadline,
+                  std::chrono::milliseconds limit);
 
   // Refuses (kInvalidArgument) to overwrite a key that already exists, which
   // happens when two communicators share a prefix or a rank is started twice.
@@ -79,6 +82,7 @@ class RendezvousStore : public gloo::rendezvous::Store {
   std::shared_ptr<gloo::rendezvous::Store> base_;
   std::string prefix_;
   std::chrono::steady_clock::time_point deadline_;
+  std::chrono::milliseconds limit_;
 };
 
 }  // namespace compcoll

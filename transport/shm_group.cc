@@ -274,10 +274,11 @@ void ShmGroup::throw_if_failed() const {
            peer_name(l), " failed: ", std::string(slot(l).reason));
 }
 
-void ShmGroup::fail(ErrorKind kind, const std::string& what) {
+void ShmGroup::fail(ErrorKind kind, const std::string& what, std::chrono::milliseconds timed_out) {
   const std::string msg =
       detail::concat("world rank ", world_ranks_[size_t(local_rank_)], " (host hierarchy): ", what);
   abort(msg);
+  if (timed_out.count() > 0) throw TimeoutError(msg, timed_out);
   throw Error(kind, msg);
 }
 
@@ -320,7 +321,8 @@ void ShmGroup::await(const void* counter, uint32_t round, int peer, const char* 
     if (now >= deadline) {
       fail(ErrorKind::kTransport,
            detail::concat("local peer ", peer_name(peer), " did not ", step, " within the ",
-                          timeout.count(), " ms timeout"));
+                          timeout.count(), " ms timeout"),
+           timeout);
     }
     if (now >= next_check) {
       next_check = now + kLivenessEvery;

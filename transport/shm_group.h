@@ -124,7 +124,9 @@ class ShmGroup final : public LocalGroup {
   void await_arrival(int l, uint32_t round, bool first, size_t n, Clock::time_point deadline,
                      std::chrono::milliseconds timeout);
   void throw_if_failed() const;
-  [[noreturn]] void fail(ErrorKind kind, const std::string& what);
+  // Throws a TimeoutError for `timed_out` when it is positive.
+  [[noreturn]] void fail(ErrorKind kind, const std::string& what,
+                         std::chrono::milliseconds timed_out = {});
   bool peer_gone(int l) const;
   void publish(void* counter, uint32_t round);
   // Throws kTransport when an earlier failure broke the group.

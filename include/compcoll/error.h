@@ -4,6 +4,7 @@
 // status codes; no exception crosses it.
 #pragma once
 
+#include <chrono>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -39,6 +40,22 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 
+// A transport error whose cause is a deadline that passed: the rendezvous
+// waited for a rank that never came, or a call made no progress in time.
+// limit() is the limit that expired, so that a layer that knows which
+// setting set it (COMPCOLL_TIMEOUT_MS) can name that setting without
+// reading the message. Its kind stays kTransport: to a caller mapping
+// kinds to codes a timeout is a peer that is gone or stuck.
+class TimeoutError : public Error {
+ public:
+  TimeoutError(const std::string& what, std::chrono::milliseconds limit)
+      : Error(ErrorKind::kTransport, what), limit_(limit) {}
+  std::chrono::milliseconds limit() const { return limit_; }
+
+ private:
+  std::chrono::milliseconds limit_;
+};
+
 namespace detail {
 
 template <typename... Args>
@@ -50,6 +67,7 @@ std::string concat(Args&&... args) {
 
 [[noreturn]] void throw_error(ErrorKind kind, const char* file, int line,
                               const std::string& msg);
+[[noreturn]] void throw_timeout(std::chrono::milliseconds limit, const std::string& msg);
 
 }  // namespace detail
 }  // namespace compcoll
@@ -59,6 +77,10 @@ std::string concat(Args&&... args) {
   ::compcoll::detail::throw_error(::compcoll::ErrorKind::kind, __FILE__, \
                                   __LINE__,                              \
                                   ::compcoll::detail::concat(__VA_ARGS__))
+
+// CC_THROW_TIMEOUT(limit, parts...) throws a TimeoutError for `limit`.
+#define CC_THROW_TIMEOUT(limit, ...) \
+  ::compcoll::detail::throw_timeout((limit), ::compcoll::detail::concat(__VA_ARGS__))
 
 // CC_CHECK(cond, kind, parts...) throws when cond is false.
 #define CC_CHECK(cond, kind, ...)          \

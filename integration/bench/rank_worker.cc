@@ -168,7 +168,12 @@ int worker_main(int argc, char** argv, int first) {
   // a missing interface fails before any traffic.
   std::unique_ptr<HostTxMeter> meter;
   if (!tx_iface.empty()) meter = std::make_unique<HostTxMeter>(tx_iface, rank % ranks_per_host == 0);
-  auto comm = connect_gloo(opts);
+  std::unique_ptr<GlooComm> comm;
+  try {
+    comm = connect_gloo(opts);
+  } catch (const TimeoutError& e) {
+    throw naming_timeout_setting(e, cfg, "raise it for ranks that start slowly");
+  }
   // The link as auto's cost model sees it (collectives/auto.h), measured
   // before any algorithm runs: `project --validate` projects with it.
   std::optional<LinkModel> link_model;

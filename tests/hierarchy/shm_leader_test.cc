@@ -202,8 +202,14 @@ TEST(ShmGroup, APeerThatNeverArrivesIsNamedWithinTheTimeout) {
       // rank 12, must time out first and pass its reason on.
       g.reduce_to_leader(buf.data(), buf.size(), milliseconds(300), LocalGroup::LastRound::kAdd);
       g.broadcast_from_leader(buf.data(), buf.size(), milliseconds(l == 0 ? 300 : 5000), nullptr);
+    } catch (const TimeoutError& e) {  // the leader's own wait ran out
+      EXPECT_EQ(l, 0) << e.what();
+      EXPECT_EQ(e.limit(), milliseconds(300));
+      done = true;
+      throw;
     } catch (...) {
-      if (l == 0) done = true;
+      EXPECT_NE(l, 0) << "the leader's wait did not end in a TimeoutError";
+      done = true;
       throw;
     }
   });

@@ -143,8 +143,9 @@ TEST(NcclComm, AMissingPeerTimesOutAbortsAndBreaksTheCommunicator) {
     try {
       c.allgatherv(payload_of(0, 10), kUnboundedPart);
       ADD_FAILURE() << "allgatherv returned without its peer";
-    } catch (const Error& e) {
+    } catch (const TimeoutError& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kTransport);
+      EXPECT_EQ(e.limit(), milliseconds(300));
       EXPECT_NE(std::string(e.what()).find("timed out after 300 ms"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("rank 0/2"), std::string::npos) << e.what();
     }

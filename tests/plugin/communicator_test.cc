@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "collectives/lent_comm.h"
 #include "collectives/machine_load.h"
@@ -230,6 +231,45 @@ TEST(Communicator, MismatchedConfigurationFailsEveryRankAtCreation) {
     EXPECT_NE(testing::what(errors[r]).find("momentum: rank 0 has 0, rank 2 has 0.8999"),
               std::string::npos)
         << testing::what(errors[r]);
+  }
+}
+
+// A call whose peer never makes it fails at the limit as a TimeoutError
+// that names COMPCOLL_TIMEOUT_MS when that setting is the limit, and says
+// nothing of it when the limit came from elsewhere (a framework's own
+// timeout, as under the PyTorch backend); the communicator is broken after.
+TEST(Communicator, ACallThatTimesOutNamesTheSettingOnlyWhenItSetTheLimit) {
+  for (const bool from_config : {true, false}) {
+    testing::HarnessOptions opts;
+    opts.timeout = std::chrono::milliseconds(400);
+    const auto errors = testing::run_gloo_ranks_collect(2, [&](Comm& comm) {
+      Config c = dgc_config();
+      if (from_config) c.timeout = opts.timeout;  // else the table's 30 s default
+      Communicator cc(std::make_unique<Borrowed>(comm), c);
+      if (comm.rank() == 1) {  // never calls: rank 0 waits for it to the limit
+        std::this_thread::sleep_for(std::chrono::milliseconds(900));
+        return;
+      }
+      std::vector<float> x(100000, 1.0f);
+      try {
+        cc.allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum);
+        ADD_FAILURE() << "allreduce returned without its peer";
+      } catch (const TimeoutError& e) {
+        EXPECT_EQ(e.limit(), opts.timeout);
+        const std::string named = "(COMPCOLL_TIMEOUT_MS=400 sets this limit; ";
+        EXPECT_EQ(std::string(e.what()).find(named) != std::string::npos, from_config) << e.what();
+        EXPECT_EQ(std::string(e.what()).find("COMPCOLL_TIMEOUT_MS") != std::string::npos,
+                  from_config)
+            << e.what();
+      }
+      try {
+        cc.allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum);
+        ADD_FAILURE() << "a broken communicator accepted another call";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("must be rebuilt"), std::string::npos) << e.what();
+      }
+    }, opts);
+    EXPECT_FALSE(errors[0]) << testing::what(errors[0]);
   }
 }
 

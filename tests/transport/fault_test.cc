@@ -73,8 +73,11 @@ TEST(Faults, RankThatNeverJoinsTimesOutRendezvousOnTime) {
       const auto start = steady_clock::now();
       try {
         connect_gloo(thread_options(r, 3, store, timeout));
-      } catch (const Error& e) {
+      } catch (const TimeoutError& e) {  // a timeout by type, not only by its words
+        EXPECT_EQ(e.limit(), timeout);
         errors[static_cast<size_t>(r)] = std::string(error_kind_name(e.kind())) + ": " + e.what();
+      } catch (const Error& e) {
+        ADD_FAILURE() << "not a TimeoutError: " << e.what();
       }
       took[static_cast<size_t>(r)] = ms_since(start);
     });
@@ -214,8 +217,9 @@ TEST(Faults, HungPeerTimesOutAndNamesTheRank) {
     const auto start = steady_clock::now();
     try {
       comm.allgatherv(std::vector<uint8_t>(10, 0), kUnboundedPart);
-    } catch (const Error&) {
+    } catch (const TimeoutError& e) {
       took = ms_since(start);
+      EXPECT_EQ(e.limit(), milliseconds(1000));
       expect_error([&] { comm.barrier(); }, ErrorKind::kTransport, "must be rebuilt");
       throw;
     }

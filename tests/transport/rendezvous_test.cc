@@ -78,7 +78,7 @@ TEST(RendezvousStore, WaitEndsAtTheDeadlineToTheMillisecond) {
                     std::shared_ptr<gloo::rendezvous::Store>(
                         std::make_shared<gloo::rendezvous::HashStore>())}) {
     const auto start = steady_clock::now();
-    RendezvousStore store(base, "p", start + milliseconds(300));
+    RendezvousStore store(base, "p", start + milliseconds(300), milliseconds(300));
     store.set("present", {'x'});
     const auto missing = store.wait_for_all({"present", "absent"});
     const long long took = ms_since(start);
@@ -86,6 +86,16 @@ TEST(RendezvousStore, WaitEndsAtTheDeadlineToTheMillisecond) {
     EXPECT_GE(took, 290);
     EXPECT_LT(took, 700);  // Gloo's own FileStore wait would take 1-2 s
     EXPECT_EQ(store.get("present"), std::vector<char>{'x'});
+    // wait() (what Gloo's connect calls) turns the same miss into an error
+    // that is a timeout by type, carrying its limit, and names the key.
+    try {
+      store.wait({"absent"});
+      ADD_FAILURE() << "wait() returned without the key";
+    } catch (const TimeoutError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kTransport);
+      EXPECT_EQ(e.limit(), milliseconds(300));
+      EXPECT_NE(std::string(e.what()).find("p/absent"), std::string::npos) << e.what();
+    }
     try {
       store.set("present", {'y'});
       ADD_FAILURE() << "overwrote a key";

@@ -102,14 +102,15 @@ class NcclCall {
     }
   }
 
-  [[noreturn]] void fail(const std::string& detail, bool abort) {
+  [[noreturn]] void fail(const std::string& detail, bool abort, bool timed_out = false) {
     if (c_.broken_.empty()) c_.broken_ = std::string(op_) + ": " + detail;
     if (abort && !c_.aborted_) {
       c_.aborted_ = true;
       c_.nccl_.CommAbort(c_.comm_);  // unblocks kernels waiting for peers
     }
-    CC_THROW(kTransport, c_.who(), ": NCCL ", op_, " failed: ", detail,
-             abort ? " (the NCCL communicator was aborted)" : "");
+    const char* aborted = abort ? " (the NCCL communicator was aborted)" : "";
+    if (timed_out) CC_THROW_TIMEOUT(c_.timeout_, c_.who(), ": NCCL ", op_, " failed: ", detail, aborted);
+    CC_THROW(kTransport, c_.who(), ": NCCL ", op_, " failed: ", detail, aborted);
   }
 
  private:
@@ -144,7 +145,7 @@ class NcclCall {
   [[noreturn]] void timed_out(const char* what) {
     fail(std::string("timed out after ") + std::to_string(c_.timeout_.count()) + " ms in " + what +
              " (a peer rank died, stalled, or called a different collective)",
-         true);
+         true, true);
   }
 
   // NCCL's kernels run in the comm's device's context. The caller usually
