@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <iostream>
@@ -278,11 +279,20 @@ int codec_main(int argc, char** argv, int first) {
   // communicator staging device tensors spreads dgc's encode): this bench
   // times host buffers, so its header and rows say 1, not auto's marker.
   if (p.codec_threads == kAutoCodecThreads) p.codec_threads = 1;
-  o.density = args.num(
-      "density", NAN,
-      "fraction sent: elements for dgc/sbc/sdagc, chunks for csc [the library's: COMPCOLL_DENSITY "
-      "(auto: dgc and sdagc what 0.006 costs at fp8 values and rice indices, converted to their "
-      "value and index coding; sbc 0.002), COMPCOLL_CSC_FRACTION for csc]");
+  const std::string density = args.str(
+      "density", "auto",
+      "fraction sent, in (0, 1]: elements for dgc/sbc/sdagc, chunks for csc; auto: the library's, "
+      "COMPCOLL_DENSITY (auto: dgc and sdagc what 0.006 costs at fp8 values and rice indices, "
+      "converted to their value and index coding; sbc 0.002), COMPCOLL_CSC_FRACTION for csc");
+  if (density != "auto") {
+    // Checked here, not by the codec: 0 is the library's own marker for
+    // auto, so a codec would take --density 0 silently as auto.
+    char* end = nullptr;
+    o.density = std::strtod(density.c_str(), &end);
+    CC_CHECK(end != density.c_str() && *end == '\0' && o.density > 0.0 && o.density <= 1.0,
+             kInvalidArgument, "--density: '", density,
+             "' is not a fraction in (0, 1] or auto (the library's for each codec)");
+  }
   p.momentum = static_cast<float>(
       args.num("momentum", p.momentum, "momentum correction factor (dgc, sdagc, sbc, csc)"));
   p.nesterov = args.flag("nesterov", "Nesterov momentum correction") || p.nesterov;

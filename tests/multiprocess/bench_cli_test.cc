@@ -168,6 +168,7 @@ TEST(BenchCli, ErrorsAreOneLineWithOnePrefixAndNothingOnStdout) {
   const std::vector<std::vector<std::string>> cases = {
       {"codec", "--algo", "xx", "--count", "1K"},
       {"codec", "--algo", "dgc", "--density", "2", "--count", "1K"},
+      {"codec", "--algo", "dgc", "--density", "0", "--count", "1K"},  // not auto's marker
       {"codec", "--algo", "onebit", "--block", "3", "--count", "1K"},
       {"codec", "--scale", "median", "--count", "1K"},
       {"codec", "--count", "1K", "--iters", "0"},
@@ -176,6 +177,7 @@ TEST(BenchCli, ErrorsAreOneLineWithOnePrefixAndNothingOnStdout) {
       {"allreduce", "--ranks", "2000"},
       {"allreduce", "--algo", "nope", "--ranks", "2", "--count", "1K"},
       {"allreduce", "--density", "2", "--ranks", "2", "--count", "1K"},  // once, not per rank
+      {"allreduce", "--density", "0", "--ranks", "2", "--count", "1K"},
       {"allreduce", "--link", "fast"},
       {"allreduce", "--rnaks", "2"},
   };
@@ -225,6 +227,8 @@ TEST(BenchCli, CodecTableUsesTheLibrarysSettingsForTheEnvironment) {
       // A flag wins over the environment, which it replaces for this run.
       {{"COMPCOLL_DENSITY=0.01"}, {"--density", "0.004", "--values", "bf16"}, "0.004", "bf16",
        "rice"},
+      // --density auto is the library's, as COMPCOLL_DENSITY=auto.
+      {{}, {"--density", "auto"}, "0.006", "fp8", "rice"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args{"codec", "--algo", "dgc", "--count", "64K", "--iters", "1",
