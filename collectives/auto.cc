@@ -199,7 +199,7 @@ CallInfo AutoAllreduce::run(Comm& comm, float* buf, size_t n, bool average, Code
   Trial& trial = trials_[n];
   ++trial.calls;
   const bool sure = comm.size() == 1 || tc * kTrialBand < td || td * kTrialBand < tc;
-  const char* why = "predicted";
+  const char* why = "by the cost model";
   bool timed = false;
   if (sure) {
     last_compressed_ = tc < td;
@@ -211,7 +211,7 @@ CallInfo AutoAllreduce::run(Comm& comm, float* buf, size_t n, bool average, Code
   } else {
     last_compressed_ = median(trial.compressed_s) < median(trial.dense_s);
     timed = trial.calls % kRetimeEvery == 0;
-    why = "measured";
+    why = "by the timings";
   }
   last_decision_ = describe_decision(why, td, tc, trial);
 

@@ -332,9 +332,18 @@ int codec_main(int argc, char** argv, int first) {
   std::vector<JsonObject> results;
   if (!json) {
     const int threads = o.params.codec_threads;
+    // Momentum correction changes what an encode does (a velocity to
+    // update), so a table with it says so: two dgc tables otherwise differ
+    // without a word.
+    char momentum[64] = "";
+    if (o.params.momentum != 0.0f) {
+      std::snprintf(momentum, sizeof momentum, ", momentum correction %g%s",
+                    static_cast<double>(o.params.momentum), o.params.nesterov ? " (Nesterov)" : "");
+    }
     std::printf("# compcoll-bench codec: %zu float32 (%.1f MiB), %s gradient, one thread (dgc's "
-                "encode pass: %d, COMPCOLL_CODEC_THREADS), median of %d\n",
-                o.count, o.count * 4.0 / (1 << 20), gradient_kind_name(o.dist), threads, o.iters);
+                "encode pass: %d, COMPCOLL_CODEC_THREADS)%s, median of %d\n",
+                o.count, o.count * 4.0 / (1 << 20), gradient_kind_name(o.dist), threads, momentum,
+                o.iters);
     std::printf("# %-7s %9s %10s %10s %8s %10s %8s %12s %9s\n", "algo", "density", "sent",
                 "encode_ms", "x_memcpy", "decode_ms", "x_memcpy", "payload_B", "ratio");
   }

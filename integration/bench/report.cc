@@ -99,7 +99,9 @@ std::string results_table(const std::vector<AllreduceResult>& results) {
       out += line;
     }
     out += "\n";
-    if (!r.decision.empty()) out += "#   auto chose " + r.decision + "\n";
+    // What the row's algorithm decided in its last timed call (auto: the
+    // algorithm; dgc and sdagc: the pattern; csc and onebit: warm-up or not).
+    if (!r.decision.empty()) out += "#   " + r.label() + "'s last call: " + r.decision + "\n";
   }
   return out;
 }

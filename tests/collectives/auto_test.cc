@@ -87,7 +87,7 @@ TEST(Auto, AnUnsureSizeIsTimedOnBothPathsThenTakesTheFasterOneAndLosesNothing) {
   const auto& said = decisions[0];
   const auto& dense = went_dense[0];
   ASSERT_EQ(said.size(), size_t(kCalls));
-  EXPECT_TRUE(starts_with(said[0], "dgc (predicted; ")) << said[0];
+  EXPECT_TRUE(starts_with(said[0], "dgc (by the cost model; ")) << said[0];
   EXPECT_EQ(said[0].find("measured"), std::string::npos) << said[0];
   EXPECT_FALSE(dense[0]);
   for (int step = 1; step <= 6; ++step) {
@@ -104,7 +104,7 @@ TEST(Auto, AnUnsureSizeIsTimedOnBothPathsThenTakesTheFasterOneAndLosesNothing) {
   EXPECT_EQ(said[2].find(" ms dgc)"), std::string::npos) << said[2];
   for (int step = 7; step < kCalls; ++step) {
     EXPECT_TRUE(starts_with(said[step], std::string(dense[step] ? "dense" : "dgc") +
-                                            " (measured; "))
+                                            " (by the timings; "))
         << said[step];
     EXPECT_NE(said[step].find(" ms dense, "), std::string::npos) << said[step];
     EXPECT_NE(said[step].find(" ms dgc)"), std::string::npos) << said[step];
