@@ -74,3 +74,34 @@ def test_set_timeout_shortens_compcolls_own_waits(algo, tmp_path):
         assert res["error"] is not None, f"rank {r.rank}: the allreduce did not fail: {res}"
         assert res["error_after_s"] <= timeout_s + 2, res
         assert f"{timeout_s * 1000} ms" in res["error"], res["error"]
+
+
+@pytest.mark.parametrize("algo", ["dgc", "onebit"])
+def test_an_operations_own_timeout_is_its_deadline_shorter_or_longer(algo, tmp_path):
+    """An allreduce whose options carry a timeout (AllreduceOptions.timeout,
+    which ProcessGroupGloo applies to that operation alone) gets it from
+    compcoll too, for its compressed waits and its deadline: 0.5 s in a
+    group of 60 s fails within 0.5 s + 2 s, naming 500 ms; 8 s in a group
+    of 2 s waits out a peer 4 s late and succeeds, and the group works."""
+    short = launch([worker("reliability.py"), "op_timeout"], 2,
+                   env={"COMPCOLL_ALGO": algo, "TEST_TIMEOUT_S": "60", "TEST_OP_TIMEOUT_S": "0.5",
+                        "TEST_LATE_S": "3"},
+                   timeout=120, check=False)
+    for r in short:
+        assert r.returncode == 0, r.describe()
+    res = short[0].result
+    assert res["backend"] == "compcoll", res
+    assert res["error"] is not None, f"the allreduce did not fail: {res}"
+    assert res["took_s"] <= 0.5 + 2, res
+    assert "500 ms" in res["error"], res["error"]
+
+    long = launch([worker("reliability.py"), "op_timeout"], 2,
+                  env={"COMPCOLL_ALGO": algo, "TEST_TIMEOUT_S": "2", "TEST_OP_TIMEOUT_S": "8",
+                       "TEST_LATE_S": "4"},
+                  timeout=120)
+    for r in long:
+        res = r.result
+        assert res["error"] is None, res["error"]
+        assert res["usable"], res
+    assert long[0].result["took_s"] >= 3.5, long[0].result  # it did wait for the late peer
+

@@ -286,7 +286,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     return delegate(device, c10d::OpType::ALLREDUCE, "compcoll:all_reduce", tensors,
                     [tensors, opts](c10d::Backend& in) mutable {
                       return in.allreduce(tensors, opts);
-                    });
+                    }, opts.timeout);
   }
   at::Tensor t = tensors[0];
   bool compress = cfg_.compression_enabled() && static_cast<size_t>(t.numel()) >= cfg_.min_elems;
@@ -309,7 +309,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     return delegate(device, c10d::OpType::ALLREDUCE, "compcoll:all_reduce", tensors,
                     [tensors, opts](c10d::Backend& in) mutable {
                       return in.allreduce(tensors, opts);
-                    });
+                    }, opts.timeout);
   }
   at::Tensor host;
   if (lane->staged()) {
@@ -327,6 +327,9 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
   auto work = c10::make_intrusive<CompcollWork>(getRank(), c10d::OpType::ALLREDUCE,
                                                 "compcoll:all_reduce", tensors);
   const std::string what = op_label("all_reduce", tensors);
+  // Its own timeout, if its options give one (group_timeout.h), else the
+  // group's now: the worker's deadline and every wait of the algorithm.
+  const std::chrono::milliseconds op_timeout = timeout_->for_operation(opts.timeout);
   worker_->submit(what, work, [&]() -> Worker::Task {
     if (lane->staged() && !lane->device) lane->device = t.device();
     // Keys are assigned in submission order, on the caller's thread, while
@@ -341,14 +344,15 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
       step_keys_.insert(lane->name() + "/" + a.key);
     }
     log_slot_event(*lane, a, t.numel());
-    return [lane, cfg = lane_cfg_, timeout = timeout_, work, t, host, dtype, op, key = a.key,
-            dropped = a.dropped_key, merged = a.merged_key, exact,
+    return [lane, cfg = lane_cfg_, timeout = timeout_, op_timeout, work, t, host, dtype, op,
+            key = a.key, dropped = a.dropped_key, merged = a.merged_key, exact,
             context = detail::concat("rank ", getRank(), "/", getSize(), ", group '",
                                      getGroupUid(), "': ", what)] {
+      const GroupTimeout::OperationScope scope(*timeout, op_timeout);
       run_candidate(lane, cfg, timeout, work, t, host, dtype, op, key, dropped, merged, context,
                     exact);
     };
-  });
+  }, op_timeout);
   return work;
 }
 
@@ -385,7 +389,7 @@ void CompcollBackend::setTimeout(std::chrono::milliseconds timeout) {
   // own waits (the worker's deadlines, the compressed algorithms' waits on
   // the inner backend) read the shared value at submission; the inner
   // backends (a device lane's when it is built) get it too.
-  const std::chrono::milliseconds before = timeout_->get();
+  const std::chrono::milliseconds before = timeout_->group();
   // Refuses a timeout <= 0 and keeps the old one. The worker's watchdog
   // needs no nudge: the first operation submitted after a shortening wakes
   // it when its deadline falls before the watchdog's next wake-up.

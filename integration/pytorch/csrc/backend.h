@@ -286,13 +286,16 @@ class CompcollBackend final : public c10d::Backend {
 
  private:
   // Issues issue(inner) on the lane serving device, in submission order.
-  // collective: false for point-to-point operations (matched by peer and
-  // tag, not by order).
+  // requested: the operation's own timeout from its options (c10d's
+  // kUnsetTimeout: the group's), which bounds compcoll's waits for it as
+  // the inner backend's. collective: false for point-to-point operations
+  // (matched by peer and tag, not by order).
   // (delegated_ops.cc, beside the operations it serves.)
   using Issue = std::function<c10::intrusive_ptr<c10d::Work>(c10d::Backend& inner)>;
   c10::intrusive_ptr<c10d::Work> delegate(c10::Device device, c10d::OpType type,
                                           const char* title, std::vector<at::Tensor> outputs,
-                                          Issue issue, bool collective = true);
+                                          Issue issue, std::chrono::milliseconds requested,
+                                          bool collective = true);
   const std::shared_ptr<Lane>& lane_for(c10::Device device) const;
   const std::shared_ptr<Lane>& lane_named(const std::string& name) const;
   bool is_candidate(const Lane& lane, const std::vector<at::Tensor>& tensors,

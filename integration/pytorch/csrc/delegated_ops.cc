@@ -45,8 +45,11 @@ void CompcollBackend::note_reduce_scatter(int64_t elems) {
 c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10d::OpType type,
                                                          const char* title,
                                                          std::vector<at::Tensor> outputs,
-                                                         Issue issue, bool collective) {
+                                                         Issue issue,
+                                                         std::chrono::milliseconds requested,
+                                                         bool collective) {
   const std::shared_ptr<Lane>& lane = lane_for(device);
+  const std::chrono::milliseconds timeout = timeout_->for_operation(requested);
   // Builds the device lane's inner backend on its first operation: here, on
   // the caller's thread, before the queue lock (the factory takes the GIL).
   c10::intrusive_ptr<c10d::Backend> inner = lane->inner();
@@ -64,7 +67,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
       // operations are matched by peer and tag, not by order: they stay
       // asynchronous, so a callback may post a receive before its send. A
       // device future completes at issue: NCCL orders it on the stream.)
-      direct->wait(timeout_->get());
+      direct->wait(timeout);
       // Gloo may finish the work just before it completes the work's
       // future; then() on an incomplete future would run the callback on
       // Gloo's thread. The completion follows at once, so this wait is
@@ -89,7 +92,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
     auto ready = std::make_shared<c10::Event>(device.type());
     ready->record(impl.getStream(device));
     worker_->submit(what, work, [&]() -> Worker::Task {
-      return [lane, work, inner, issue, ready, device, timeout = timeout_->get()]() mutable {
+      return [lane, work, inner, issue, ready, device, timeout]() mutable {
         try {
           const std::optional<c10::Stream> stream = lane->worker_stream(device);
           c10::OptionalStreamGuard guard(stream);
@@ -103,7 +106,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
           work->fail(std::current_exception());
         }
       };
-    });
+    }, timeout);
     return work;
   }
   worker_->submit(what, work, [&]() -> Worker::Task {
@@ -139,7 +142,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
         work->fail(std::current_exception());
       }
     };
-  });
+  }, timeout);
   return work;
 }
 
@@ -149,7 +152,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce_sparse(
                   "compcoll:all_reduce_sparse", tensors,
                   [tensors, opts](c10d::Backend& in) mutable {
                     return in.allreduce_sparse(tensors, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce_coalesced(
@@ -158,7 +161,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce_coalesced(
                   "compcoll:all_reduce_coalesced", tensors,
                   [tensors, opts](c10d::Backend& in) mutable {
                     return in.allreduce_coalesced(tensors, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::broadcast(std::vector<at::Tensor>& tensors,
@@ -166,13 +169,14 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::broadcast(std::vector<at::Tensor
   return delegate(device_of(tensors), c10d::OpType::BROADCAST, "compcoll:broadcast", tensors,
                   [tensors, opts](c10d::Backend& in) mutable {
                     return in.broadcast(tensors, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::ReduceOptions& opts) {
   return delegate(device_of(tensors), c10d::OpType::REDUCE, "compcoll:reduce", tensors,
-                  [tensors, opts](c10d::Backend& in) mutable { return in.reduce(tensors, opts); });
+                  [tensors, opts](c10d::Backend& in) mutable { return in.reduce(tensors, opts); },
+                  opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather(
@@ -182,7 +186,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather(
   return delegate(device_of(inputs, flat), c10d::OpType::ALLGATHER, "compcoll:all_gather", flat,
                   [outputs, inputs, opts](c10d::Backend& in) mutable {
                     return in.allgather(outputs, inputs, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::_allgather_base(
@@ -190,7 +194,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::_allgather_base(
   return delegate(input.device(), c10d::OpType::_ALLGATHER_BASE, "compcoll:_all_gather_base",
                   {output}, [output, input, opts](c10d::Backend& in) mutable {
                     return in._allgather_base(output, input, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather_coalesced(
@@ -201,7 +205,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather_coalesced(
                   "compcoll:all_gather_coalesced", flat,
                   [output_lists, inputs, opts](c10d::Backend& in) mutable {
                     return in.allgather_coalesced(output_lists, inputs, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather_into_tensor_coalesced(
@@ -211,7 +215,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather_into_tensor_coalesced(
                   "compcoll:all_gather_into_tensor_coalesced", outputs,
                   [outputs, inputs, opts](c10d::Backend& in) mutable {
                     return in.allgather_into_tensor_coalesced(outputs, inputs, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::gather(
@@ -221,7 +225,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::gather(
   return delegate(device_of(inputs, flat), c10d::OpType::GATHER, "compcoll:gather", flat,
                   [outputs, inputs, opts](c10d::Backend& in) mutable {
                     return in.gather(outputs, inputs, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::scatter(
@@ -230,7 +234,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::scatter(
   return delegate(device_of(outputs), c10d::OpType::SCATTER, "compcoll:scatter", outputs,
                   [outputs, inputs, opts](c10d::Backend& in) mutable {
                     return in.scatter(outputs, inputs, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter(
@@ -244,7 +248,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter(
   return delegate(device_of(outputs), c10d::OpType::REDUCE_SCATTER, "compcoll:reduce_scatter",
                   outputs, [outputs, inputs, opts](c10d::Backend& in) mutable {
                     return in.reduce_scatter(outputs, inputs, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::_reduce_scatter_base(
@@ -254,7 +258,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::_reduce_scatter_base(
                   "compcoll:_reduce_scatter_base", {output},
                   [output, input, opts](c10d::Backend& in) mutable {
                     return in._reduce_scatter_base(output, input, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter_tensor_coalesced(
@@ -267,7 +271,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter_tensor_coalesced(
                   "compcoll:reduce_scatter_tensor_coalesced", outputs,
                   [outputs, inputs, opts](c10d::Backend& in) mutable {
                     return in.reduce_scatter_tensor_coalesced(outputs, inputs, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::alltoall_base(
@@ -277,7 +281,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::alltoall_base(
                   {output},
                   [output, input, output_splits, input_splits, opts](c10d::Backend& in) mutable {
                     return in.alltoall_base(output, input, output_splits, input_splits, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::alltoall(std::vector<at::Tensor>& outputs,
@@ -286,7 +290,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::alltoall(std::vector<at::Tensor>
   return delegate(device_of(inputs, outputs), c10d::OpType::ALLTOALL, "compcoll:all_to_all",
                   outputs, [outputs, inputs, opts](c10d::Backend& in) mutable {
                     return in.alltoall(outputs, inputs, opts);
-                  });
+                  }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::send(std::vector<at::Tensor>& tensors, int dst,
@@ -295,7 +299,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::send(std::vector<at::Tensor>& te
                   [tensors, dst, tag](c10d::Backend& in) mutable {
                     return in.send(tensors, dst, tag);
                   },
-                  /*collective=*/false);
+                  c10d::kUnsetTimeout, /*collective=*/false);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::recv(std::vector<at::Tensor>& tensors, int src,
@@ -304,7 +308,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::recv(std::vector<at::Tensor>& te
                   [tensors, src, tag](c10d::Backend& in) mutable {
                     return in.recv(tensors, src, tag);
                   },
-                  /*collective=*/false);
+                  c10d::kUnsetTimeout, /*collective=*/false);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::recvAnysource(std::vector<at::Tensor>& tensors,
@@ -313,7 +317,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::recvAnysource(std::vector<at::Te
                   tensors, [tensors, tag](c10d::Backend& in) mutable {
                     return in.recvAnysource(tensors, tag);
                   },
-                  /*collective=*/false);
+                  c10d::kUnsetTimeout, /*collective=*/false);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::barrier(const c10d::BarrierOptions& opts) {
@@ -321,7 +325,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::barrier(const c10d::BarrierOptio
   // a group with a cpu backend); none: cpu, Gloo.
   const c10::Device device = opts.device.value_or(c10::Device(c10::kCPU));
   return delegate(device, c10d::OpType::BARRIER, "compcoll:barrier", {},
-                  [opts](c10d::Backend& in) mutable { return in.barrier(opts); });
+                  [opts](c10d::Backend& in) mutable { return in.barrier(opts); }, opts.timeout);
 }
 
 void CompcollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {

@@ -11,6 +11,13 @@
 // Each operation reads the value once, when it is submitted (or, on the
 // worker, when it starts a wait), so an operation already under way keeps the
 // deadline it was given.
+//
+// An operation may carry a timeout of its own (c10d's Options::timeout:
+// dist.barrier(timeout=...), or AllreduceOptions set by the caller), which
+// Gloo applies to that operation alone. compcoll does too: the backend gives
+// it to the worker (the operation's deadline) and holds an OperationScope
+// while the worker runs the operation, so that the waits its compressed
+// algorithm makes through the lane's TorchComm (which call get()) keep it.
 #pragma once
 
 #include <atomic>
@@ -25,9 +32,42 @@ class GroupTimeout {
  public:
   explicit GroupTimeout(std::chrono::milliseconds timeout) : ms_(checked(timeout)) {}
 
+  // The group's timeout; on a thread inside an OperationScope of this
+  // group, that operation's.
   std::chrono::milliseconds get() const {
+    if (scope_group_ == this) return std::chrono::milliseconds(scope_ms_);
+    return group();
+  }
+  // The group's timeout, whatever operation this thread is running.
+  std::chrono::milliseconds group() const {
     return std::chrono::milliseconds(ms_.load(std::memory_order_relaxed));
   }
+  // The timeout of an operation whose options say `requested`: its own when
+  // positive, else (c10d's kUnsetTimeout, -1, or 0) the group's.
+  std::chrono::milliseconds for_operation(std::chrono::milliseconds requested) const {
+    return requested.count() > 0 ? requested : group();
+  }
+
+  // While alive, get() on this thread answers `timeout` for this group.
+  // Scopes nest (a callback on the worker runs an operation inside another).
+  class OperationScope {
+   public:
+    OperationScope(const GroupTimeout& group, std::chrono::milliseconds timeout)
+        : prev_group_(scope_group_), prev_ms_(scope_ms_) {
+      scope_group_ = &group;
+      scope_ms_ = timeout.count();
+    }
+    ~OperationScope() {
+      scope_group_ = prev_group_;
+      scope_ms_ = prev_ms_;
+    }
+    OperationScope(const OperationScope&) = delete;
+    OperationScope& operator=(const OperationScope&) = delete;
+
+   private:
+    const GroupTimeout* prev_group_;
+    int64_t prev_ms_;
+  };
   // Throws kInvalidArgument (and keeps the old value) unless timeout > 0.
   void set(std::chrono::milliseconds timeout) {
     ms_.store(checked(timeout), std::memory_order_relaxed);
@@ -41,6 +81,8 @@ class GroupTimeout {
   }
 
   std::atomic<int64_t> ms_;
+  inline static thread_local const GroupTimeout* scope_group_ = nullptr;
+  inline static thread_local int64_t scope_ms_ = 0;
 };
 
 }  // namespace compcoll::torch_integration

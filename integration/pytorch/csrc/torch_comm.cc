@@ -146,7 +146,12 @@ Gathered TorchComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
   mine.data_ptr<int64_t>()[0] = static_cast<int64_t>(send.size());
   at::Tensor mine_in = to_inner(mine);
   at::Tensor sizes_in = inner_empty(P, at::kLong);
-  run("allgatherv (sizes)", [&] { return inner_->_allgather_base(sizes_in, mine_in); });
+  // Every inner operation carries the timeout: the group's, or inside an
+  // operation with its own, that one (group_timeout.h).
+  c10d::AllgatherOptions gather_opts;
+  gather_opts.timeout = timeout_->get();
+  run("allgatherv (sizes)",
+      [&] { return inner_->_allgather_base(sizes_in, mine_in, gather_opts); });
   bytes_sent_ += uint64_t(P - 1) * sizeof(int64_t);
   const at::Tensor sizes = to_host(sizes_in);
 
@@ -171,7 +176,8 @@ Gathered TorchComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
   std::memset(in_p + send.size(), 0, static_cast<size_t>(padded) - send.size());
   at::Tensor in_inner = to_inner(in);
   at::Tensor all_inner = inner_empty(padded * P, at::kByte);
-  run("allgatherv (payloads)", [&] { return inner_->_allgather_base(all_inner, in_inner); });
+  run("allgatherv (payloads)",
+      [&] { return inner_->_allgather_base(all_inner, in_inner, gather_opts); });
   bytes_sent_ += uint64_t(P - 1) * uint64_t(padded);
   const at::Tensor all = to_host(all_inner);
 
@@ -195,8 +201,11 @@ std::vector<Bytes> TorchComm::alltoallv(const std::vector<Bytes>& send, size_t m
   at::Tensor send_sizes_in = to_inner(send_sizes);
   at::Tensor recv_sizes_in = inner_empty(P, at::kLong);
   std::vector<int64_t> equal_out, equal_in;  // empty split lists: one element per rank
-  run("alltoallv (sizes)",
-      [&] { return inner_->alltoall_base(recv_sizes_in, send_sizes_in, equal_out, equal_in); });
+  c10d::AllToAllOptions a2a_opts;
+  a2a_opts.timeout = timeout_->get();
+  run("alltoallv (sizes)", [&] {
+    return inner_->alltoall_base(recv_sizes_in, send_sizes_in, equal_out, equal_in, a2a_opts);
+  });
   bytes_sent_ += uint64_t(P - 1) * sizeof(int64_t);
   const at::Tensor recv_sizes = to_host(recv_sizes_in);
 
@@ -216,7 +225,7 @@ std::vector<Bytes> TorchComm::alltoallv(const std::vector<Bytes>& send, size_t m
   at::Tensor in_inner = to_inner(in);
   at::Tensor out_inner = inner_empty(recv_total, at::kByte);
   run("alltoallv (payloads)",
-      [&] { return inner_->alltoall_base(out_inner, in_inner, out_arg, in_arg); });
+      [&] { return inner_->alltoall_base(out_inner, in_inner, out_arg, in_arg, a2a_opts); });
   const at::Tensor out = to_host(out_inner);
   for (int j = 0; j < P; ++j) {
     if (j != rank_) bytes_sent_ += send[j].size();

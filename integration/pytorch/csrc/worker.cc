@@ -76,7 +76,8 @@ void Worker::check_usable(const std::string& what) const {
 }
 
 uint64_t Worker::track(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
-                       Entry::State state, std::chrono::milliseconds timeout) {
+                       Entry::State state, std::chrono::milliseconds timeout,
+                       bool own_timeout) {
   const uint64_t id = next_id_++;
   const Clock::time_point now = Clock::now();
   Entry& e = pending_[id];
@@ -84,6 +85,7 @@ uint64_t Worker::track(const std::string& what, const c10::intrusive_ptr<Compcol
   e.work = work;
   e.submitted = now;
   e.deadline = now + timeout;
+  e.own_timeout = own_timeout;
   // Only after a shortened timeout can a new entry fall due before the
   // watchdog wakes; then it must wake now and take this deadline.
   if (e.deadline < watchdog_wakes_) watchdog_cv_.notify_all();
@@ -109,20 +111,23 @@ void Worker::finished_running(uint64_t id) {
 
 std::chrono::milliseconds Worker::submit(const std::string& what,
                                          const c10::intrusive_ptr<CompcollWork>& work,
-                                         const std::function<Task()>& make) {
+                                         const std::function<Task()>& make,
+                                         std::optional<std::chrono::milliseconds> given) {
   std::unique_lock<std::mutex> lock(mu_);
   check_usable(what);
   Task task = make();
-  const std::chrono::milliseconds timeout = timeout_->get();
+  const std::chrono::milliseconds timeout = given.value_or(timeout_->group());
+  // Said as its own only where it differs from the group's.
+  const bool own = timeout != timeout_->group();
   if (on_worker_thread()) {
     // Issued by a future callback the worker is running: now, here.
-    const uint64_t id = track(what, work, Entry::kRunning, timeout);
+    const uint64_t id = track(what, work, Entry::kRunning, timeout, own);
     lock.unlock();
     task();
     finished_running(id);
     return timeout;
   }
-  const uint64_t id = track(what, work, Entry::kQueued, timeout);
+  const uint64_t id = track(what, work, Entry::kQueued, timeout, own);
   queue_.emplace_back(id, std::move(task));
   lock.unlock();
   work_cv_.notify_one();
@@ -241,7 +246,8 @@ std::string Worker::expire(uint64_t id, const Entry& e, Clock::time_point now) {
       break;
   }
   const std::string msg = detail::concat(
-      where(), ": ", e.what, " (operation #", id, ") did not finish within the group's timeout of ",
+      where(), ": ", e.what, " (operation #", id, ") did not finish within ",
+      e.own_timeout ? "its own timeout (from its options) of " : "the group's timeout of ",
       std::chrono::duration_cast<std::chrono::milliseconds>(e.deadline - e.submitted).count(),
       " ms: ", reason,
       ". The group cannot be used on this rank any more: destroy it and create a new one");
@@ -255,7 +261,7 @@ void Worker::watchdog_loop() {
     if (pending_.empty() || !broken_.empty()) {
       // Nothing can fall due before a new entry's deadline, a timeout away
       // (track() wakes this wait when the timeout has shrunk since).
-      watchdog_wakes_ = Clock::now() + timeout_->get();
+      watchdog_wakes_ = Clock::now() + timeout_->group();
       watchdog_cv_.wait_until(lock, watchdog_wakes_);
       continue;
     }
@@ -329,7 +335,7 @@ void Worker::stop() {
       bool exited = false;
       without_gil([&] {
         std::unique_lock<std::mutex> lock(mu_);
-        exited = exit_cv_.wait_for(lock, timeout_->get() + kStopGrace,
+        exited = exit_cv_.wait_for(lock, timeout_->group() + kStopGrace,
                                    [&] { return worker_exited_; });
       });
       if (exited) {

@@ -50,6 +50,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -85,10 +86,12 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // task runs now instead (see "Callbacks"). Throws, without calling make(),
   // when the worker is broken or stopped; `what` names the operation in
   // messages ("all_reduce (float32, 1000 elements)"). Returns the timeout
-  // the operation got (the group's at submission).
+  // the operation got: `timeout` when given (the operation's own, see
+  // group_timeout.h), else the group's at submission.
   std::chrono::milliseconds submit(const std::string& what,
                                    const c10::intrusive_ptr<CompcollWork>& work,
-                                   const std::function<Task()>& make);
+                                   const std::function<Task()>& make,
+                                   std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
   // Runs issue() now and returns true when the worker is idle with nothing
   // queued (under the queue lock), or when called on the worker thread;
@@ -118,8 +121,10 @@ class Worker : public std::enable_shared_from_this<Worker> {
   struct Entry {
     std::string what;
     c10::intrusive_ptr<CompcollWork> work;
-    // deadline - submitted: the group's timeout when it was submitted.
+    // deadline - submitted: the operation's own timeout (own_timeout), or
+    // the group's when it was submitted.
     Clock::time_point submitted, deadline, started;
+    bool own_timeout = false;
     enum State { kQueued, kRunning, kIssued } state = kQueued;
   };
 
@@ -129,7 +134,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // Under mu_: a new entry for work, due a timeout from now, which forgets
   // it when it settles.
   uint64_t track(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
-                 Entry::State state, std::chrono::milliseconds timeout);
+                 Entry::State state, std::chrono::milliseconds timeout, bool own_timeout = false);
   void forget(uint64_t id);
   void finished_running(uint64_t id);
   void check_usable(const std::string& what) const;  // under mu_

@@ -15,6 +15,12 @@ usage: reliability.py MODE
              TEST_KILL_AFTER allreduces; then rank TEST_VICTIM hangs (stops
              calling, alive, its connections open) and the survivors report
              how long their next allreduce took to fail and what it said
+  op_timeout COMPCOLL_ALGO on the default group created with a
+             TEST_TIMEOUT_S timeout; allreduces carry their own timeout in
+             their options (AllreduceOptions.timeout, as ProcessGroupGloo
+             honours it), TEST_OP_TIMEOUT_S. Rank 1 comes TEST_LATE_S late
+             to one of them; every rank reports how long it took and its
+             error, then (when it succeeded) whether the group still works
 """
 import os
 import signal
@@ -130,4 +136,37 @@ def retimed():
     os._exit(0)  # the group is broken; skip its teardown
 
 
-{"nonfinite": nonfinite, "killed": killed, "retimed": retimed}[MODE]()
+def op_timeout():
+    group_s = float(os.environ["TEST_TIMEOUT_S"])
+    op_s = float(os.environ["TEST_OP_TIMEOUT_S"])
+    late_s = float(os.environ["TEST_LATE_S"])
+    dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=group_s))
+    rank = dist.get_rank()
+    pg = dist.group.WORLD
+    backend = pg._get_backend(torch.device("cpu")).name()
+    for step in range(3):
+        dist.all_reduce(gradient(rank, step))
+    opts = dist.AllreduceOptions()
+    opts.timeout = timedelta(seconds=op_s)
+    if rank == 1:
+        time.sleep(late_s)
+    start = time.monotonic()
+    try:
+        pg.allreduce([gradient(rank, 3)], opts).wait()
+        error = None
+    except Exception as e:  # noqa: BLE001  the error is the result
+        error = str(e)[:2000]
+    took = time.monotonic() - start
+    usable = None
+    if error is None:
+        dist.all_reduce(gradient(rank, 4))  # compressed, as the call before
+        x = torch.ones(N, dtype=torch.int64)  # exact: the sum can be checked
+        dist.all_reduce(x)
+        usable = bool(torch.all(x == dist.get_world_size()))
+    emit({"rank": rank, "backend": backend, "error": error, "took_s": took, "usable": usable})
+    if error is not None:
+        os._exit(0)  # a broken group has no clean teardown
+    dist.destroy_process_group()
+
+
+{"nonfinite": nonfinite, "killed": killed, "retimed": retimed, "op_timeout": op_timeout}[MODE]()
