@@ -105,3 +105,37 @@ def test_an_operations_own_timeout_is_its_deadline_shorter_or_longer(algo, tmp_p
         assert res["usable"], res
     assert long[0].result["took_s"] >= 3.5, long[0].result  # it did wait for the late peer
 
+
+def test_an_ephemeral_timeout_extends_the_next_operations_until_one_completes(tmp_path):
+    """_add_ephemeral_timeout (torch.compile extends every group's timeout
+    so around a long compile): in a 2 s group extended by 4 s, a dgc
+    allreduce waits out a peer 3 s late; the extension ends with it, so the
+    next allreduce, 3 s late again, fails at the group's 2 s."""
+    ranks = launch([worker("reliability.py"), "ephemeral"], 2,
+                   env={"COMPCOLL_ALGO": "dgc", "TEST_TIMEOUT_S": "2", "TEST_EXTRA_S": "4",
+                        "TEST_LATE_S": "3"},
+                   timeout=120, check=False)
+    for r in ranks:
+        assert r.returncode == 0, r.describe()
+    res = ranks[0].result
+    assert res["backend"] == "compcoll", res
+    assert res["extended"]["error"] is None, res["extended"]["error"]
+    assert res["extended"]["took_s"] >= 2.5, res  # it did wait past the group's 2 s
+    assert res["after"]["error"] is not None, f"the extension outlived its operation: {res}"
+    assert res["after"]["took_s"] <= 2 + 2, res
+    assert "2000 ms" in res["after"]["error"], res["after"]["error"]
+
+
+def test_collective_timing_is_accepted_and_times_compressed_works():
+    """_enable_collectives_timing, which ProcessGroupGloo accepts, was
+    refused by the compcoll backend ("missing implementation"): now it
+    reaches the inner backends, and a compressed allreduce's work reports
+    its duration (_get_duration()); delegated operations stay Gloo's."""
+    ranks = launch([worker("reliability.py"), "timing"], 2, env={"COMPCOLL_ALGO": "dgc"},
+                   timeout=120)
+    for r in ranks:
+        res = r.result
+        assert res["backend"] == "compcoll", res
+        for op, ms in res["durations"].items():
+            assert 0 < ms < 60_000, (op, res)
+

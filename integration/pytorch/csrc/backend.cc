@@ -326,9 +326,11 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
   }
   auto work = c10::make_intrusive<CompcollWork>(getRank(), c10d::OpType::ALLREDUCE,
                                                 "compcoll:all_reduce", tensors);
+  if (timing_) work->time_from_now();
   const std::string what = op_label("all_reduce", tensors);
   // Its own timeout, if its options give one (group_timeout.h), else the
-  // group's now: the worker's deadline and every wait of the algorithm.
+  // group's now: the worker's deadline and, as the worker runs it under
+  // that timeout, every wait of the algorithm.
   const std::chrono::milliseconds op_timeout = timeout_->for_operation(opts.timeout);
   worker_->submit(what, work, [&]() -> Worker::Task {
     if (lane->staged() && !lane->device) lane->device = t.device();
@@ -344,11 +346,10 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
       step_keys_.insert(lane->name() + "/" + a.key);
     }
     log_slot_event(*lane, a, t.numel());
-    return [lane, cfg = lane_cfg_, timeout = timeout_, op_timeout, work, t, host, dtype, op,
+    return [lane, cfg = lane_cfg_, timeout = timeout_, work, t, host, dtype, op,
             key = a.key, dropped = a.dropped_key, merged = a.merged_key, exact,
             context = detail::concat("rank ", getRank(), "/", getSize(), ", group '",
                                      getGroupUid(), "': ", what)] {
-      const GroupTimeout::OperationScope scope(*timeout, op_timeout);
       run_candidate(lane, cfg, timeout, work, t, host, dtype, op, key, dropped, merged, context,
                     exact);
     };
@@ -382,6 +383,28 @@ void CompcollBackend::log_slot_event(const Lane& lane, const SlotAssignment& a, 
             a.event == SlotEvent::kFresh
                 ? " (first replacement, as at DDP's bucket rebuild: its layout may differ)"
                 : " (different size or dtype)");
+}
+
+void CompcollBackend::addEphemeralTimeout(const std::chrono::milliseconds& timeout) {
+  worker_->add_ephemeral_timeout(timeout);
+  // The inner backends extend their own waits (a delegated operation's):
+  // those built now; a device lane built later starts without it.
+  inner_->addEphemeralTimeout(timeout);
+  if (device_) {
+    if (c10::intrusive_ptr<c10d::Backend> d = device_->built_inner()) d->addEphemeralTimeout(timeout);
+  }
+  log_.info("group '", getGroupUid(), "': timeout extended by ", timeout.count(),
+            " ms until the next operation completes (addEphemeralTimeout)");
+}
+
+void CompcollBackend::enableCollectivesTiming() {
+  // The inner backends first: one that cannot time refuses here, before
+  // compcoll says it is on.
+  inner_->enableCollectivesTiming();
+  if (device_) {
+    if (c10::intrusive_ptr<c10d::Backend> d = device_->built_inner()) d->enableCollectivesTiming();
+  }
+  timing_ = true;
 }
 
 void CompcollBackend::setTimeout(std::chrono::milliseconds timeout) {

@@ -199,6 +199,11 @@ class CompcollBackend final : public c10d::Backend {
 
   uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
   void setTimeout(std::chrono::milliseconds timeout) override;
+  // Ephemeral timeout extensions (torch.compile's long compiles): compcoll's
+  // deadlines take them as the inner backends do (Worker).
+  void addEphemeralTimeout(const std::chrono::milliseconds& timeout) override;
+  // Collective timing: the inner backends' works and compcoll's own.
+  void enableCollectivesTiming() override;
   void setGroupUid(const std::string& pg_uid) override;
 #if COMPCOLL_TORCH_VIRTUAL_BOUND_DEVICE
   // Forwarded to the inner groups. Older torch (setup.py probes the headers)
@@ -312,6 +317,7 @@ class CompcollBackend final : public c10d::Backend {
   // The group's timeout, shared with the worker and the lanes' TorchComms
   // so that setTimeout() reaches every wait (group_timeout.h).
   std::shared_ptr<GroupTimeout> timeout_;
+  std::atomic<bool> timing_{false};  // enableCollectivesTiming
   Config cfg_;
   // cfg_ for the lanes' Communicators (no stats file: the backend writes
   // it), shared with the worker's tasks.

@@ -85,6 +85,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
     return direct;
   }
   auto work = c10::make_intrusive<CompcollWork>(getRank(), type, title, std::move(outputs));
+  if (timing_) work->time_from_now();
   if (!device.is_cpu()) {
     // Issued later by the worker: it must see the tensors as the caller's
     // stream leaves them now, and complete only when the outputs are there.
@@ -92,7 +93,10 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
     auto ready = std::make_shared<c10::Event>(device.type());
     ready->record(impl.getStream(device));
     worker_->submit(what, work, [&]() -> Worker::Task {
-      return [lane, work, inner, issue, ready, device, timeout]() mutable {
+      // The worker runs it with the timeout it gave it (ephemeral
+      // extensions included) as the group's: get() on its thread.
+      return [lane, work, inner, issue, ready, device, group_timeout = timeout_]() mutable {
+        const std::chrono::milliseconds timeout = group_timeout->get();
         try {
           const std::optional<c10::Stream> stream = lane->worker_stream(device);
           c10::OptionalStreamGuard guard(stream);

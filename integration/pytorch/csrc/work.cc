@@ -30,6 +30,11 @@ CompcollWork::CompcollWork(int rank, c10d::OpType type, const char* profiling_ti
 
 bool CompcollWork::settle() {
   if (settled_.exchange(true)) return false;
+  if (timed_since_) {
+    duration_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
+                       std::chrono::steady_clock::now() - *timed_since_)
+                       .count();
+  }
   if (on_settle_) {
     std::function<void()> fn = std::move(on_settle_);
     fn();
@@ -77,6 +82,15 @@ int CompcollWork::sourceRank() const {
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(inner_, "compcoll: sourceRank() is only known for a completed receive");
   return inner_->sourceRank();
+}
+
+float CompcollWork::getDuration() const {
+  TORCH_CHECK(timed_since_.has_value(),
+              "compcoll: this work was not timed; call _enable_collectives_timing() on the group "
+              "before issuing it");
+  const int64_t us = duration_us_.load();
+  TORCH_CHECK(us >= 0, "compcoll: getDuration() of a work that has not completed");
+  return static_cast<float>(us) / 1000.0f;
 }
 
 }  // namespace compcoll::torch_integration

@@ -26,7 +26,9 @@
 
 #include <atomic>
 #include <exception>
+#include <chrono>
 #include <functional>
+#include <optional>
 #include <vector>
 
 namespace compcoll::torch_integration {
@@ -47,10 +49,16 @@ class CompcollWork final : public c10d::Work {
   void on_settle(std::function<void()> fn) { on_settle_ = std::move(fn); }
   // For a delegated operation: the inner work, consulted by sourceRank().
   void set_inner(c10::intrusive_ptr<c10d::Work> inner);
+  // The group has collective timing on (enableCollectivesTiming): from now
+  // to its settling is this work's getDuration(). Before it is shared.
+  void time_from_now() { timed_since_ = std::chrono::steady_clock::now(); }
 
   std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   int sourceRank() const override;
+  // Milliseconds from submission to completion, once completed, where the
+  // group's timing is on (as ProcessGroupGloo's works).
+  float getDuration() const override;
 
  private:
   bool settle();
@@ -59,6 +67,8 @@ class CompcollWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   c10::intrusive_ptr<c10d::Work> inner_;
   std::atomic<bool> settled_{false};
+  std::optional<std::chrono::steady_clock::time_point> timed_since_;
+  std::atomic<int64_t> duration_us_{-1};  // set when a timed work settles
   std::function<void()> on_settle_;
   // Taken on the issuing thread at construction (issue_scope.h).
   const bool in_backward_;

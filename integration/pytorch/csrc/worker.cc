@@ -77,7 +77,7 @@ void Worker::check_usable(const std::string& what) const {
 
 uint64_t Worker::track(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
                        Entry::State state, std::chrono::milliseconds timeout,
-                       bool own_timeout) {
+                       bool own_timeout, std::chrono::milliseconds extended) {
   const uint64_t id = next_id_++;
   const Clock::time_point now = Clock::now();
   Entry& e = pending_[id];
@@ -85,7 +85,12 @@ uint64_t Worker::track(const std::string& what, const c10::intrusive_ptr<Compcol
   e.work = work;
   e.submitted = now;
   e.deadline = now + timeout;
+  e.timeout = timeout;
+  e.extended = extended;
   e.own_timeout = own_timeout;
+  for (auto& [extra, first] : ephemeral_) {
+    if (first == 0) first = id;  // the extension ends when this one settles
+  }
   // Only after a shortened timeout can a new entry fall due before the
   // watchdog wakes; then it must wake now and take this deadline.
   if (e.deadline < watchdog_wakes_) watchdog_cv_.notify_all();
@@ -101,6 +106,26 @@ uint64_t Worker::track(const std::string& what, const c10::intrusive_ptr<Compcol
 void Worker::forget(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   pending_.erase(id);
+  std::erase_if(ephemeral_, [id](const auto& x) { return x.second == id; });
+}
+
+void Worker::add_ephemeral_timeout(std::chrono::milliseconds extra) {
+  CC_CHECK(extra.count() >= 0, kInvalidArgument,
+           "an ephemeral timeout extension cannot be negative, got ", extra.count(), " ms");
+  if (extra.count() == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ephemeral_.emplace_back(extra, 0);
+}
+
+void Worker::run_task(uint64_t id, const Task& task) {
+  std::chrono::milliseconds timeout = timeout_->group();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(id);
+    if (it != pending_.end()) timeout = it->second.timeout;
+  }
+  const GroupTimeout::OperationScope scope(*timeout_, timeout);
+  task();
 }
 
 void Worker::finished_running(uint64_t id) {
@@ -116,18 +141,20 @@ std::chrono::milliseconds Worker::submit(const std::string& what,
   std::unique_lock<std::mutex> lock(mu_);
   check_usable(what);
   Task task = make();
-  const std::chrono::milliseconds timeout = given.value_or(timeout_->group());
   // Said as its own only where it differs from the group's.
-  const bool own = timeout != timeout_->group();
+  const bool own = given.has_value() && *given != timeout_->group();
+  std::chrono::milliseconds extended{0};
+  for (const auto& x : ephemeral_) extended += x.first;
+  const std::chrono::milliseconds timeout = given.value_or(timeout_->group()) + extended;
   if (on_worker_thread()) {
     // Issued by a future callback the worker is running: now, here.
-    const uint64_t id = track(what, work, Entry::kRunning, timeout, own);
+    const uint64_t id = track(what, work, Entry::kRunning, timeout, own, extended);
     lock.unlock();
-    task();
+    run_task(id, task);
     finished_running(id);
     return timeout;
   }
-  const uint64_t id = track(what, work, Entry::kQueued, timeout, own);
+  const uint64_t id = track(what, work, Entry::kQueued, timeout, own, extended);
   queue_.emplace_back(id, std::move(task));
   lock.unlock();
   work_cv_.notify_one();
@@ -208,7 +235,7 @@ void Worker::worker_loop() {
       }
     }
     try {
-      task();  // tasks report their own errors through their work
+      run_task(id, task);  // tasks report their own errors through their work
     } catch (const std::exception& e) {
       log_.warn("a task of the torch backend's worker failed: ", e.what());
     }
@@ -248,8 +275,11 @@ std::string Worker::expire(uint64_t id, const Entry& e, Clock::time_point now) {
   const std::string msg = detail::concat(
       where(), ": ", e.what, " (operation #", id, ") did not finish within ",
       e.own_timeout ? "its own timeout (from its options) of " : "the group's timeout of ",
-      std::chrono::duration_cast<std::chrono::milliseconds>(e.deadline - e.submitted).count(),
-      " ms: ", reason,
+      e.timeout.count(), " ms",
+      e.extended.count() > 0
+          ? detail::concat(" (", e.extended.count(), " ms of it an ephemeral extension)")
+          : std::string(),
+      ": ", reason,
       ". The group cannot be used on this rank any more: destroy it and create a new one");
   broken_ = msg;
   return msg;

@@ -93,6 +93,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
                                    const std::function<Task()>& make,
                                    std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
+  // c10d's addEphemeralTimeout: `extra` is added to the timeout of every
+  // operation submitted from now on, until the first of them settles.
+  // Calls accumulate; each extension ends with its own first operation.
+  void add_ephemeral_timeout(std::chrono::milliseconds extra);
+
   // Runs issue() now and returns true when the worker is idle with nothing
   // queued (under the queue lock), or when called on the worker thread;
   // returns false otherwise (queue it). Throws when broken or stopped.
@@ -121,9 +126,13 @@ class Worker : public std::enable_shared_from_this<Worker> {
   struct Entry {
     std::string what;
     c10::intrusive_ptr<CompcollWork> work;
-    // deadline - submitted: the operation's own timeout (own_timeout), or
-    // the group's when it was submitted.
+    // deadline - submitted = timeout: the operation's own (own_timeout) or
+    // the group's when it was submitted, plus `extended` (ephemeral
+    // extensions active then). Its task runs with it as the group's
+    // timeout on the worker thread (GroupTimeout::OperationScope), so the
+    // waits it makes there keep it.
     Clock::time_point submitted, deadline, started;
+    std::chrono::milliseconds timeout{0}, extended{0};
     bool own_timeout = false;
     enum State { kQueued, kRunning, kIssued } state = kQueued;
   };
@@ -134,7 +143,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // Under mu_: a new entry for work, due a timeout from now, which forgets
   // it when it settles.
   uint64_t track(const std::string& what, const c10::intrusive_ptr<CompcollWork>& work,
-                 Entry::State state, std::chrono::milliseconds timeout, bool own_timeout = false);
+                 Entry::State state, std::chrono::milliseconds timeout, bool own_timeout,
+                 std::chrono::milliseconds extended);
+  // Runs task as entry id's: on this thread, the group's timeout is the one
+  // the entry was given.
+  void run_task(uint64_t id, const Task& task);
   void forget(uint64_t id);
   void finished_running(uint64_t id);
   void check_usable(const std::string& what) const;  // under mu_
@@ -159,6 +172,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // Unsettled operations; ids rise with submission (and with deadlines,
   // unless the timeout was shortened in between).
   std::map<uint64_t, Entry> pending_;
+  // Active ephemeral extensions: {extra, the id of the first operation
+  // submitted after it (0: none yet)}. Under mu_.
+  std::vector<std::pair<std::chrono::milliseconds, uint64_t>> ephemeral_;
   uint64_t next_id_ = 1;
   bool busy_ = false;
   // The task the worker thread is running (outermost), for messages.

@@ -21,6 +21,15 @@ usage: reliability.py MODE
              honours it), TEST_OP_TIMEOUT_S. Rank 1 comes TEST_LATE_S late
              to one of them; every rank reports how long it took and its
              error, then (when it succeeded) whether the group still works
+  ephemeral  COMPCOLL_ALGO on the default group created with a
+             TEST_TIMEOUT_S timeout, extended by TEST_EXTRA_S with
+             _add_ephemeral_timeout (what torch.compile does around long
+             compiles); rank 1 comes TEST_LATE_S late to the next allreduce
+             and to the one after it (the extension has ended by then);
+             every rank reports how long each took and the error
+  timing     _enable_collectives_timing on the default group (which
+             ProcessGroupGloo accepts); every rank reports _get_duration()
+             of a compressed allreduce, then runs a delegated broadcast
 """
 import os
 import signal
@@ -169,4 +178,51 @@ def op_timeout():
     dist.destroy_process_group()
 
 
-{"nonfinite": nonfinite, "killed": killed, "retimed": retimed, "op_timeout": op_timeout}[MODE]()
+def ephemeral():
+    group_s = float(os.environ["TEST_TIMEOUT_S"])
+    extra_s = float(os.environ["TEST_EXTRA_S"])
+    late_s = float(os.environ["TEST_LATE_S"])
+    dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=group_s))
+    rank = dist.get_rank()
+    pg = dist.group.WORLD
+    backend = pg._get_backend(torch.device("cpu")).name()
+    for step in range(3):
+        dist.all_reduce(gradient(rank, step))
+    pg._add_ephemeral_timeout(timedelta(seconds=extra_s))
+    result = {"rank": rank, "backend": backend}
+    for name, step in (("extended", 3), ("after", 4)):
+        if rank == 1:
+            time.sleep(late_s)
+        start = time.monotonic()
+        try:
+            dist.all_reduce(gradient(rank, step))
+            error = None
+        except Exception as e:  # noqa: BLE001  the error is the result
+            error = str(e)[:2000]
+        result[name] = {"error": error, "took_s": time.monotonic() - start}
+        if error is not None:
+            break
+    emit(result)
+    os._exit(0)  # the group is broken by the second call; skip its teardown
+
+
+def timing():
+    dist.init_process_group("gloo", init_method="env://")
+    rank = dist.get_rank()
+    pg = dist.group.WORLD
+    x = gradient(rank, 0)
+    dist.all_reduce(x)
+    pg._enable_collectives_timing()
+    durations = {}
+    w = dist.all_reduce(gradient(rank, 1), async_op=True)
+    w.wait()
+    durations["all_reduce"] = w._get_duration()
+    y = torch.ones(1000) if rank == 0 else torch.zeros(1000)
+    dist.broadcast(y, src=0)  # delegated: Gloo's work, which has no duration
+    emit({"rank": rank, "backend": pg._get_backend(torch.device("cpu")).name(),
+          "durations": durations})
+    dist.destroy_process_group()
+
+
+{"nonfinite": nonfinite, "killed": killed, "retimed": retimed, "op_timeout": op_timeout,
+ "ephemeral": ephemeral, "timing": timing}[MODE]()
