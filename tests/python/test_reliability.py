@@ -138,4 +138,5 @@ def test_collective_timing_is_accepted_and_times_compressed_works():
         assert res["backend"] == "compcoll", res
         for op, ms in res["durations"].items():
             assert 0 < ms < 60_000, (op, res)
+        assert res["timeout_s"] == 1800, res  # the group's: torch's default 30 minutes
 

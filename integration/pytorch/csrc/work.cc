@@ -84,6 +84,12 @@ int CompcollWork::sourceRank() const {
   return inner_->sourceRank();
 }
 
+std::chrono::milliseconds CompcollWork::getTimeout() const {
+  const int64_t ms = timeout_ms_.load();
+  TORCH_CHECK(ms > 0, "compcoll: this work has no timeout of its own (it was never submitted)");
+  return std::chrono::milliseconds(ms);
+}
+
 float CompcollWork::getDuration() const {
   TORCH_CHECK(timed_since_.has_value(),
               "compcoll: this work was not timed; call _enable_collectives_timing() on the group "

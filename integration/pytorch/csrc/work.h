@@ -52,6 +52,9 @@ class CompcollWork final : public c10d::Work {
   // The group has collective timing on (enableCollectivesTiming): from now
   // to its settling is this work's getDuration(). Before it is shared.
   void time_from_now() { timed_since_ = std::chrono::steady_clock::now(); }
+  // The timeout the worker gave it (getTimeout(), as a Gloo work reports
+  // its own). Set at submission.
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ms_ = timeout.count(); }
 
   std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
@@ -59,6 +62,7 @@ class CompcollWork final : public c10d::Work {
   // Milliseconds from submission to completion, once completed, where the
   // group's timing is on (as ProcessGroupGloo's works).
   float getDuration() const override;
+  std::chrono::milliseconds getTimeout() const override;
 
  private:
   bool settle();
@@ -69,6 +73,7 @@ class CompcollWork final : public c10d::Work {
   std::atomic<bool> settled_{false};
   std::optional<std::chrono::steady_clock::time_point> timed_since_;
   std::atomic<int64_t> duration_us_{-1};  // set when a timed work settles
+  std::atomic<int64_t> timeout_ms_{-1};   // set at submission
   std::function<void()> on_settle_;
   // Taken on the issuing thread at construction (issue_scope.h).
   const bool in_backward_;

@@ -146,6 +146,7 @@ std::chrono::milliseconds Worker::submit(const std::string& what,
   std::chrono::milliseconds extended{0};
   for (const auto& x : ephemeral_) extended += x.first;
   const std::chrono::milliseconds timeout = given.value_or(timeout_->group()) + extended;
+  work->set_timeout(timeout);
   if (on_worker_thread()) {
     // Issued by a future callback the worker is running: now, here.
     const uint64_t id = track(what, work, Entry::kRunning, timeout, own, extended);

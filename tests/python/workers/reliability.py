@@ -217,10 +217,11 @@ def timing():
     w = dist.all_reduce(gradient(rank, 1), async_op=True)
     w.wait()
     durations["all_reduce"] = w._get_duration()
+    group_timeout_s = w.timeout.total_seconds()  # the work's timeout, as a Gloo work has
     y = torch.ones(1000) if rank == 0 else torch.zeros(1000)
     dist.broadcast(y, src=0)  # delegated: Gloo's work, which has no duration
     emit({"rank": rank, "backend": pg._get_backend(torch.device("cpu")).name(),
-          "durations": durations})
+          "durations": durations, "timeout_s": group_timeout_s})
     dist.destroy_process_group()
 
 
