@@ -76,6 +76,15 @@ def test_set_timeout_shortens_compcolls_own_waits(algo, tmp_path):
         assert f"{timeout_s * 1000} ms" in res["error"], res["error"]
 
 
+def rank0_of_a_late_peer_run(mode, env):
+    """Runs reliability.py MODE on 2 ranks (rank 1 comes late); both exit
+    cleanly whatever the collectives did. Rank 0's result."""
+    ranks = launch([worker("reliability.py"), mode], 2, env=env, timeout=120, check=False)
+    for r in ranks:
+        assert r.returncode == 0, r.describe()
+    return ranks[0].result
+
+
 @pytest.mark.parametrize("algo", ["dgc", "onebit"])
 def test_an_operations_own_timeout_is_its_deadline_shorter_or_longer(algo, tmp_path):
     """An allreduce whose options carry a timeout (AllreduceOptions.timeout,
@@ -83,13 +92,8 @@ def test_an_operations_own_timeout_is_its_deadline_shorter_or_longer(algo, tmp_p
     compcoll too, for its compressed waits and its deadline: 0.5 s in a
     group of 60 s fails within 0.5 s + 2 s, naming 500 ms; 8 s in a group
     of 2 s waits out a peer 4 s late and succeeds, and the group works."""
-    short = launch([worker("reliability.py"), "op_timeout"], 2,
-                   env={"COMPCOLL_ALGO": algo, "TEST_TIMEOUT_S": "60", "TEST_OP_TIMEOUT_S": "0.5",
-                        "TEST_LATE_S": "3"},
-                   timeout=120, check=False)
-    for r in short:
-        assert r.returncode == 0, r.describe()
-    res = short[0].result
+    res = rank0_of_a_late_peer_run("op_timeout", {"COMPCOLL_ALGO": algo, "TEST_TIMEOUT_S": "60",
+                                                 "TEST_OP_TIMEOUT_S": "0.5", "TEST_LATE_S": "3"})
     assert res["backend"] == "compcoll", res
     assert res["error"] is not None, f"the allreduce did not fail: {res}"
     assert res["took_s"] <= 0.5 + 2, res
@@ -111,13 +115,8 @@ def test_an_ephemeral_timeout_extends_the_next_operations_until_one_completes(tm
     so around a long compile): in a 2 s group extended by 4 s, a dgc
     allreduce waits out a peer 3 s late; the extension ends with it, so the
     next allreduce, 3 s late again, fails at the group's 2 s."""
-    ranks = launch([worker("reliability.py"), "ephemeral"], 2,
-                   env={"COMPCOLL_ALGO": "dgc", "TEST_TIMEOUT_S": "2", "TEST_EXTRA_S": "4",
-                        "TEST_LATE_S": "3"},
-                   timeout=120, check=False)
-    for r in ranks:
-        assert r.returncode == 0, r.describe()
-    res = ranks[0].result
+    res = rank0_of_a_late_peer_run("ephemeral", {"COMPCOLL_ALGO": "dgc", "TEST_TIMEOUT_S": "2",
+                                                "TEST_EXTRA_S": "4", "TEST_LATE_S": "3"})
     assert res["backend"] == "compcoll", res
     assert res["extended"]["error"] is None, res["extended"]["error"]
     assert res["extended"]["took_s"] >= 2.5, res  # it did wait past the group's 2 s

@@ -145,27 +145,37 @@ def retimed():
     os._exit(0)  # the group is broken; skip its teardown
 
 
-def op_timeout():
-    group_s = float(os.environ["TEST_TIMEOUT_S"])
-    op_s = float(os.environ["TEST_OP_TIMEOUT_S"])
-    late_s = float(os.environ["TEST_LATE_S"])
-    dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=group_s))
+def warm_group_with_timeout():
+    """The default group with a TEST_TIMEOUT_S timeout, after three
+    allreduces (the compressed path set up): rank, group, cpu backend name."""
+    timeout = timedelta(seconds=float(os.environ["TEST_TIMEOUT_S"]))
+    dist.init_process_group("gloo", init_method="env://", timeout=timeout)
     rank = dist.get_rank()
     pg = dist.group.WORLD
-    backend = pg._get_backend(torch.device("cpu")).name()
     for step in range(3):
         dist.all_reduce(gradient(rank, step))
-    opts = dist.AllreduceOptions()
-    opts.timeout = timedelta(seconds=op_s)
+    return rank, pg, pg._get_backend(torch.device("cpu")).name()
+
+
+def late_call(rank, call):
+    """call() with rank 1 TEST_LATE_S late: {error or None, seconds taken}."""
     if rank == 1:
-        time.sleep(late_s)
+        time.sleep(float(os.environ["TEST_LATE_S"]))
     start = time.monotonic()
     try:
-        pg.allreduce([gradient(rank, 3)], opts).wait()
+        call()
         error = None
     except Exception as e:  # noqa: BLE001  the error is the result
         error = str(e)[:2000]
-    took = time.monotonic() - start
+    return {"error": error, "took_s": time.monotonic() - start}
+
+
+def op_timeout():
+    rank, pg, backend = warm_group_with_timeout()
+    opts = dist.AllreduceOptions()
+    opts.timeout = timedelta(seconds=float(os.environ["TEST_OP_TIMEOUT_S"]))
+    outcome = late_call(rank, lambda: pg.allreduce([gradient(rank, 3)], opts).wait())
+    error, took = outcome["error"], outcome["took_s"]
     usable = None
     if error is None:
         dist.all_reduce(gradient(rank, 4))  # compressed, as the call before
@@ -179,28 +189,12 @@ def op_timeout():
 
 
 def ephemeral():
-    group_s = float(os.environ["TEST_TIMEOUT_S"])
-    extra_s = float(os.environ["TEST_EXTRA_S"])
-    late_s = float(os.environ["TEST_LATE_S"])
-    dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=group_s))
-    rank = dist.get_rank()
-    pg = dist.group.WORLD
-    backend = pg._get_backend(torch.device("cpu")).name()
-    for step in range(3):
-        dist.all_reduce(gradient(rank, step))
-    pg._add_ephemeral_timeout(timedelta(seconds=extra_s))
+    rank, pg, backend = warm_group_with_timeout()
+    pg._add_ephemeral_timeout(timedelta(seconds=float(os.environ["TEST_EXTRA_S"])))
     result = {"rank": rank, "backend": backend}
     for name, step in (("extended", 3), ("after", 4)):
-        if rank == 1:
-            time.sleep(late_s)
-        start = time.monotonic()
-        try:
-            dist.all_reduce(gradient(rank, step))
-            error = None
-        except Exception as e:  # noqa: BLE001  the error is the result
-            error = str(e)[:2000]
-        result[name] = {"error": error, "took_s": time.monotonic() - start}
-        if error is not None:
+        result[name] = late_call(rank, lambda: dist.all_reduce(gradient(rank, step)))
+        if result[name]["error"] is not None:
             break
     emit(result)
     os._exit(0)  # the group is broken by the second call; skip its teardown
