@@ -611,7 +611,8 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
     info = run(state, hierarchical);
   } catch (const TimeoutError& e) {
     broken_ = e.what();
-    throw naming_timeout_setting(e, cfg_, "a dead or stuck peer fails any limit, a slow link only a short one");
+    throw naming_timeout_setting(e, cfg_,
+                                 "a dead or stuck peer fails any limit, a slow link only a short one");
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kInvalidArgument) broken_ = e.what();
     throw;

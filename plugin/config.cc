@@ -513,7 +513,14 @@ Config load_config(const EnvLookup& env) {
 
 TimeoutError naming_timeout_setting(const TimeoutError& e, const Config& cfg,
                                     std::string_view advice) {
-  if (e.limit() != cfg.timeout) return e;
+  // A front end that takes the timeout from its framework (the PyTorch
+  // backend: the process group's) never read the variable.
+  const auto table = config_table();
+  const auto var = std::find_if(table.begin(), table.end(), [](const ConfigVar& v) {
+    return std::string_view(v.name) == "COMPCOLL_TIMEOUT_MS";
+  });
+  const bool read = var != table.end() && (var->ignored_by & bit(cfg.front_end)) == 0;
+  if (!read || e.limit() != cfg.timeout) return e;
   return TimeoutError(detail::concat(e.what(), " (COMPCOLL_TIMEOUT_MS=", cfg.timeout.count(),
                                      " sets this limit; ", advice, ")"),
                       e.limit());

@@ -138,9 +138,10 @@ EnvLookup process_env();
 Config load_config(const EnvLookup& env = process_env());
 
 // e again, its message naming the setting behind the limit that expired
-// (COMPCOLL_TIMEOUT_MS) when that limit is cfg.timeout, then `advice`: the
-// transport knows its limit, not the variable that set it. A limit from
-// elsewhere (a framework's own timeout) leaves the message as it is.
+// (COMPCOLL_TIMEOUT_MS) when that limit is cfg.timeout and cfg's front end
+// reads the variable, then `advice`: the transport knows its limit, not the
+// variable that set it. A limit from elsewhere (a framework's own timeout,
+// an operation's own) leaves the message as it is.
 TimeoutError naming_timeout_setting(const TimeoutError& e, const Config& cfg,
                                     std::string_view advice);
 

@@ -236,15 +236,19 @@ TEST(Communicator, MismatchedConfigurationFailsEveryRankAtCreation) {
 
 // A call whose peer never makes it fails at the limit as a TimeoutError
 // that names COMPCOLL_TIMEOUT_MS when that setting is the limit, and says
-// nothing of it when the limit came from elsewhere (a framework's own
-// timeout, as under the PyTorch backend); the communicator is broken after.
+// nothing of it when the limit came from elsewhere: another value, or a
+// front end that never reads the variable (the PyTorch backend sets
+// cfg.timeout to the process group's); the communicator is broken after.
 TEST(Communicator, ACallThatTimesOutNamesTheSettingOnlyWhenItSetTheLimit) {
-  for (const bool from_config : {true, false}) {
+  enum class Limit { kFromTheVariable, kAnotherValue, kFromTheFramework };
+  for (const Limit limit : {Limit::kFromTheVariable, Limit::kAnotherValue, Limit::kFromTheFramework}) {
+    const bool from_config = limit == Limit::kFromTheVariable;
     testing::HarnessOptions opts;
     opts.timeout = std::chrono::milliseconds(400);
     const auto errors = testing::run_gloo_ranks_collect(2, [&](Comm& comm) {
       Config c = dgc_config();
-      if (from_config) c.timeout = opts.timeout;  // else the table's 30 s default
+      if (limit != Limit::kAnotherValue) c.timeout = opts.timeout;  // else the 30 s default
+      if (limit == Limit::kFromTheFramework) c.front_end = FrontEnd::kTorchBackend;
       Communicator cc(std::make_unique<Borrowed>(comm), c);
       if (comm.rank() == 1) {  // never calls: rank 0 waits for it to the limit
         std::this_thread::sleep_for(std::chrono::milliseconds(900));

@@ -15,8 +15,9 @@
 // An operation may carry a timeout of its own (c10d's Options::timeout:
 // dist.barrier(timeout=...), or AllreduceOptions set by the caller), which
 // Gloo applies to that operation alone. compcoll does too: the backend gives
-// it to the worker (the operation's deadline) and holds an OperationScope
-// while the worker runs the operation, so that the waits its compressed
+// it to the worker, which makes it the operation's deadline (with any
+// ephemeral extension, Worker::add_ephemeral_timeout) and runs the
+// operation inside an OperationScope of it, so that the waits its compressed
 // algorithm makes through the lane's TorchComm (which call get()) keep it.
 #pragma once
 
