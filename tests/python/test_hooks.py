@@ -86,6 +86,33 @@ def test_fsdp_full_shard_warns_and_subgroups_reach_the_stats_file(tmp_path):
         assert st["calls"] == sum(g["calls"] for g in st["groups"].values()), st
 
 
+@pytest.mark.parametrize("mode", ["fsdp1", "fsdp2"])
+def test_hsdp_compresses_the_allreduce_across_replicas(mode):
+    """FSDP HYBRID_SHARD (fsdp1) and fully_shard on a 2-D mesh (fsdp2), 2
+    replicas of 2 shards: every step's reduced shard is allreduced across
+    replicas, and that allreduce is compressed (the replicate groups count a
+    compressed call per step and FSDP unit); the reduce-scatters within a
+    replica are not, and the shard groups' rank 0 says so at INFO (other
+    groups compress), never with the WARN that nothing is saved. Replica
+    peers hold the same parameter shard bit for bit."""
+    steps = 3
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DEBUG": "INFO", "MODE": mode, "STEPS": str(steps)}
+    ranks = launch([worker("hsdp.py")], 4, env=env, timeout=240)
+    for r in ranks:
+        rep, shard = r.result["groups"]["replicate"], r.result["groups"]["shard"]
+        assert rep["compressed_calls"] >= steps and rep["ratio"] > 20, (r.rank, rep)
+        assert shard["compressed_calls"] == 0 and shard["reduce_scatter_calls"] >= steps, shard
+        assert "saves nothing" not in r.stderr, r.describe()
+        infos = [ln for ln in r.stderr.splitlines()
+                 if "compcoll compresses allreduce only" in ln and "(HSDP)" in ln]
+        # Ranks 0 and 2 are their shard group's rank 0 (mesh [[0, 1], [2, 3]]).
+        assert len(infos) == (1 if r.rank in (0, 2) else 0), r.describe()
+        assert all("compcoll INFO" in ln for ln in infos), infos
+    for r in (0, 1):  # replica peers: r and r + 2 hold shard r
+        assert ranks[r].result["shard_digest"] == ranks[r + 2].result["shard_digest"]
+    assert ranks[0].result["shard_digest"] != ranks[1].result["shard_digest"]
+
+
 def test_uncompressible_gradient_sums_are_reported_once_per_reason():
     """Under COMPCOLL_ALGO, a float64 DDP model and a non-contiguous view
     go to Gloo (exact, not counted) and rank 0 says so once for each, at

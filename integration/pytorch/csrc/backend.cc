@@ -178,6 +178,7 @@ GroupStats CompcollBackend::group_stats_skeleton() const {
 
 void CompcollBackend::finish() {
   if (finished_.exchange(true)) return;
+  report_reduce_scatters();  // a job with one reduce-scatter is not silent either
   if (!worker_->broken().empty()) return;  // its worker cannot be reached; nothing to write
   // The task owns what it touches (worker.h); the file is written on the
   // worker, after everything submitted so far.

@@ -60,10 +60,14 @@
 //               rebuild.
 //
 // FSDP: reduce-scatter is delegated, never compressed. A group that has
-// delegated a reduce-scatter of at least COMPCOLL_MIN_ELEMS elements while
-// no allreduce of it could be compressed (FSDP FULL_SHARD, fully_shard:
-// compression enabled, nothing compressed) says so at WARN, once, on group
-// rank 0.
+// delegated reduce-scatters of at least COMPCOLL_MIN_ELEMS elements while
+// no allreduce of it could be compressed says so once, on group rank 0, at
+// its second such reduce-scatter (or at finish() if there is no second):
+// at WARN when no compcoll group of the process has compressed an allreduce
+// either (FSDP FULL_SHARD, fully_shard on a 1-D mesh: nothing is saved), at
+// INFO when another group has (HYBRID_SHARD, fully_shard on a 2-D mesh: the
+// allreduce across replicas that follows each reduce-scatter is compressed;
+// by the second reduce-scatter the first one's allreduce has been submitted).
 //
 // split_group, merge_remote_group: torch builds such a group by asking the
 // parent's backend for the child's. The child is built the way the parent
@@ -308,8 +312,11 @@ class CompcollBackend final : public c10d::Backend {
   // Reports a dropped residual, and merged states (under the queue lock).
   void log_slot_event(const Lane& lane, const SlotAssignment& a, int64_t numel);
   // Counts a delegated reduce-scatter of elems input elements; the FSDP
-  // warning (see the top of this file).
+  // note (see the top of this file), which report_reduce_scatters() says.
   void note_reduce_scatter(int64_t elems);
+  void report_reduce_scatters();
+  // Allreduces that every live compcoll backend of the process could compress.
+  static uint64_t compressible_candidates_in_process();
   // The group's stats without the lanes' (read on the worker).
   GroupStats group_stats_skeleton() const;
 
@@ -350,6 +357,10 @@ class CompcollBackend final : public c10d::Backend {
   std::atomic<uint64_t> compressible_candidates_{0};
   std::atomic<uint64_t> rs_calls_{0};
   std::atomic<uint64_t> rs_elems_{0};
+  // Reduce-scatters of at least COMPCOLL_MIN_ELEMS with compression on, and
+  // the largest of them (elements).
+  std::atomic<uint64_t> rs_eligible_{0};
+  std::atomic<int64_t> rs_largest_{0};
   std::atomic<bool> rs_warned_{false};
   UncompressedNotes uncompressed_notes_;  // float64, non-contiguous, ...: said once
   ChildFactory child_factory_;  // empty: the backend cannot split or merge

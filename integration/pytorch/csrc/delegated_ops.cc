@@ -30,14 +30,43 @@ void CompcollBackend::note_reduce_scatter(int64_t elems) {
   rs_calls_.fetch_add(1);
   rs_elems_.fetch_add(static_cast<uint64_t>(elems));
   if (!cfg_.compression_enabled() || static_cast<size_t>(elems) < cfg_.min_elems) return;
-  if (compressible_candidates_.load() > 0 || rs_warned_.exchange(true)) return;
-  if (getRank() != 0) return;  // once per group
-  log_.warn("group '", getGroupUid(), "': a reduce-scatter of ", elems,
-            " elements went uncompressed, and no allreduce of this group so far could be "
-            "compressed: compcoll compresses allreduce only. FSDP (FULL_SHARD, SHARD_GRAD_OP, "
-            "HYBRID_SHARD) and FSDP2's fully_shard reduce gradients with reduce-scatter, so "
-            "COMPCOLL_ALGO=", cfg_.algo, " saves nothing for them; DDP, or FSDP NO_SHARD, "
-            "allreduces them (docs/pytorch.md, FSDP)");
+  int64_t largest = rs_largest_.load();
+  while (elems > largest && !rs_largest_.compare_exchange_weak(largest, elems)) {
+  }
+  // Decided at the second: HSDP's allreduce of the first one's shard (on
+  // another group) has been submitted by then.
+  if (rs_eligible_.fetch_add(1) + 1 >= 2) report_reduce_scatters();
+}
+
+void CompcollBackend::report_reduce_scatters() {
+  if (rs_eligible_.load() == 0 || compressible_candidates_.load() > 0) return;
+  if (rs_warned_.exchange(true) || getRank() != 0) return;  // once per group
+  const std::string what = "group '" + getGroupUid() + "': reduce-scatters (up to " +
+                           std::to_string(rs_largest_.load()) +
+                           " elements) went uncompressed, and no allreduce of this group so far "
+                           "could be compressed: compcoll compresses allreduce only. ";
+  if (compressible_candidates_in_process() > 0) {
+    log_.info(what,
+              "Other compcoll groups of this process compress their allreduces, as FSDP's "
+              "HYBRID_SHARD and fully_shard on a 2-D mesh (HSDP) allreduce each reduced shard "
+              "across replicas: that traffic between replicas is what is compressed "
+              "(docs/pytorch.md, FSDP)");
+    return;
+  }
+  log_.warn(what,
+            "FSDP FULL_SHARD and SHARD_GRAD_OP, and FSDP2's fully_shard on a 1-D mesh, reduce "
+            "gradients with reduce-scatter alone, so COMPCOLL_ALGO=", cfg_.algo,
+            " saves nothing for them; DDP, FSDP NO_SHARD, and the allreduce across replicas of "
+            "HYBRID_SHARD or fully_shard on a 2-D mesh (HSDP) are compressed (docs/pytorch.md, "
+            "FSDP)");
+}
+
+uint64_t CompcollBackend::compressible_candidates_in_process() {
+  uint64_t n = 0;
+  for (const c10::intrusive_ptr<CompcollBackend>& b : live()) {
+    n += b->compressible_candidates_.load();
+  }
+  return n;
 }
 
 // ------------------------------------------------------------ delegation --
