@@ -397,10 +397,14 @@ HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
                       : "follows its host's leader",
         "; ", cfg.algo, " runs between ", hosts, hosts == 1 ? " leader" : " leaders");
   }
-  const std::string fallback =
-      h.sharded_fallback().empty()
-          ? ""
-          : detail::concat("; one leader per host, not slices: ", h.sharded_fallback());
+  std::string fallback;
+  if (!h.sharded_fallback().empty()) {
+    // shards asked for and not possible here: it runs as host would, so the
+    // setting changes nothing beyond host (WARN, once per process).
+    out.inert = true;
+    fallback = detail::concat("; one leader per host, not slices: ", h.sharded_fallback(),
+                              ", so COMPCOLL_HIERARCHY=shards runs as host would");
+  }
   out.why = detail::concat("host hierarchy on (COMPCOLL_HIERARCHY=", cfg.hierarchy, "): ",
                            described, "; this rank ", role, fallback, cores, undetected);
   return out;

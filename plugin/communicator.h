@@ -186,7 +186,9 @@ struct HierarchyChoice {
   std::unique_ptr<Hierarchy> hierarchy;
   std::string why;
   // COMPCOLL_HIERARCHY asked for a hierarchy that would change nothing
-  // (every host has one rank): `why` says so at WARN.
+  // (every host has one rank), or for shards that run as host would (the
+  // transport cannot connect slices, or a host has one rank): `why` says so
+  // at WARN.
   bool inert = false;
 };
 HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg);

@@ -418,7 +418,8 @@ const ConfigVar kTable[] = {
      "same, with "
      "every tensor cut into S slices (S = the smallest host's ranks) and local rank j leading "
      "slice j between the hosts' j-th ranks, each keeping its slice's error feedback (Gloo "
-     "subgroups needed, else one leader per host, logged); auto = host when some host "
+     "subgroups and two ranks on every host needed, else it runs as host: WARN); auto = host "
+     "when some host "
      "has several ranks, there are several hosts, and some machine's ranks outnumber the CPUs "
      "they may use (with a core per rank the ranks compress in parallel faster than their leaders "
      "would alone)",
