@@ -390,10 +390,7 @@ void CompcollBackend::addEphemeralTimeout(const std::chrono::milliseconds& timeo
   worker_->add_ephemeral_timeout(timeout);
   // The inner backends extend their own waits (a delegated operation's):
   // those built now; a device lane built later starts without it.
-  inner_->addEphemeralTimeout(timeout);
-  if (device_) {
-    if (c10::intrusive_ptr<c10d::Backend> d = device_->built_inner()) d->addEphemeralTimeout(timeout);
-  }
+  for (const c10::intrusive_ptr<c10d::Backend>& b : built_inners()) b->addEphemeralTimeout(timeout);
   log_.info("group '", getGroupUid(), "': timeout extended by ", timeout.count(),
             " ms until the next operation completes (addEphemeralTimeout)");
 }
@@ -401,10 +398,7 @@ void CompcollBackend::addEphemeralTimeout(const std::chrono::milliseconds& timeo
 void CompcollBackend::enableCollectivesTiming() {
   // The inner backends first: one that cannot time refuses here, before
   // compcoll says it is on.
-  inner_->enableCollectivesTiming();
-  if (device_) {
-    if (c10::intrusive_ptr<c10d::Backend> d = device_->built_inner()) d->enableCollectivesTiming();
-  }
+  for (const c10::intrusive_ptr<c10d::Backend>& b : built_inners()) b->enableCollectivesTiming();
   timing_ = true;
 }
 
@@ -467,17 +461,23 @@ void CompcollBackend::eagerConnectSingleDevice(at::Device device) {
 
 c10d::ErrorType CompcollBackend::getError() {
   if (!worker_->broken().empty()) return c10d::ErrorType::TIMEOUT;
-  const c10d::ErrorType e = inner_->getError();
-  if (e != c10d::ErrorType::SUCCESS || !device_) return e;
-  auto built = device_->built_inner();
-  return built ? built->getError() : e;
+  for (const c10::intrusive_ptr<c10d::Backend>& b : built_inners()) {
+    const c10d::ErrorType e = b->getError();
+    if (e != c10d::ErrorType::SUCCESS) return e;
+  }
+  return c10d::ErrorType::SUCCESS;
+}
+
+std::vector<c10::intrusive_ptr<c10d::Backend>> CompcollBackend::built_inners() const {
+  std::vector<c10::intrusive_ptr<c10d::Backend>> out{inner_};
+  if (device_) {
+    if (c10::intrusive_ptr<c10d::Backend> d = device_->built_inner()) out.push_back(std::move(d));
+  }
+  return out;
 }
 
 void CompcollBackend::abort() {
-  inner_->abort();
-  if (device_) {
-    if (auto built = device_->built_inner()) built->abort();
-  }
+  for (const c10::intrusive_ptr<c10d::Backend>& b : built_inners()) b->abort();
 }
 
 void CompcollBackend::shutdown() {
@@ -486,10 +486,7 @@ void CompcollBackend::shutdown() {
   } catch (const std::exception& e) {
     log_.warn("finishing the torch backend at shutdown failed: ", e.what());
   }
-  inner_->shutdown();
-  if (device_) {
-    if (auto built = device_->built_inner()) built->shutdown();
-  }
+  for (const c10::intrusive_ptr<c10d::Backend>& b : built_inners()) b->shutdown();
 }
 
 }  // namespace compcoll::torch_integration

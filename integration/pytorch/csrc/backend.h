@@ -306,6 +306,9 @@ class CompcollBackend final : public c10d::Backend {
                                           Issue issue, std::chrono::milliseconds requested,
                                           bool collective = true);
   const std::shared_ptr<Lane>& lane_for(c10::Device device) const;
+  // The inner backends built so far: the host lane's, and the device lane's
+  // once its first operation built it (abort, shutdown, timeouts, timing).
+  std::vector<c10::intrusive_ptr<c10d::Backend>> built_inners() const;
   const std::shared_ptr<Lane>& lane_named(const std::string& name) const;
   bool is_candidate(const Lane& lane, const std::vector<at::Tensor>& tensors,
                     const c10d::AllreduceOptions& opts, DType* dtype, ReduceOp* op) const;
