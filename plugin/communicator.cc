@@ -76,6 +76,7 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
   if (cfg_.report_inert_settings) {
     for (const std::string& w : inert_setting_warnings_once(cfg_)) log_.warn(w);
   }
+  warn_if_alone();
   const std::string description = cfg_.agreement_description();
   ensure_agreement(*comm_, description);
   check_stats_file();
@@ -94,6 +95,21 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
 Communicator::~Communicator() {
   finish();
   release_state_claim();
+}
+
+void Communicator::warn_if_alone() const {
+  // A lone rank's allreduce is the identity: a compressed call sends nothing
+  // and only delays what it does not deliver. It still runs (a one-rank run
+  // then trains as each rank of a many-rank one would, which is how a user
+  // previews compression), but never without a word. auto stays exact here
+  // (its cost model prices a lone rank's dense call at zero).
+  static std::atomic<bool> said{false};
+  if (comm_->size() != 1 || !cfg_.compression_enabled() || cfg_.algo == "auto") return;
+  if (said.exchange(true)) return;
+  log_.warn("world size 1: no allreduce crosses a link, so COMPCOLL_ALGO=", cfg_.algo,
+            " saves nothing here and changes the results (what a call does not send waits in "
+            "the residual, as on many ranks, so a one-rank run previews its effect on "
+            "training); COMPCOLL_ALGO=auto keeps a lone rank exact (said once per process)");
 }
 
 void Communicator::resolve_codec_threads() {

@@ -152,6 +152,8 @@ class Communicator {
   // At finish: one WARN (rank 0) when compression was asked for and no call
   // was compressed, with why (warm-up, dense routes, the algorithm's choice).
   void warn_if_nothing_compressed() const;
+  // A compressing algorithm on a world of one rank saves nothing: WARN once.
+  void warn_if_alone() const;
 
   Config cfg_;
   std::string state_path_;  // claimed COMPCOLL_STATE_DIR file, "" if none

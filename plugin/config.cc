@@ -133,7 +133,8 @@ const char* idle_without_hierarchy(const Config& cfg) {
 // Kept in one place so that compcoll-info, docs/ and the tests agree.
 const ConfigVar kTable[] = {
     {"COMPCOLL_ALGO", VarType::kEnum, "", "a registered algorithm (compcoll-info lists them)",
-     "compression algorithm for eligible allreduces; unset or dense = off",
+     "compression algorithm for eligible allreduces; unset or dense = off. On a world of one "
+     "rank a compressing algorithm saves nothing and still runs (WARN once); auto stays exact there",
      CC_APPLY {
        bool known = false;  // the registry is the one list of algorithms
        for (const auto& a : algorithm_table()) known = known || value == a.name;

@@ -186,6 +186,11 @@ TEST(InfoCli, ColumnsStayAlignedForEveryRow) {
   EXPECT_NE(o.out.find(long_path), std::string::npos);
 }
 
+// The app's world is one rank: a compressing algorithm saves nothing there,
+// which every run with one says once per process, whatever its communicators.
+constexpr const char* kAloneWarning =
+    "world size 1: no allreduce crosses a link, so COMPCOLL_ALGO=dgc saves nothing here";
+
 TEST(CommunicatorWarning, UnknownNamesAreWarnedOncePerProcess) {
   TempDir dir, clean_dir;  // a fresh rendezvous directory per run
   const Output o = run({kTwoComms, dir.path()}, {"COMPCOLL_ALGOO=dgc", "COMPCOLL_MIN_ELEMS=1"});
@@ -204,11 +209,12 @@ TEST(CommunicatorWarning, UnknownNamesAreWarnedOncePerProcess) {
       << o.err;
 
   // (COMPCOLL_MIN_ELEMS=1: the app's 4 floats are compressed, so no WARN
-  // that nothing was.)
+  // that nothing was; the one WARN left is the app's world of one rank.)
   const Output clean =
       run({kTwoComms, clean_dir.path()}, {"COMPCOLL_ALGO=dgc", "COMPCOLL_MIN_ELEMS=1"});
   ASSERT_EQ(clean.code, 0) << clean.err;
-  EXPECT_EQ(occurrences(clean.err, "WARN"), 0u) << clean.err;
+  EXPECT_EQ(occurrences(clean.err, "WARN"), 1u) << clean.err;
+  EXPECT_EQ(occurrences(clean.err, kAloneWarning), 1u) << clean.err;
 }
 
 // A misspelt name is said before the rendezvous, not after it: a misspelt
@@ -239,10 +245,11 @@ TEST(CommunicatorWarning, AHierarchyOfOneRankHostsIsWarnedOncePerProcess) {
   const Output o = run({kTwoComms, dir.path()},
                        {"COMPCOLL_ALGO=dgc", "COMPCOLL_MIN_ELEMS=1", "COMPCOLL_HIERARCHY=host"});
   ASSERT_EQ(o.code, 0) << o.err;
-  EXPECT_EQ(occurrences(o.err, "compcoll WARN"), 1u) << o.err;
+  EXPECT_EQ(occurrences(o.err, "compcoll WARN"), 2u) << o.err;
   EXPECT_EQ(occurrences(o.err, "COMPCOLL_HIERARCHY=host changes nothing: every host has one rank"),
             1u)
       << o.err;
+  EXPECT_EQ(occurrences(o.err, kAloneWarning), 1u) << o.err;
 }
 
 // A variable the algorithm does not read: one WARN per process naming what
@@ -256,7 +263,11 @@ TEST(CommunicatorWarning, SettingsTheAlgorithmDoesNotReadAreWarnedOncePerProcess
   const Output o = run({kTwoComms, dir.path()}, env);
   ASSERT_EQ(o.code, 0) << o.err;
   EXPECT_EQ(o.out, "ok\n");
-  EXPECT_EQ(occurrences(o.err, "compcoll WARN"), 2u) << o.err;
+  EXPECT_EQ(occurrences(o.err, "compcoll WARN"), 3u) << o.err;  // and the world of one rank
+  EXPECT_EQ(occurrences(o.err, "world size 1: no allreduce crosses a link, so COMPCOLL_ALGO=onebit "
+                               "saves nothing here"),
+            1u)
+      << o.err;
   EXPECT_EQ(occurrences(o.err, "COMPCOLL_DENSITY=0.01 changes nothing for COMPCOLL_ALGO=onebit (it "
                                "tunes dgc, sbc, sdagc)"),
             1u)
@@ -282,7 +293,8 @@ TEST(CommunicatorWarning, NothingCompressedIsWarnedOncePerProcess) {
   TempDir dir;
   const Output o = run({kTwoComms, dir.path()}, {"COMPCOLL_ALGO=dgc"});
   ASSERT_EQ(o.code, 0) << o.err;
-  EXPECT_EQ(occurrences(o.err, "compcoll WARN"), 1u) << o.err;
+  EXPECT_EQ(occurrences(o.err, "compcoll WARN"), 2u) << o.err;
+  EXPECT_EQ(occurrences(o.err, kAloneWarning), 1u) << o.err;
   EXPECT_EQ(occurrences(o.err, "COMPCOLL_ALGO=dgc compressed none of this communicator's 1 "
                                "allreduce calls: 1 took the dense route (under "
                                "COMPCOLL_MIN_ELEMS=16384 elements"),

@@ -81,6 +81,21 @@ def notices(r):
     return [line for line in r.stderr.splitlines() if line.startswith("compcoll WARN")]
 
 
+@pytest.mark.parametrize("algo", ["dgc", "auto"])
+def test_a_lone_rank_hears_that_compression_saves_nothing(algo):
+    """torchrun --nproc-per-node 1 with COMPCOLL_ALGO=dgc: no allreduce
+    crosses a link, so compression only changes the results. It still runs
+    (a one-rank preview of training under it), and rank 0 says so once.
+    auto stays exact on a lone rank and says nothing."""
+    r = launch([worker("plain_ddp.py")], 1, env={"COMPCOLL_ALGO": algo})[0]
+    said = [ln for ln in notices(r) if "world size 1" in ln]
+    if algo == "auto":
+        assert said == [], r.describe()
+    else:
+        assert len(said) == 1 and "COMPCOLL_ALGO=dgc saves nothing" in said[0], r.describe()
+        assert "COMPCOLL_ALGO=auto keeps a lone rank exact" in said[0], said
+
+
 def test_unset_means_plain_gloo(tmp_path):
     """Plain Gloo; the settings given without COMPCOLL_ALGO are named once,
     on rank 0, not silently ignored."""
