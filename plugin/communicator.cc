@@ -585,8 +585,34 @@ void Communicator::allreduce_device(DeviceRoute& device, const void* send, void*
   });
 }
 
+namespace {
+
+// A communicator's calls are collective and ordered: two of them running at
+// once (two threads on one communicator) would interleave their messages, a
+// hang or a wrong sum on some rank. The second is refused before it touches
+// anything; the running one is unaffected.
+class OneCallAtATime {
+ public:
+  OneCallAtATime(std::atomic<bool>& in_call, int rank, size_t count) : in_call_(in_call) {
+    CC_CHECK(!in_call_.exchange(true), kInvalidArgument, "rank ", rank, ": an allreduce of ",
+             count, " elements entered this communicator while another of its calls was running "
+             "on another thread; a communicator's calls are collective and must come one at a "
+             "time, in the same order on every rank (call it from one thread, or give each "
+             "thread a communicator of its own)");
+  }
+  ~OneCallAtATime() { in_call_.store(false); }
+  OneCallAtATime(const OneCallAtATime&) = delete;
+  OneCallAtATime& operator=(const OneCallAtATime&) = delete;
+
+ private:
+  std::atomic<bool>& in_call_;
+};
+
+}  // namespace
+
 void Communicator::run_call(const Route& route, void* buf, size_t count, DType dtype, ReduceOp op,
                             const char* key, bool algorithm_decides, const CallRunner& run) {
+  const OneCallAtATime one_call(in_call_, comm_->rank(), count);
   CC_CHECK(broken_.empty(), kTransport, "rank ", comm_->rank(),
            ": this communicator failed earlier and must be rebuilt; first error: ", broken_);
   CC_CHECK(buf != nullptr || count == 0, kInvalidArgument, "allreduce of ", count,

@@ -23,6 +23,7 @@
 // effective configuration; a mismatch fails every rank before any data moves.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <span>
@@ -167,6 +168,8 @@ class Communicator {
   std::unordered_map<std::string, std::string> routes_;     // key -> last logged route
   std::unordered_map<std::string, std::string> decisions_;  // key -> auto's last logged choice
   std::string broken_;
+  // A call is running (run_call): a second one on another thread is refused.
+  std::atomic<bool> in_call_{false};
   uint64_t dense_route_calls_ = 0;  // calls choose_route sent dense (size, dtype, op)
   bool finished_ = false;
 

@@ -10,6 +10,12 @@
  * After a failure, compcoll_last_error() (per thread) says what happened.
  * A communicator that failed in a collective refuses further calls and
  * must be destroyed and created again.
+ *
+ * A communicator's calls are collective: every rank makes them in the same
+ * order, one at a time. A call made from another thread while one is
+ * running on the same communicator fails at once with
+ * COMPCOLL_INVALID_ARGUMENT and touches nothing (the running call goes on);
+ * give each thread a communicator of its own instead.
  */
 #ifndef COMPCOLL_COMPCOLL_H_
 #define COMPCOLL_COMPCOLL_H_

@@ -277,5 +277,49 @@ TEST(Communicator, ACallThatTimesOutNamesTheSettingOnlyWhenItSetTheLimit) {
   }
 }
 
+// Two threads on one communicator: its calls are collective and ordered,
+// so the second call made while the first runs is refused at once, naming
+// the misuse, and the first completes with the right sum. Rank 1 comes late
+// so that rank 0's first call is still waiting when its second thread calls.
+TEST(Communicator, ASecondThreadsCallWhileOneRunsIsRefusedAndTheFirstCompletes) {
+  testing::run_gloo_ranks(2, [](Comm& comm) {
+    Communicator cc(std::make_unique<Borrowed>(comm), dgc_config());
+    std::vector<float> x(100000, 1.0f);
+    // The communicator is not broken by a refusal: the ranks go on.
+    const auto and_then_one_more = [&] {
+      std::vector<float> z(10, 2.0f);
+      cc.allreduce(z.data(), z.size(), DType::kFloat32, ReduceOp::kSum);
+      EXPECT_EQ(z[0], 4.0f);
+    };
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      cc.allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kMax);
+      EXPECT_EQ(x[0], 1.0f);
+      and_then_one_more();
+      return;
+    }
+    std::string refused;
+    std::thread second([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      std::vector<float> y(5000, 1.0f);
+      try {
+        cc.allreduce(y.data(), y.size(), DType::kFloat32, ReduceOp::kSum);
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+        refused = e.what();
+      }
+      EXPECT_EQ(y[0], 1.0f);  // untouched
+    });
+    cc.allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kMax);  // exact: dense route
+    second.join();
+    EXPECT_EQ(x[0], 1.0f);
+    EXPECT_NE(refused.find("rank 0: an allreduce of 5000 elements entered this communicator while "
+                           "another of its calls was running on another thread"),
+              std::string::npos)
+        << refused;
+    and_then_one_more();
+  });
+}
+
 }  // namespace
 }  // namespace compcoll
