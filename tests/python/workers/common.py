@@ -26,3 +26,14 @@ def emit(obj):
 
 def rank_env(name, default=None):
     return os.environ.get(name, default)
+
+
+def train_square_loss(model, steps, features, lr, seed):
+    """steps of SGD on the mean square of the model's output for random
+    batches of 8 x features (this rank's own stream: seed)."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(8, features, generator=g)).square().mean().backward()
+        opt.step()

@@ -8,7 +8,7 @@ import torch.nn as nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import ShardingStrategy
 
-from common import emit
+from common import emit, train_square_loss
 
 torch.set_num_threads(1)
 dist.init_process_group("gloo", init_method="env://")
@@ -22,12 +22,7 @@ def model():
 
 
 def train(m, steps=2):
-    opt = torch.optim.SGD(m.parameters(), lr=0.01)
-    g = torch.Generator().manual_seed(rank)
-    for _ in range(steps):
-        opt.zero_grad()
-        m(torch.randn(8, 128, generator=g)).square().mean().backward()
-        opt.step()
+    train_square_loss(m, steps, 128, lr=0.01, seed=rank)
 
 
 train(FSDP(model(), sharding_strategy=ShardingStrategy.FULL_SHARD, use_orig_params=True,

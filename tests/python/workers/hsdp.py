@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 
-from common import emit
+from common import emit, train_square_loss
 
 torch.set_num_threads(1)
 dist.init_process_group("gloo", init_method="env://")
@@ -35,12 +35,7 @@ else:
 
     fully_shard(model, mesh=mesh)
 
-opt = torch.optim.SGD(model.parameters(), lr=0.05)
-g = torch.Generator().manual_seed(rank)
-for _ in range(steps):
-    opt.zero_grad()
-    model(torch.randn(8, 256, generator=g)).square().mean().backward()
-    opt.step()
+train_square_loss(model, steps, 256, lr=0.05, seed=rank)
 
 digest = hashlib.sha256()
 for p in model.parameters():
