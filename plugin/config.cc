@@ -431,8 +431,9 @@ const ConfigVar kTable[] = {
      kTunesCompressed},
     {"COMPCOLL_HOST_ID", VarType::kString, "", "a string of 1 to 256 bytes",
      "this rank's host for COMPCOLL_HIERARCHY; ranks with equal ids must share /dev/shm; unset = "
-     "the kernel's boot id and the network namespace (hostnames are not enough: namespaces "
-     "share them)",
+     "the kernel's boot id, the network namespace and the /dev/shm mounted (hostnames are not "
+     "enough: namespaces share them; containers on the host's network mount their own "
+     "/dev/shm)",
      CC_APPLY {
        if (value.size() > kMaxHostIdBytes) reject(var, value, "longer than 256 bytes");
        cfg.host_id = value;

@@ -22,7 +22,17 @@ std::string detect_host_id() {
   CC_CHECK(stat("/proc/self/ns/net", &st) == 0, kUnsupported,
            "cannot stat /proc/self/ns/net to tell network namespaces apart (", std::strerror(errno),
            "); set COMPCOLL_HOST_ID or COMPCOLL_HIERARCHY=off");
-  return boot + "/net:" + std::to_string(static_cast<unsigned long long>(st.st_ino));
+  std::string id = boot + "/net:" + std::to_string(static_cast<unsigned long long>(st.st_ino));
+  // Containers with the host's network (Kubernetes' hostNetwork, docker
+  // --network host) share the boot id and the network namespace but each
+  // mount a /dev/shm of their own, where the hierarchy's segments could not
+  // meet: the filesystem mounted there tells them apart. (No /dev/shm: no
+  // segment anywhere, so nothing to tell apart; the hierarchy says why.)
+  struct stat shm {};
+  if (stat("/dev/shm", &shm) == 0) {
+    id += "/shm:" + std::to_string(static_cast<unsigned long long>(shm.st_dev));
+  }
+  return id;
 }
 
 std::string host_id(const std::string& override_id) {

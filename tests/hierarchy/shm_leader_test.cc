@@ -3,7 +3,10 @@
 // failure handling (bounded waits that name the peer, aborts, mismatches).
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,7 +48,53 @@ TEST(HostLayout, TheDetectedIdIsStableAndNamesTheNetworkNamespace) {
   const std::string id = detect_host_id();
   EXPECT_EQ(id, detect_host_id());
   EXPECT_NE(id.find("/net:"), std::string::npos) << id;
+  EXPECT_NE(id.find("/shm:"), std::string::npos) << id;
   EXPECT_EQ(host_id("mine"), "mine");
+}
+
+// detect_host_id() in a child process, after `setup` (in the child): "" when
+// setup fails (no privilege for namespaces here), else the child's id.
+std::string host_id_in_child(bool own_shm) {
+  int fds[2];
+  if (pipe(fds) != 0) return "";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    std::string id;
+    // A mount namespace of its own, private so nothing reaches the parent's.
+    if (unshare(CLONE_NEWNS) == 0 && mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+        (!own_shm || mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") == 0)) {
+      try {
+        id = detect_host_id();
+      } catch (...) {
+        id = "";
+      }
+    }
+    const ssize_t n = write(fds[1], id.data(), id.size());
+    _exit(n == static_cast<ssize_t>(id.size()) ? 0 : 1);
+  }
+  close(fds[1]);
+  std::string id;
+  char buf[256];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) id.append(buf, size_t(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return id;
+}
+
+// Containers that share the host's network namespace (Kubernetes'
+// hostNetwork) but mount their own /dev/shm cannot meet in shared memory:
+// they are other hosts. A mount namespace that keeps the same /dev/shm
+// changes nothing.
+TEST(HostLayout, AProcessWithAnotherDevShmIsAnotherHost) {
+  const std::string same = host_id_in_child(false);
+  const std::string own = host_id_in_child(true);
+  if (same.empty() || own.empty()) GTEST_SKIP() << "no privilege for mount namespaces here";
+  EXPECT_EQ(same, detect_host_id());
+  EXPECT_NE(own, detect_host_id());
+  const std::string net = detect_host_id().substr(0, detect_host_id().find("/shm:"));
+  EXPECT_EQ(own.rfind(net + "/shm:", 0), 0u) << own;  // same kernel and network namespace
 }
 
 // World of 5: hosts {0,1} {2} {3,4}; leaders 0, 2, 3 run collectives over a
