@@ -476,15 +476,29 @@ void Communicator::finish() {
   warn_if_nothing_compressed();
 }
 
+namespace {
+// Compressed calls of every communicator of the process: a group that
+// compressed none while others did (tensor parallelism's group beside the
+// data-parallel one) is not a job that got no compression.
+std::atomic<uint64_t> compressed_calls_in_process{0};
+}  // namespace
+
 void Communicator::warn_if_nothing_compressed() const {
   // A short job can end before any tensor leaves the warm-up (csc and onebit
   // run it dense), or send only tensors too small to compress: the user asked
   // for compression and got none, which must not pass silently. Rank 0 says
   // it for all (the ranks agree on the configuration), once per process and
-  // algorithm (a script's several groups end alike).
+  // algorithm (a script's several groups end alike), and only at INFO when
+  // another communicator of the process compressed (the job did get it).
   const uint64_t calls = stats_.calls();
   if (cfg_.algo == "dense" || calls == 0 || stats_.compressed_calls() != 0 ||
       comm_->rank() != 0) {
+    return;
+  }
+  if (const uint64_t elsewhere = compressed_calls_in_process.load(); elsewhere != 0) {
+    log_.info("COMPCOLL_ALGO=", cfg_.algo, " compressed none of this communicator's ", calls,
+              " allreduce calls (other communicators of this process compressed ", elsewhere,
+              "; COMPCOLL_DEBUG=INFO logs each tensor's route)");
     return;
   }
   static std::mutex said_mu;
@@ -501,8 +515,13 @@ void Communicator::warn_if_nothing_compressed() const {
                        cfg_.params.warmup_steps, ": each tensor's first ",
                        cfg_.params.warmup_steps, " calls; set it lower for a job this short)"));
   }
-  if (dense_route_calls_ != 0) {
-    add(detail::concat(dense_route_calls_, " took the dense route (under COMPCOLL_MIN_ELEMS=",
+  uint64_t by_caller = 0;
+  for (const auto& [reason, n] : exact_by_caller_) {
+    add(detail::concat(n, " were sent exact by the front end (", reason, ")"));
+    by_caller += n;
+  }
+  if (const uint64_t policy = dense_route_calls_ - by_caller; policy != 0) {
+    add(detail::concat(policy, " took the dense route (under COMPCOLL_MIN_ELEMS=",
                        cfg_.min_elems,
                        " elements, a dtype other than float32, float16 and bfloat16, or "
                        "MIN/MAX/PRODUCT)"));
@@ -544,6 +563,7 @@ void Communicator::allreduce(void* buf, size_t count, DType dtype, ReduceOp op, 
 void Communicator::allreduce_exact(void* buf, size_t count, DType dtype, ReduceOp op,
                                    const char* reason) {
   allreduce_on(Route{false, reason}, buf, count, dtype, op, nullptr);
+  ++exact_by_caller_[reason];  // after the call, as run_call counts the dense routes
 }
 
 void Communicator::allreduce_on(const Route& route, void* buf, size_t count, DType dtype,
@@ -681,6 +701,7 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
   }
   CallRecord rec;
   rec.compressed = route.compressed && decision.rfind("dense", 0) != 0;
+  compressed_calls_in_process += rec.compressed;
   rec.warmup_dense = route.compressed && is_warmup_decision(decision);
   rec.in_warmup = in_warmup;
   dense_route_calls_ += !route.compressed;

@@ -24,7 +24,9 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -73,7 +75,8 @@ class Communicator {
   // The same on the exact dense route, whatever the algorithm (counted in the
   // stats as a dense call); reason says why, in the route's log line. The
   // PyTorch backend sends this way what it must not compress
-  // (COMPCOLL_TORCH_SCOPE).
+  // (COMPCOLL_TORCH_SCOPE, tensor parallelism's activations); the WARN of a
+  // communicator that compressed nothing counts these calls by reason.
   void allreduce_exact(void* buf, size_t count, DType dtype, ReduceOp op, const char* reason);
 
   // Frees the error-feedback state of an explicit key whose tensor is gone
@@ -170,7 +173,9 @@ class Communicator {
   std::string broken_;
   // A call is running (run_call): a second one on another thread is refused.
   std::atomic<bool> in_call_{false};
-  uint64_t dense_route_calls_ = 0;  // calls choose_route sent dense (size, dtype, op)
+  uint64_t dense_route_calls_ = 0;  // calls sent dense: by choose_route or allreduce_exact
+  // allreduce_exact's calls by reason (a front end's few fixed reasons).
+  std::map<std::string, uint64_t> exact_by_caller_;
   bool finished_ = false;
 
   // Collective (creation): decides COMPCOLL_HIERARCHY and builds hier_.

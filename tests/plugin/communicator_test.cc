@@ -218,6 +218,32 @@ TEST(Communicator, SaysOnceAtTheEndWhenNothingWasCompressedAndWhy) {
   EXPECT_EQ(run("dgc").find("compressed none"), std::string::npos);
 }
 
+// Calls a front end sent exact (the PyTorch backend's allreduces outside a
+// backward pass, tensor parallelism's activations) are named with their
+// reason in that WARN, not blamed on the size, dtype or op.
+TEST(Communicator, NothingCompressedNamesTheFrontEndsReasonForExactCalls) {
+  ::testing::internal::CaptureStderr();
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    Config c;
+    c.algo = "sdagc";
+    Communicator cc(std::make_unique<Borrowed>(comm), c);
+    std::vector<float> big(100000, 1.0f);
+    for (int step = 0; step < 3; ++step) {
+      cc.allreduce_exact(big.data(), big.size(), DType::kFloat32, ReduceOp::kSum, "a test's reason");
+    }
+    EXPECT_EQ(big[7], 8.0f);  // exact, three times
+    std::vector<float> small(100, 1.0f);
+    cc.allreduce(small.data(), small.size(), DType::kFloat32, ReduceOp::kSum);
+    cc.finish();
+  });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("COMPCOLL_ALGO=sdagc compressed none of this communicator's 4 allreduce "
+                     "calls: 3 were sent exact by the front end (a test's reason); 1 took the "
+                     "dense route (under COMPCOLL_MIN_ELEMS=16384"),
+            std::string::npos)
+      << err;
+}
+
 TEST(Communicator, MismatchedConfigurationFailsEveryRankAtCreation) {
   testing::HarnessOptions opts;
   opts.timeout = std::chrono::seconds(5);

@@ -5,6 +5,8 @@ sends any other exactly, saying so once, since an allreduce of values
 entries to sparsification. COMPCOLL_TORCH_SCOPE=all compresses every
 eligible allreduce. compcoll.gradient_scope() marks gradient sums issued
 elsewhere, as DDP's Join does for a rank that has run out of inputs."""
+import pytest
+
 from conftest import launch, worker
 
 OUTSIDE = "issued outside a backward pass took the exact dense path"
@@ -61,3 +63,34 @@ def test_only_allreduces_in_a_backward_pass_are_compressed_unless_scope_is_all()
         # hand-over, on the shadowing rank as on the other.
         for j in (res["join_two_optimizers"], res_all["join_two_optimizers"]):
             assert j == {"replicas_equal": True, "optimizer_momentum": 0.9}, (res, res_all)
+
+
+@pytest.mark.parametrize("imported,scope", [("early", None), ("late", "all")])
+def test_tensor_parallel_allreduces_stay_exact_beside_compressed_ddp(imported, scope):
+    """DDP over the "dp" dimension of a 2 x 2 mesh, a column-wise and a
+    row-wise layer over "tp" (DTensor). The tensor-parallel allreduces (the
+    row-wise output in forward, the column-wise input gradient in backward)
+    sum activations: exact under either scope, with DTensor imported before
+    or after the process group, and said once at INFO by each tp group's
+    rank 0, never at WARN. DDP's gradient sums are compressed. Before,
+    the backward ones were compressed with a residual carried from batch to
+    batch, and the forward ones drew the WARN that advises
+    COMPCOLL_TORCH_SCOPE=all."""
+    steps = 4
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DEBUG": "INFO", "COMPCOLL_TORCH_SCOPE": scope,
+           "IMPORT": imported, "STEPS": str(steps)}
+    ranks = launch([worker("tensor_parallel.py")], 4, env=env, timeout=300)
+    for r in ranks:
+        dp, tp = r.result["groups"]["dp"], r.result["groups"]["tp"]
+        assert dp["compressed_calls"] >= steps and dp["ratio"] > 20, (r.rank, dp)
+        # One allreduce in forward and one in backward per step, all exact.
+        assert tp["calls"] == 2 * steps and tp["compressed_calls"] == 0, (r.rank, tp)
+        assert [ln for ln in r.stderr.splitlines() if "compcoll WARN" in ln] == [], r.describe()
+        said = [ln for ln in r.stderr.splitlines()
+                if "issued by DTensor's redistribution (tensor parallelism) took the exact" in ln]
+        # Ranks 0 and 2 are their tp group's rank 0 (mesh [[0, 1], [2, 3]]).
+        assert len(said) == (1 if r.rank in (0, 2) else 0), r.describe()
+        assert all(ln.startswith("compcoll INFO [rank 0]") for ln in said), said  # group rank
+    # Data-parallel peers hold the same shards; the two tp ranks differ.
+    digests = [r.result["digest"] for r in ranks]
+    assert digests[0] == digests[2] and digests[1] == digests[3] and digests[0] != digests[1]

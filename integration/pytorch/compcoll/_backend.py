@@ -20,7 +20,8 @@ torch would have built. Nothing else of torch is patched: the process group
 still says "gloo" (dist.get_backend() == "gloo"), and every way of creating a
 gloo group (init_process_group with "gloo" or no backend on a CPU machine,
 new_group, torchrun) goes through it. (Once a compcoll group exists, DDP's
-join hook is wrapped: compcoll._ddp_join.)
+join hook is wrapped, compcoll._ddp_join, and so are DTensor's reductions of
+Partial placements, compcoll._tensor_parallel.)
 """
 import atexit
 import json
@@ -34,7 +35,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 import compcoll_creators as creators
-from compcoll import _C, _ddp_join, _join, _momentum, _notices
+from compcoll import _C, _ddp_join, _join, _momentum, _notices, _tensor_parallel
 
 BACKEND_NAME = "compcoll"
 DEVICES = ["cpu", "cuda"]
@@ -172,6 +173,7 @@ def _build_group(args, device_lane):
     _install_exit_hooks()
     _momentum.install()
     _ddp_join.install()
+    _tensor_parallel.install()
     return backend
 
 

@@ -39,9 +39,11 @@ std::exception_ptr as_compcoll_error(const std::exception& e, const std::string&
 }
 
 // The route's reason, in the Communicator's log, for a candidate sent exact
-// because it was issued outside a backward pass (issue_scope.h).
+// because of where it was issued (issue_scope.h).
 constexpr const char* kOutsideBackward =
     "issued outside a backward pass, COMPCOLL_TORCH_SCOPE=backward";
+constexpr const char* kTensorParallel =
+    "issued by DTensor's redistribution (tensor parallelism): activations, not gradient sums";
 
 // The worker's part of a candidate: reduce (host, or t in place), copy a
 // staged result back into t, complete work. Owns what it touches (see
@@ -51,7 +53,8 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
                    const c10::intrusive_ptr<CompcollWork>& work,
                    const at::Tensor& t, const at::Tensor& host, DType dtype, ReduceOp op,
                    const std::string& key, const std::string& dropped,
-                   const std::string& merged, const std::string& context, bool exact) {
+                   const std::string& merged, const std::string& context,
+                   const char* exact_reason) {
   try {
     const std::optional<c10::Stream> stream =
         lane->staged() ? lane->worker_stream(t.device()) : std::nullopt;
@@ -64,9 +67,9 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
       if (!dropped.empty()) comm.drop_state(dropped);  // free it now, not at eviction
       if (!merged.empty()) comm.merge_state(merged, key);  // buffer_slots.h
       const at::Tensor& buf = lane->staged() ? host : t;
-      if (exact) {
+      if (exact_reason != nullptr) {
         comm.allreduce_exact(buf.data_ptr(), static_cast<size_t>(t.numel()), dtype, op,
-                             kOutsideBackward);
+                             exact_reason);
       } else {
         comm.allreduce(buf.data_ptr(), static_cast<size_t>(t.numel()), dtype, op,
                        key.empty() ? nullptr : key.c_str());
@@ -291,11 +294,21 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
   }
   at::Tensor t = tensors[0];
   bool compress = cfg_.compression_enabled() && static_cast<size_t>(t.numel()) >= cfg_.min_elems;
-  bool exact = false;  // sent on the exact dense route whatever the algorithm
-  if (compress && !cfg_.torch_scope_all && !issued_in_backward()) {
+  // Set when the call takes the exact dense route whatever the algorithm.
+  const char* exact_reason = nullptr;
+  if (compress && issued_by_tensor_parallelism()) {
+    // Activations or their gradients: exact under every scope, and said
+    // once at INFO, since it is right (issue_scope.h).
+    compress = false;
+    exact_reason = kTensorParallel;
+    if (getRank() == 0) {
+      const std::string note = uncompressed_notes_.first_tensor_parallel(t.numel(), opts.reduceOp);
+      if (!note.empty()) log_.info("group '", getGroupUid(), "': ", note);
+    }
+  } else if (compress && !cfg_.torch_scope_all && !issued_in_backward()) {
     // Maybe values, not gradients: exact, and said once (issue_scope.h).
     compress = false;
-    exact = true;
+    exact_reason = kOutsideBackward;
     if (getRank() == 0) {
       const std::string note = uncompressed_notes_.first_outside_backward(t.numel(), opts.reduceOp);
       if (!note.empty()) log_.warn("group '", getGroupUid(), "': ", note);
@@ -348,11 +361,11 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     }
     log_slot_event(*lane, a, t.numel());
     return [lane, cfg = lane_cfg_, timeout = timeout_, work, t, host, dtype, op,
-            key = a.key, dropped = a.dropped_key, merged = a.merged_key, exact,
+            key = a.key, dropped = a.dropped_key, merged = a.merged_key, exact_reason,
             context = detail::concat("rank ", getRank(), "/", getSize(), ", group '",
                                      getGroupUid(), "': ", what)] {
       run_candidate(lane, cfg, timeout, work, t, host, dtype, op, key, dropped, merged, context,
-                    exact);
+                    exact_reason);
     };
   }, op_timeout);
   return work;

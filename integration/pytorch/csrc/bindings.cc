@@ -329,6 +329,10 @@ PYBIND11_MODULE(_C, m) {
         "compcoll.gradient_scope(): this thread's allreduces count as issued in backward.");
   m.def("_exit_gradient_scope", &compcoll::torch_integration::exit_gradient_scope,
         py::arg("saved"));
+  m.def("_enter_tensor_parallel_scope",
+        &compcoll::torch_integration::enter_tensor_parallel_scope,
+        "This thread's allreduces are DTensor's redistribution (tensor parallelism): exact.");
+  m.def("_exit_tensor_parallel_scope", &compcoll::torch_integration::exit_tensor_parallel_scope);
   m.def("validate_config", [] { compcoll::load_config(); },
         "Parses the COMPCOLL_* environment; raises naming the first bad variable.");
   m.def("reference_allreduce", &compcoll::torch_integration::reference_allreduce,

@@ -92,4 +92,17 @@ std::string UncompressedNotes::first_outside_backward(int64_t numel, const c10d:
          "\"Which allreduces are compressed\")";
 }
 
+std::string UncompressedNotes::first_tensor_parallel(int64_t numel, const c10d::ReduceOp& op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!reported_.insert("tensor parallel").second) return {};
+  }
+  return call_label(op, numel) +
+         " issued by DTensor's redistribution (tensor parallelism) took the exact dense path, "
+         "as will every such call, in backward too: it sums one batch's activations or their "
+         "gradients, which a residual carried into the next batch would corrupt. The "
+         "data-parallel gradient sums (DDP, FSDP, HSDP) are compressed as before. Said once "
+         "per group (docs/pytorch.md, \"Which allreduces are compressed\")";
+}
+
 }  // namespace compcoll::torch_integration
