@@ -236,6 +236,9 @@ def install_gloo_hook():
 
 
 def is_gloo_hooked():
+    """True when "gloo" groups this process creates get the compcoll backend
+    (install_gloo_hook ran: the autoload with COMPCOLL_ALGO set, or
+    python -m compcoll.run)."""
     return _torch_gloo is not None
 
 
