@@ -248,20 +248,27 @@ class TamperingComm final : public Comm {
   Target target_;
 };
 
-TEST(SparsePattern, AnImpossibleOwnerResultIsRejectedByEveryRankNamingTheOwner) {
+// One scatter-pattern dgc call of 50,000 elements on `world` ranks, rank
+// `bad` tampering with `target`: each rank's error (null if it succeeded).
+std::vector<std::exception_ptr> run_tampered(int world, int bad_rank,
+                                             TamperingComm::Target target) {
   AlgoParams params;
   params.density = 0.01;
   params.sparse_pattern = SparsePattern::kScatter;
   const size_t n = 50000;
   testing::HarnessOptions opts;
   opts.timeout = std::chrono::seconds(5);
-  const auto errors = testing::run_gloo_ranks_collect(4, [&](Comm& comm) {
-    TamperingComm bad(comm, 2, TamperingComm::Target::kOwnerResult);
+  return testing::run_gloo_ranks_collect(world, [&](Comm& comm) {
+    TamperingComm bad(comm, bad_rank, target);
     const auto algo = make_algorithm("dgc", params);
-    auto state = algo->make_state(n, 4);
+    auto state = algo->make_state(n, world);
     std::vector<float> g = gradient_of(comm.rank(), n);
     algo->allreduce(bad, g.data(), n, false, *state);
   }, opts);
+}
+
+TEST(SparsePattern, AnImpossibleOwnerResultIsRejectedByEveryRankNamingTheOwner) {
+  const auto errors = run_tampered(4, 2, TamperingComm::Target::kOwnerResult);
   for (int r = 0; r < 4; ++r) {
     const std::string what = testing::what(errors[r]);
     EXPECT_NE(what.find("payload from rank 2 rejected"), std::string::npos) << "rank " << r << ": " << what;
@@ -310,19 +317,7 @@ TEST(SparsePattern, RanksWhoseRegionsDifferAllFailNamingTheCauseAndLoseNothing) 
 }
 
 TEST(SparsePattern, AMalformedContributionIsRejectedByItsOwnerNamingTheSender) {
-  AlgoParams params;
-  params.density = 0.01;
-  params.sparse_pattern = SparsePattern::kScatter;
-  const size_t n = 50000;
-  testing::HarnessOptions opts;
-  opts.timeout = std::chrono::seconds(5);
-  const auto errors = testing::run_gloo_ranks_collect(3, [&](Comm& comm) {
-    TamperingComm bad(comm, 1, TamperingComm::Target::kToOwner);
-    const auto algo = make_algorithm("dgc", params);
-    auto state = algo->make_state(n, 3);
-    std::vector<float> g = gradient_of(comm.rank(), n);
-    algo->allreduce(bad, g.data(), n, false, *state);
-  }, opts);
+  const auto errors = run_tampered(3, 1, TamperingComm::Target::kToOwner);
   // Owners 0 and 2 received rank 1's corrupted parts; rank 1 checks its own
   // part too. Every rank fails (the owners' peers then see them gone).
   for (int r = 0; r < 3; ++r) EXPECT_TRUE(errors[r] != nullptr) << "rank " << r << " did not fail";

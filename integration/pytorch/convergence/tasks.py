@@ -114,7 +114,23 @@ class CharGRU(nn.Module):
         return self.out(h)
 
 
-class NoisyDigits:
+class Classification:
+    """What the two classification tasks share: SGD (lr 0.05) by default,
+    cross-entropy, and held-out loss and accuracy on self.test_x/test_y."""
+
+    def optimizer(self, params, kind="default"):
+        return make_optimizer(params, "sgd" if kind == "default" else kind, sgd_lr=0.05, adam_lr=1e-3)
+
+    def loss(self, out, y):
+        return F.cross_entropy(out, y)
+
+    @torch.no_grad()
+    def evaluate(self, model):
+        out = model(self.test_x)
+        return self.loss(out, self.test_y).item(), (out.argmax(1) == self.test_y).float().mean().item()
+
+
+class NoisyDigits(Classification):
     name = "cnn"
     metric = "test accuracy"
     ddp_kwargs = {}
@@ -160,19 +176,8 @@ class NoisyDigits:
             nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10))
 
-    def optimizer(self, params, kind="default"):
-        return make_optimizer(params, "sgd" if kind == "default" else kind, sgd_lr=0.05, adam_lr=1e-3)
 
-    def loss(self, out, y):
-        return F.cross_entropy(out, y)
-
-    @torch.no_grad()
-    def evaluate(self, model):
-        out = model(self.test_x)
-        return self.loss(out, self.test_y).item(), (out.argmax(1) == self.test_y).float().mean().item()
-
-
-class MixedBuckets:
+class MixedBuckets(Classification):
     name = "mixed"
     metric = "held-out accuracy"
     # Buckets (built from the last parameter backwards): 314k elements
@@ -207,17 +212,6 @@ class MixedBuckets:
             layers += [nn.Linear(64, 64), nn.LayerNorm(64), nn.ReLU()]
         layers.append(nn.Linear(64, self.classes))
         return nn.Sequential(*layers)
-
-    def optimizer(self, params, kind="default"):
-        return make_optimizer(params, "sgd" if kind == "default" else kind, sgd_lr=0.05, adam_lr=1e-3)
-
-    def loss(self, out, y):
-        return F.cross_entropy(out, y)
-
-    @torch.no_grad()
-    def evaluate(self, model):
-        out = model(self.test_x)
-        return self.loss(out, self.test_y).item(), (out.argmax(1) == self.test_y).float().mean().item()
 
 
 TASKS = {t.name: t for t in (LanguageModel, NoisyDigits, MixedBuckets)}
