@@ -266,9 +266,9 @@ const ConfigVar kTable[] = {
      "allreduce of values (parameters being averaged, evaluation results, "
      "activations) would lose most of its entries to sparsification. all = every eligible "
      "allreduce (a loop of your own that allreduces .grad after backward()). Under either, "
-     "the allreduces of DTensor's tensor-parallel layers (activations in forward, their "
-     "gradients in backward) stay exact, said once at INFO. The C API and the NCCL "
-     "interposer compress every eligible allreduce, a tensor-parallel layer's too",
+     "a group that carries DTensor's tensor parallelism (activations in forward, their "
+     "gradients in backward) keeps every allreduce exact, said once at INFO. The C API and "
+     "the NCCL interposer compress every eligible allreduce, a tensor-parallel layer's too",
      CC_APPLY {
        check_enum(var, value);
        cfg.torch_scope_all = value == "all";

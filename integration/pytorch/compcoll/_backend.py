@@ -20,8 +20,9 @@ torch would have built. Nothing else of torch is patched: the process group
 still says "gloo" (dist.get_backend() == "gloo"), and every way of creating a
 gloo group (init_process_group with "gloo" or no backend on a CPU machine,
 new_group, torchrun) goes through it. (Once a compcoll group exists, DDP's
-join hook is wrapped, compcoll._ddp_join, and so are DTensor's reductions of
-Partial placements, compcoll._tensor_parallel.)
+join hook is wrapped, compcoll._ddp_join, and so are DTensor's parallel
+styles and reductions, which mark tensor-parallel groups:
+compcoll._tensor_parallel.)
 """
 import atexit
 import json

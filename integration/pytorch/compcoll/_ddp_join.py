@@ -23,8 +23,8 @@ distributed collective mismatch") or wait until the group's timeout:
   check_one_allreduce_per_step moves on only after compressed calls).
 
 The hook is wrapped once per process, when the first compcoll group is
-built (the other torch functions compcoll wraps are DTensor's reductions:
-compcoll._tensor_parallel). A torch without it
+built (the other torch functions compcoll wraps are DTensor's parallel
+styles and reductions: compcoll._tensor_parallel). A torch without it
 (other than 2.x) has nothing to wrap, and that is said once.
 """
 import functools

@@ -1,31 +1,39 @@
 """Tensor parallelism (DTensor) under compcoll.
 
-DTensor turns a Partial placement into a Replicate one with an allreduce:
-in a tensor-parallel layer's forward pass (a row-wise layer's output) and in
-its backward pass (a column-wise layer's input gradient). Those sum one
-batch's activations or their gradients. They are not gradient sums of data
-parallelism: a residual kept from one batch and sent with the next would
-corrupt both. COMPCOLL_TORCH_SCOPE=backward would compress the backward ones
-(they are issued in a backward pass), so every allreduce DTensor's
-placements issue runs in compcoll's tensor-parallel scope, where the backend
-takes the exact route whatever the scope setting and says so once at INFO
-(integration/pytorch/csrc/issue_scope.h). The data-parallel sums of the
-same job (DDP's buckets, FSDP's and HSDP's) do not go through placements and
-are compressed as before.
+A tensor-parallel layer allreduces one batch's activations (a row-wise
+layer's output, in forward) and their gradients (a column-wise layer's
+input gradient, in backward): DTensor turning a Partial placement into a
+Replicate one. Those are not gradient sums of data parallelism: a residual
+kept from one batch and sent with the next would corrupt both. Yet the
+backward ones are issued in a backward pass, where COMPCOLL_TORCH_SCOPE
+would compress them. So compcoll marks the process groups that carry tensor
+parallelism, and every allreduce of a marked group takes the exact route
+(CompcollBackend::mark_tensor_parallel, integration/pytorch/csrc/backend.h);
+its rank 0 says so once at INFO. A mark on the group, not a scope around
+the call, also holds for the collectives a torch.compile'd graph issues
+later. The data-parallel groups of the same job (DDP's, FSDP's, HSDP's
+replicas) are other groups and are compressed as before.
 
-What is wrapped, once per process: `_reduce_value` of Partial and of each of
-its subclasses (every redistribution from Partial to Replicate, embedding's
-masked partial, the norm reductions), and loss_parallel's `_log_softmax`,
-which allreduces directly. DTensor's modules are wrapped when the first
-compcoll group is built if they are loaded then, or as they are imported
-later (an import hook that watches for them alone), so a script that never
-uses DTensor does not pay for importing it. A torch without these functions
-has nothing to wrap, and that is said once.
+A group is marked, on every rank at the same point of the program, when:
+- a parallel style (ColwiseParallel, RowwiseParallel, SequenceParallel,
+  PrepareModuleInput/Output, or a style of the script's own) is applied on
+  a mesh over it: parallelize_module, before any collective of the layer;
+- DTensor reduces a Partial placement over it (Partial._reduce_value and
+  its subclasses': the redistributions of DTensor used without
+  parallelize_module), before that reduction;
+- loss_parallel's log-softmax reduces over it.
+
+DTensor's modules are wrapped when the first compcoll group is built if they
+are loaded then, or as they are imported later (an import hook that watches
+for them alone), so a script that never uses DTensor does not import it. A
+torch without these functions has nothing to wrap, and that is said once.
 """
 import functools
 import importlib.abc
 import logging
 import sys
+
+import torch
 
 from compcoll import _C
 
@@ -33,25 +41,48 @@ _log = logging.getLogger("compcoll")
 
 _PLACEMENTS = "torch.distributed.tensor.placement_types"
 _NORMS = "torch.distributed.tensor._ops._math_ops"  # defines _NormPartial
+_STYLES = "torch.distributed.tensor.parallel.style"
 _LOSS = "torch.distributed.tensor.parallel.loss"
-_WATCHED = (_PLACEMENTS, _NORMS, _LOSS)
+_WATCHED = (_PLACEMENTS, _NORMS, _STYLES, _LOSS)
 _MARK = "__compcoll_tensor_parallel__"
 
 
-def _in_scope(fn):
-    """fn, with the allreduces it issues in the tensor-parallel scope."""
+def mark(mesh, mesh_dim=None):
+    """Marks the process group of mesh_dim of the DeviceMesh (every dim when
+    None) as carrying tensor parallelism, where it is a compcoll group."""
+    if torch.compiler.is_dynamo_compiling():
+        return  # dynamo traces this: the mark is made where the code runs
+    from compcoll._backend import backend_of  # _backend imports this module
+    dims = range(mesh.ndim) if mesh_dim is None else (mesh_dim,)
+    for dim in dims:
+        backend = backend_of(mesh.get_group(dim))
+        if backend is not None and not _C.is_tensor_parallel(backend):
+            _C.mark_tensor_parallel(backend)
+
+
+def _marking(fn, mesh_of):
+    """fn, marking the group that mesh_of(*args) names before it runs."""
     if getattr(fn, _MARK, False):
         return fn
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        _C._enter_tensor_parallel_scope()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _C._exit_tensor_parallel_scope()
+        mark(*mesh_of(*args, **kwargs))
+        return fn(*args, **kwargs)
     setattr(wrapper, _MARK, True)
     return wrapper
+
+
+def _reduce_mesh(self, tensor, mesh, mesh_dim, *rest, **kwargs):
+    return mesh, mesh_dim  # Partial._reduce_value(self, tensor, mesh, mesh_dim)
+
+
+def _style_mesh(self, module, device_mesh, *rest, **kwargs):
+    return (device_mesh,)  # ParallelStyle._apply(self, module, device_mesh)
+
+
+def _log_softmax_mesh(x, dim, half_to_float, mesh, mesh_dim, *rest, **kwargs):
+    return mesh, mesh_dim  # loss._log_softmax(x, dim, half_to_float, mesh, mesh_dim)
 
 
 def _subclasses(cls):
@@ -61,34 +92,55 @@ def _subclasses(cls):
 
 
 @functools.cache
-def _say_nothing_to_wrap():
-    _log.warning("compcoll: this torch's DTensor has no Partial._reduce_value to wrap: "
-                 "the allreduces of tensor-parallel layers issued in backward may be "
-                 "compressed as gradient sums (docs/pytorch.md, \"Which allreduces are "
-                 "compressed\")")
+def _say_nothing_to_wrap(what):
+    _log.warning("compcoll: this torch's DTensor has no %s to wrap: the allreduces of "
+                 "tensor-parallel layers issued in backward may be compressed as gradient "
+                 "sums (docs/pytorch.md, \"Which allreduces are compressed\")", what)
 
 
-def _wrap_partials():
-    placements = sys.modules.get(_PLACEMENTS)
+def _wrap_methods(base, method, mesh_of):
+    for cls in (base, *_subclasses(base)):
+        if method in vars(cls) and not getattr(vars(cls)[method], "__isabstractmethod__", False):
+            setattr(cls, method, _marking(vars(cls)[method], mesh_of))
+
+
+def _wrap_partials(placements):
     partial = getattr(placements, "Partial", None)
     if partial is None or "_reduce_value" not in vars(partial):
-        _say_nothing_to_wrap()
+        _say_nothing_to_wrap("Partial._reduce_value")
         return
-    for cls in (partial, *_subclasses(partial)):
-        if "_reduce_value" in vars(cls):
-            cls._reduce_value = _in_scope(vars(cls)["_reduce_value"])
+    _wrap_methods(partial, "_reduce_value", _reduce_mesh)
 
 
-def _wrap_loss():
-    loss = sys.modules.get(_LOSS)
-    if loss is not None and callable(getattr(loss, "_log_softmax", None)):
-        loss._log_softmax = _in_scope(loss._log_softmax)
+def _wrap_styles(style):
+    base = getattr(style, "ParallelStyle", None)
+    if base is None:
+        _say_nothing_to_wrap("ParallelStyle")
+        return
+    _wrap_methods(base, "_apply", _style_mesh)
+    if not getattr(base, _MARK, False):
+        # The script's own styles, defined after this: wrapped as defined.
+        inherited = base.__dict__.get("__init_subclass__")
+
+        def init_subclass(cls, **kwargs):
+            if inherited is not None:
+                inherited.__func__(cls, **kwargs)
+            else:
+                super(base, cls).__init_subclass__(**kwargs)
+            if "_apply" in vars(cls):
+                cls._apply = _marking(vars(cls)["_apply"], _style_mesh)
+        base.__init_subclass__ = classmethod(init_subclass)
+        setattr(base, _MARK, True)
 
 
 def _wrap_loaded():
     if _PLACEMENTS in sys.modules:
-        _wrap_partials()  # Partial's subclasses in modules loaded by now
-    _wrap_loss()
+        _wrap_partials(sys.modules[_PLACEMENTS])  # with the subclasses loaded by now
+    if _STYLES in sys.modules:
+        _wrap_styles(sys.modules[_STYLES])
+    loss = sys.modules.get(_LOSS)
+    if loss is not None and callable(getattr(loss, "_log_softmax", None)):
+        loss._log_softmax = _marking(loss._log_softmax, _log_softmax_mesh)
 
 
 class _WrapOnImport(importlib.abc.MetaPathFinder):
@@ -105,8 +157,7 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
                 break
         else:
             return None
-        loader = spec.loader
-        exec_module = getattr(loader, "exec_module", None)
+        exec_module = getattr(spec.loader, "exec_module", None)
         if exec_module is None:
             return spec
 
@@ -115,7 +166,7 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
             _wrap_loaded()
             if all(watched in sys.modules for watched in _WATCHED) and self in sys.meta_path:
                 sys.meta_path.remove(self)  # nothing left to watch for
-        loader.exec_module = exec_and_wrap  # this module's own loader instance
+        spec.loader.exec_module = exec_and_wrap  # this module's own loader instance
         return spec
 
 

@@ -43,7 +43,7 @@ std::exception_ptr as_compcoll_error(const std::exception& e, const std::string&
 constexpr const char* kOutsideBackward =
     "issued outside a backward pass, COMPCOLL_TORCH_SCOPE=backward";
 constexpr const char* kTensorParallel =
-    "issued by DTensor's redistribution (tensor parallelism): activations, not gradient sums";
+    "a tensor-parallel group's: activations, not gradient sums";
 
 // The worker's part of a candidate: reduce (host, or t in place), copy a
 // staged result back into t, complete work. Owns what it touches (see
@@ -296,9 +296,9 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
   bool compress = cfg_.compression_enabled() && static_cast<size_t>(t.numel()) >= cfg_.min_elems;
   // Set when the call takes the exact dense route whatever the algorithm.
   const char* exact_reason = nullptr;
-  if (compress && issued_by_tensor_parallelism()) {
+  if (compress && tensor_parallel()) {
     // Activations or their gradients: exact under every scope, and said
-    // once at INFO, since it is right (issue_scope.h).
+    // once at INFO, since it is right (mark_tensor_parallel).
     compress = false;
     exact_reason = kTensorParallel;
     if (getRank() == 0) {

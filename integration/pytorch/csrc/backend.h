@@ -239,6 +239,17 @@ class CompcollBackend final : public c10d::Backend {
   // The device lane's name, or "" without one.
   std::string device_lane() const { return device_ ? device_->name() : std::string(); }
   const Config& config() const { return cfg_; }
+  // The group carries tensor parallelism (compcoll._tensor_parallel marks it
+  // when a DTensor parallel style is applied on it or DTensor reduces on
+  // it): its allreduces sum activations or their gradients, one batch's
+  // values, so every one takes the exact route, in backward too and under
+  // either COMPCOLL_TORCH_SCOPE (a residual carried into the next batch
+  // would corrupt both). A mark on the group, not on the call, holds for
+  // the collectives a compiled graph issues as well. Every rank marks it at
+  // the same point of the program (the style's application, or the first
+  // such reduction), so they route its calls alike.
+  void mark_tensor_parallel() { tensor_parallel_.store(true); }
+  bool tensor_parallel() const { return tensor_parallel_.load(); }
   // Drains the queue and records the stats (group_stats.h); idempotent.
   void finish();
   // finish() has run (destroy_process_group, shutdown): no more calls.
@@ -328,6 +339,7 @@ class CompcollBackend final : public c10d::Backend {
   // so that setTimeout() reaches every wait (group_timeout.h).
   std::shared_ptr<GroupTimeout> timeout_;
   std::atomic<bool> timing_{false};  // enableCollectivesTiming
+  std::atomic<bool> tensor_parallel_{false};  // mark_tensor_parallel
   Config cfg_;
   // cfg_ for the lanes' Communicators (no stats file: the backend writes
   // it), shared with the worker's tasks.

@@ -284,6 +284,11 @@ PYBIND11_MODULE(_C, m) {
         return name;
       },
       "The device lane's name ('cuda', 'staged_cpu'), or None.");
+  m.def("mark_tensor_parallel",
+        [](const c10::intrusive_ptr<c10d::Backend>& b) { as_compcoll(b)->mark_tensor_parallel(); },
+        "Every allreduce of this group takes the exact route (backend.h).");
+  m.def("is_tensor_parallel",
+        [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->tensor_parallel(); });
   m.def("slots", [](const c10::intrusive_ptr<c10d::Backend>& b, const std::string& lane) {
     py::list out;
     for (const auto& s : as_compcoll(b)->slots(lane)) {
@@ -329,10 +334,6 @@ PYBIND11_MODULE(_C, m) {
         "compcoll.gradient_scope(): this thread's allreduces count as issued in backward.");
   m.def("_exit_gradient_scope", &compcoll::torch_integration::exit_gradient_scope,
         py::arg("saved"));
-  m.def("_enter_tensor_parallel_scope",
-        &compcoll::torch_integration::enter_tensor_parallel_scope,
-        "This thread's allreduces are DTensor's redistribution (tensor parallelism): exact.");
-  m.def("_exit_tensor_parallel_scope", &compcoll::torch_integration::exit_tensor_parallel_scope);
   m.def("validate_config", [] { compcoll::load_config(); },
         "Parses the COMPCOLL_* environment; raises naming the first bad variable.");
   m.def("reference_allreduce", &compcoll::torch_integration::reference_allreduce,

@@ -11,13 +11,9 @@ namespace {
 // -1: nothing inherited (ask autograd); 0 or 1: a callback's inherited scope.
 thread_local int inherited_scope = -1;
 
-// How many tensor-parallel scopes the thread is in (issue_scope.h).
-thread_local int tensor_parallel_depth = 0;
-
 }  // namespace
 
 bool issued_in_backward() {
-  if (tensor_parallel_depth > 0) return false;
   if (inherited_scope >= 0) return inherited_scope == 1;
   return torch::autograd::get_current_graph_task_id() != -1;
 }
@@ -50,13 +46,5 @@ int enter_gradient_scope() {
 }
 
 void exit_gradient_scope(int saved) { inherited_scope = saved; }
-
-void enter_tensor_parallel_scope() { ++tensor_parallel_depth; }
-
-void exit_tensor_parallel_scope() {
-  if (tensor_parallel_depth > 0) --tensor_parallel_depth;
-}
-
-bool issued_by_tensor_parallelism() { return tensor_parallel_depth > 0; }
 
 }  // namespace compcoll::torch_integration

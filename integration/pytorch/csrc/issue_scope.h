@@ -57,16 +57,4 @@ void pass_scope_to_callbacks(const c10::intrusive_ptr<c10d::Work>& work);
 int enter_gradient_scope();
 void exit_gradient_scope(int saved);
 
-// Tensor parallelism: the allreduces DTensor's redistribution issues (a
-// Partial placement made Replicate) sum activations in the forward pass and
-// their gradients in the backward pass. Those are values of one batch, not
-// gradient sums: a residual kept from one batch's activations and sent with
-// the next batch's would corrupt both, so they take the exact route under
-// every COMPCOLL_TORCH_SCOPE, in backward too (compcoll._tensor_parallel
-// wraps the redistribution in this scope). Nested inside gradient_scope()
-// it wins, for the calls issued within it. Scopes nest; per thread.
-void enter_tensor_parallel_scope();
-void exit_tensor_parallel_scope();
-bool issued_by_tensor_parallelism();
-
 }  // namespace compcoll::torch_integration

@@ -98,11 +98,12 @@ std::string UncompressedNotes::first_tensor_parallel(int64_t numel, const c10d::
     if (!reported_.insert("tensor parallel").second) return {};
   }
   return call_label(op, numel) +
-         " issued by DTensor's redistribution (tensor parallelism) took the exact dense path, "
-         "as will every such call, in backward too: it sums one batch's activations or their "
-         "gradients, which a residual carried into the next batch would corrupt. The "
-         "data-parallel gradient sums (DDP, FSDP, HSDP) are compressed as before. Said once "
-         "per group (docs/pytorch.md, \"Which allreduces are compressed\")";
+         " took the exact dense path, as will every allreduce of this group, in backward "
+         "too: the group carries tensor parallelism (DTensor), whose allreduces sum one "
+         "batch's activations or their gradients, which a residual carried into the next "
+         "batch would corrupt. The data-parallel gradient sums of other groups (DDP, FSDP, "
+         "HSDP) are compressed as before. Said once per group (docs/pytorch.md, \"Which "
+         "allreduces are compressed\")";
 }
 
 }  // namespace compcoll::torch_integration

@@ -29,8 +29,8 @@ class UncompressedNotes {
   // The same for a call compcoll could compress but that was issued outside
   // a backward pass (COMPCOLL_TORCH_SCOPE=backward, issue_scope.h), once.
   std::string first_outside_backward(int64_t numel, const c10d::ReduceOp& op);
-  // The same for one issued by DTensor's redistribution (tensor
-  // parallelism), which is exact by design: an INFO line, once.
+  // The same for one of a tensor-parallel group (mark_tensor_parallel),
+  // which is exact by design: an INFO line, once.
   std::string first_tensor_parallel(int64_t numel, const c10d::ReduceOp& op);
 
  private:

@@ -7,7 +7,11 @@ gradients. Reports each group's stats and a digest of the rank's
 parameters, which its data-parallel peer must hold bit for bit.
 
 IMPORT=late imports DTensor's tensor-parallel API after the process group
-exists (compcoll then wraps DTensor as it is imported), else before."""
+exists (compcoll then wraps DTensor as it is imported), else before.
+COMPILE=1 compiles the model (torch.compile, aot_eager) and leaves DDP out
+(torch cannot compile DDP over TP): the collectives then run from compiled
+graphs, and every rank has its own batch. Last, a Partial DTensor is made Replicate
+on a fresh 1-D mesh, without a parallel style."""
 import hashlib
 import os
 
@@ -53,7 +57,12 @@ class Block(nn.Module):
 torch.manual_seed(0)
 model = parallelize_module(Block(), mesh["tp"], {"up": ColwiseParallel(),
                                                  "down": RowwiseParallel()})
-model = DDP(model, device_mesh=mesh["dp"])
+if os.environ.get("COMPILE") == "1":
+    # Pure tensor parallelism, compiled (DDP over TP does not compile in
+    # torch itself): the collectives run from the compiled graphs.
+    model.compile(backend="aot_eager")
+else:
+    model = DDP(model, device_mesh=mesh["dp"])
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 g = torch.Generator().manual_seed(mesh.get_local_rank("dp"))  # one batch per replica
 losses = []
@@ -70,13 +79,25 @@ for _ in range(steps):
 digest = hashlib.sha256()
 for layer in ("inp", "up", "down", "head"):
     for name in ("weight", "bias"):
-        t = getattr(getattr(model.module, layer), name)
+        t = getattr(getattr(model.module if isinstance(model, DDP) else model, layer), name)
         local = t.to_local() if hasattr(t, "to_local") else t
         digest.update(local.detach().contiguous().numpy().tobytes())
 
 import compcoll  # noqa: E402  (already imported by the autoload)
+from torch.distributed.tensor import DTensor, Partial, Replicate  # noqa: E402
+
+# DTensor without a parallel style: a Partial tensor made Replicate on a
+# fresh 1-D mesh over every rank reduces exactly and marks that group.
+flat = init_device_mesh("cpu", (world,))
+flat_backend = compcoll.backend_of(flat.get_group())
+marked_before = compcoll._C.is_tensor_parallel(flat_backend)
+summed = DTensor.from_local(torch.full((16384,), 0.1), flat, [Partial()]).redistribute(
+    flat, [Replicate()]).to_local()
 
 emit({"digest": digest.hexdigest(), "losses": losses,
       "groups": {"dp": compcoll.stats(mesh.get_group("dp")),
-                 "tp": compcoll.stats(mesh.get_group("tp"))}})
+                 "tp": compcoll.stats(mesh.get_group("tp"))},
+      "partial": {"marked_before": marked_before,
+                  "marked_after": compcoll._C.is_tensor_parallel(flat_backend),
+                  "exact": bool(torch.equal(summed, torch.full((16384,), 0.1) * world))}})
 dist.destroy_process_group()
