@@ -371,6 +371,18 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
   return work;
 }
 
+void CompcollBackend::mark_tensor_parallel() {
+  if (tensor_parallel_.exchange(true)) return;
+  const uint64_t compressed = compressible_candidates_.load();
+  if (compressed == 0 || getRank() != 0) return;
+  log_.warn("group '", getGroupUid(), "': DTensor reduced a Partial placement over this group "
+            "after ", compressed, " compressed allreduces, which marks it as carrying tensor "
+            "parallelism: from now on every allreduce of this group takes the exact dense path. "
+            "If they are data-parallel gradient sums (DDP on the group of a DTensor "
+            "computation), give DTensor a mesh over another group (docs/pytorch.md, \"Which "
+            "allreduces are compressed\")");
+}
+
 void CompcollBackend::log_slot_event(const Lane& lane, const SlotAssignment& a, int64_t numel) {
   if (!a.merged_key.empty() && getRank() == 0) {
     // The pattern is handled, so INFO: said once per shape, by rank 0.

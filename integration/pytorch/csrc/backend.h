@@ -247,8 +247,10 @@ class CompcollBackend final : public c10d::Backend {
   // would corrupt both). A mark on the group, not on the call, holds for
   // the collectives a compiled graph issues as well. Every rank marks it at
   // the same point of the program (the style's application, or the first
-  // such reduction), so they route its calls alike.
-  void mark_tensor_parallel() { tensor_parallel_.store(true); }
+  // such reduction), so they route its calls alike. A group marked after
+  // it compressed is said at WARN: DTensor reduced over a data-parallel
+  // group, whose compression ends there.
+  void mark_tensor_parallel();
   bool tensor_parallel() const { return tensor_parallel_.load(); }
   // Drains the queue and records the stats (group_stats.h); idempotent.
   void finish();

@@ -10,8 +10,9 @@ IMPORT=late imports DTensor's tensor-parallel API after the process group
 exists (compcoll then wraps DTensor as it is imported), else before.
 COMPILE=1 compiles the model (torch.compile, aot_eager) and leaves DDP out
 (torch cannot compile DDP over TP): the collectives then run from compiled
-graphs, and every rank has its own batch. Last, a Partial DTensor is made Replicate
-on a fresh 1-D mesh, without a parallel style."""
+graphs, and every rank has its own batch. Last, a Partial DTensor is made
+Replicate on a fresh 1-D mesh, without a parallel style, and then over the
+data-parallel group."""
 import hashlib
 import os
 
@@ -93,6 +94,12 @@ flat_backend = compcoll.backend_of(flat.get_group())
 marked_before = compcoll._C.is_tensor_parallel(flat_backend)
 summed = DTensor.from_local(torch.full((16384,), 0.1), flat, [Partial()]).redistribute(
     flat, [Replicate()]).to_local()
+
+# The same over the data-parallel group, whose DDP compressed: it is marked
+# from then on, and its rank 0 says so at WARN (compression ends there).
+from torch.distributed.device_mesh import DeviceMesh  # noqa: E402
+over_dp = DeviceMesh.from_group(mesh.get_group("dp"), "cpu")
+DTensor.from_local(torch.full((16384,), 0.1), over_dp, [Partial()]).full_tensor()
 
 emit({"digest": digest.hexdigest(), "losses": losses,
       "groups": {"dp": compcoll.stats(mesh.get_group("dp")),
