@@ -39,6 +39,9 @@ def test_only_allreduces_in_a_backward_pass_are_compressed_unless_scope_is_all()
             assert res[phase]["compressed"] == res_all[phase]["compressed"] > 0, (phase, res, res_all)
         assert res["hook_chain"]["compressed"] > res["ddp"]["compressed"], res
         assert res["in_backward"]["compressed"] == 3, res
+        # ... unless the script marked the group as tensor-parallel.
+        for got in (res["in_backward_marked"], res_all["in_backward_marked"]):
+            assert got == {"marked": True, "calls": 3, "compressed": 0, "exact": True}, got
         # A callback chained on a delegated operation issued in backward
         # takes its scope, on Gloo's thread (rank 0) as at once (rank 1).
         assert res["delegated_chain"] == res_all["delegated_chain"] == {"compressed": 1}, \

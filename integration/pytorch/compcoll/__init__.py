@@ -44,11 +44,13 @@ from compcoll._backend import (  # noqa: F401
 )
 from compcoll._checkpoint import load_state_dict, state_dict  # noqa: F401
 from compcoll._scope import gradient_scope  # noqa: F401
+from compcoll._tensor_parallel import mark_group as mark_tensor_parallel  # noqa: F401
 
 # The public API (docs/pytorch.md, "The Python API"); the rest is internal.
 __all__ = [
     "BACKEND_NAME", "backend_of", "device_lane", "finish", "gradient_scope", "inner",
-    "install_gloo_hook", "is_gloo_hooked", "load_state_dict", "register", "slots",
+    "install_gloo_hook", "is_gloo_hooked", "load_state_dict", "mark_tensor_parallel",
+    "register", "slots",
     "state_dict", "state_entries", "stats",
 ]
 

@@ -18,10 +18,14 @@ A group is marked, on every rank at the same point of the program, when:
 - a parallel style (ColwiseParallel, RowwiseParallel, SequenceParallel,
   PrepareModuleInput/Output, or a style of the script's own) is applied on
   a mesh over it: parallelize_module, before any collective of the layer;
-- DTensor reduces a Partial placement over it (Partial._reduce_value and
-  its subclasses': the redistributions of DTensor used without
-  parallelize_module), before that reduction;
-- loss_parallel's log-softmax reduces over it.
+- DTensor reduces a Partial placement over it in eager code
+  (Partial._reduce_value and its subclasses': the redistributions of
+  DTensor used without parallelize_module), before that reduction;
+- loss_parallel's log-softmax reduces over it in eager code;
+- the script says so: compcoll.mark_tensor_parallel(group), for
+  tensor-parallel layers of its own (autograd Functions that allreduce).
+Not while torch.compile traces: a rank that finds its graph in a cache
+does not trace, and the ranks must agree.
 
 DTensor's modules are wrapped when the first compcoll group is built if they
 are loaded then, or as they are imported later (an import hook that watches
@@ -47,17 +51,41 @@ _WATCHED = (_PLACEMENTS, _NORMS, _STYLES, _LOSS)
 _MARK = "__compcoll_tensor_parallel__"
 
 
+def mark_group(group):
+    """Marks a process group as carrying tensor parallelism: from now on
+    every allreduce of it takes the exact route, in backward too and under
+    either COMPCOLL_TORCH_SCOPE (its rank 0 says so once at INFO). For
+    tensor-parallel layers of your own (autograd Functions that allreduce
+    activations in forward or their gradients in backward); DTensor's are
+    marked without it. Call it on every rank, before the group's first
+    allreduce. Returns False (and does nothing) when the group is not a
+    compcoll group (COMPCOLL_ALGO unset, say), True otherwise."""
+    from compcoll._backend import backend_of  # _backend imports this module
+    backend = backend_of(group)
+    if backend is None:
+        return False
+    if not _C.is_tensor_parallel(backend):
+        _C.mark_tensor_parallel(backend)
+    return True
+
+
 def mark(mesh, mesh_dim=None):
     """Marks the process group of mesh_dim of the DeviceMesh (every dim when
     None) as carrying tensor parallelism, where it is a compcoll group."""
-    if torch.compiler.is_dynamo_compiling():
-        return  # dynamo traces this: the mark is made where the code runs
-    from compcoll._backend import backend_of  # _backend imports this module
-    dims = range(mesh.ndim) if mesh_dim is None else (mesh_dim,)
-    for dim in dims:
-        backend = backend_of(mesh.get_group(dim))
-        if backend is not None and not _C.is_tensor_parallel(backend):
-            _C.mark_tensor_parallel(backend)
+    for dim in range(mesh.ndim) if mesh_dim is None else (mesh_dim,):
+        mark_group(mesh.get_group(dim))
+
+
+def _tracing(args, kwargs):
+    """True while torch.compile traces the call (dynamo, or AOTAutograd with
+    fake tensors). A mark is made only where the code runs eagerly: a rank
+    whose compiled graph came from a cache does not trace, and the ranks
+    must mark alike. Compiled code is marked through the parallel styles,
+    which parallelize_module applies eagerly, or by mark_group()."""
+    if torch.compiler.is_compiling():
+        return True
+    from torch._guards import detect_fake_mode
+    return detect_fake_mode([*args, *kwargs.values()]) is not None
 
 
 def _marking(fn, mesh_of):
@@ -67,7 +95,8 @@ def _marking(fn, mesh_of):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        mark(*mesh_of(*args, **kwargs))
+        if not _tracing(args, kwargs):
+            mark(*mesh_of(*args, **kwargs))
         return fn(*args, **kwargs)
     setattr(wrapper, _MARK, True)
     return wrapper

@@ -12,6 +12,8 @@ direct phases whether their result is the exact sum:
                 allreduce of 100,000 floats on its bucket's future;
   in_backward   an autograd Function that allreduces its gradient in
                 backward (as tensor-parallel layers do), 3 steps;
+  in_backward_marked  the same on a group the script marked with
+                compcoll.mark_tensor_parallel: exact;
   delegated_chain  in backward, an async broadcast whose then() callback
                 allreduces 100,000 floats, run on Gloo's thread on rank 0
                 and at once on the backward thread on rank 1;
@@ -126,6 +128,34 @@ w = torch.ones(N, requires_grad=True)
 for _ in range(3):
     AllreduceGrad.apply(w * (rank + 1.0)).sum().backward()
 out["in_backward"] = {"compressed": compressed() - before}
+
+# The same on a group marked as carrying tensor parallelism (a Megatron-style
+# layer of the script's own): exact, in backward too.
+tp = dist.new_group(list(range(world)))
+marked = compcoll.mark_tensor_parallel(tp)
+
+
+class AllreduceGradOverTp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=tp)
+        return grad
+
+
+w = torch.full((N,), 0.1, requires_grad=True)
+for _ in range(3):
+    w.grad = None
+    AllreduceGradOverTp.apply(w * (rank + 1.0)).sum().backward()
+want = (rank + 1.0) * world  # ones allreduced, times d(w (r + 1))/dw
+tp_stats = compcoll.stats(tp)
+out["in_backward_marked"] = {"marked": marked, "calls": tp_stats["calls"],
+                             "compressed": tp_stats["compressed_calls"],
+                             "exact": bool(torch.equal(w.grad, torch.full((N,), want)))}
 
 chained = torch.zeros(N)
 chained_works = []
