@@ -65,22 +65,20 @@ std::string UncompressedNotes::first_report(const std::vector<at::Tensor>& tenso
                                             const c10d::ReduceOp& op, size_t min_elems,
                                             c10::DeviceType lane, const char* inner) {
   const Reason r = reason_for(tensors, op, min_elems, lane);
-  if (r.key.empty()) return {};
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!reported_.insert(r.key).second) return {};
-  }
+  if (r.key.empty() || !first_time(r.key)) return {};
   return call_label(op, tensors[0].numel()) + " went to " + inner +
          " uncompressed, as will every call like it: it is " + r.advice +
          ". Said once per reason and group; such calls are not in compcoll's stats "
          "(docs/pytorch.md, \"What happens to each operation\")";
 }
 
+bool UncompressedNotes::first_time(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reported_.insert(key).second;
+}
+
 std::string UncompressedNotes::first_outside_backward(int64_t numel, const c10d::ReduceOp& op) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!reported_.insert("outside backward").second) return {};
-  }
+  if (!first_time("outside backward")) return {};
   return call_label(op, numel) +
          " issued outside a backward pass took the exact dense path, as will every "
          "call like it: compcoll compresses the gradient sums that DDP (and its comm hooks) "
@@ -93,10 +91,7 @@ std::string UncompressedNotes::first_outside_backward(int64_t numel, const c10d:
 }
 
 std::string UncompressedNotes::first_tensor_parallel(int64_t numel, const c10d::ReduceOp& op) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!reported_.insert("tensor parallel").second) return {};
-  }
+  if (!first_time("tensor parallel")) return {};
   return call_label(op, numel) +
          " took the exact dense path, as will every allreduce of this group, in backward "
          "too: the group carries tensor parallelism (DTensor), whose allreduces sum one "

@@ -34,6 +34,9 @@ class UncompressedNotes {
   std::string first_tensor_parallel(int64_t numel, const c10d::ReduceOp& op);
 
  private:
+  // True the first time key is asked about, false after (thread-safe).
+  bool first_time(const std::string& key);
+
   std::mutex mu_;
   std::set<std::string> reported_;
 };

@@ -112,15 +112,18 @@ out["hook_chain"] = {"compressed": compressed() - before}
 
 
 class AllreduceGrad(torch.autograd.Function):
+    """Identity in forward; allreduces its gradient over group in backward."""
+
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx, x, group=None):
+        ctx.group = group
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
         grad = grad.contiguous()
-        dist.all_reduce(grad)
-        return grad
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
 
 
 before = compressed()
@@ -133,24 +136,10 @@ out["in_backward"] = {"compressed": compressed() - before}
 # layer of the script's own): exact, in backward too.
 tp = dist.new_group(list(range(world)))
 marked = compcoll.mark_tensor_parallel(tp)
-
-
-class AllreduceGradOverTp(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous()
-        dist.all_reduce(grad, group=tp)
-        return grad
-
-
 w = torch.full((N,), 0.1, requires_grad=True)
 for _ in range(3):
     w.grad = None
-    AllreduceGradOverTp.apply(w * (rank + 1.0)).sum().backward()
+    AllreduceGrad.apply(w * (rank + 1.0), tp).sum().backward()
 want = (rank + 1.0) * world  # ones allreduced, times d(w (r + 1))/dw
 tp_stats = compcoll.stats(tp)
 out["in_backward_marked"] = {"marked": marked, "calls": tp_stats["calls"],
