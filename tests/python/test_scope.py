@@ -106,7 +106,7 @@ def test_tensor_parallel_allreduces_stay_exact_beside_compressed_ddp(imported, s
         else:
             # Only the last phase's: a Partial reduced over the dp group,
             # after its DDP compressed, by that group's rank 0 (ranks 0, 1).
-            late = ("DTensor reduced a Partial placement over this group after "
+            late = ("marked as carrying tensor parallelism after "
                     f"{dp['compressed_calls']} compressed allreduces")
             assert len(warns) == (1 if r.rank in (0, 1) else 0), r.describe()
             assert all(late in ln for ln in warns), r.describe()

@@ -50,8 +50,7 @@ from compcoll._tensor_parallel import mark_group as mark_tensor_parallel  # noqa
 __all__ = [
     "BACKEND_NAME", "backend_of", "device_lane", "finish", "gradient_scope", "inner",
     "install_gloo_hook", "is_gloo_hooked", "load_state_dict", "mark_tensor_parallel",
-    "register", "slots",
-    "state_dict", "state_entries", "stats",
+    "register", "slots", "state_dict", "state_entries", "stats",
 ]
 
 register()

@@ -39,7 +39,8 @@ std::exception_ptr as_compcoll_error(const std::exception& e, const std::string&
 }
 
 // The route's reason, in the Communicator's log, for a candidate sent exact
-// because of where it was issued (issue_scope.h).
+// because of its group (mark_tensor_parallel) or where it was issued
+// (issue_scope.h).
 constexpr const char* kOutsideBackward =
     "issued outside a backward pass, COMPCOLL_TORCH_SCOPE=backward";
 constexpr const char* kTensorParallel =
@@ -375,12 +376,13 @@ void CompcollBackend::mark_tensor_parallel() {
   if (tensor_parallel_.exchange(true)) return;
   const uint64_t compressed = compressible_candidates_.load();
   if (compressed == 0 || getRank() != 0) return;
-  log_.warn("group '", getGroupUid(), "': DTensor reduced a Partial placement over this group "
-            "after ", compressed, " compressed allreduces, which marks it as carrying tensor "
-            "parallelism: from now on every allreduce of this group takes the exact dense path. "
-            "If they are data-parallel gradient sums (DDP on the group of a DTensor "
-            "computation), give DTensor a mesh over another group (docs/pytorch.md, \"Which "
-            "allreduces are compressed\")");
+  log_.warn("group '", getGroupUid(), "': marked as carrying tensor parallelism after ",
+            compressed, " compressed allreduces (a DTensor parallel style applied on it, a "
+            "Partial placement reduced over it, or compcoll.mark_tensor_parallel): from now on "
+            "every allreduce of this group takes the exact dense path. If they are "
+            "data-parallel gradient sums (DDP on the group of a DTensor computation), give "
+            "DTensor a mesh over another group (docs/pytorch.md, \"Which allreduces are "
+            "compressed\")");
 }
 
 void CompcollBackend::log_slot_event(const Lane& lane, const SlotAssignment& a, int64_t numel) {

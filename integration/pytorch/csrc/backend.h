@@ -241,15 +241,15 @@ class CompcollBackend final : public c10d::Backend {
   const Config& config() const { return cfg_; }
   // The group carries tensor parallelism (compcoll._tensor_parallel marks it
   // when a DTensor parallel style is applied on it or DTensor reduces on
-  // it): its allreduces sum activations or their gradients, one batch's
+  // it, or the script calls compcoll.mark_tensor_parallel): its allreduces sum activations or their gradients, one batch's
   // values, so every one takes the exact route, in backward too and under
   // either COMPCOLL_TORCH_SCOPE (a residual carried into the next batch
   // would corrupt both). A mark on the group, not on the call, holds for
   // the collectives a compiled graph issues as well. Every rank marks it at
   // the same point of the program (the style's application, or the first
-  // such reduction), so they route its calls alike. A group marked after
-  // it compressed is said at WARN: DTensor reduced over a data-parallel
-  // group, whose compression ends there.
+  // such reduction, or the script's compcoll.mark_tensor_parallel), so they
+  // route its calls alike. A group marked after it compressed is said at
+  // WARN: a data-parallel group, whose compression ends there.
   void mark_tensor_parallel();
   bool tensor_parallel() const { return tensor_parallel_.load(); }
   // Drains the queue and records the stats (group_stats.h); idempotent.
