@@ -199,3 +199,33 @@ def test_powersgd_with_several_buckets_keeps_one_order():
             for algo in ALGOS:
                 run = r.result[hook][algo]
                 assert run["identical"] and len(run["losses"]) == 6, (r.rank, hook, algo, run)
+
+
+def test_post_local_sgd_compresses_its_gradients_and_averages_exactly():
+    """Post-local SGD as torch documents it (post_localSGD_hook and
+    PostLocalSGDOptimizer with a PeriodicModelAverager), 4 ranks in two
+    subgroups, COMPCOLL_ALGO=dgc from the environment: the hook's allreduces
+    run in backward and are compressed (over the world until START, then
+    within each subgroup); the averager's allreduce of the parameters runs
+    after the optimizer step and is exact, so every averaging step leaves
+    every rank with the same bits, and between them the subgroups drift
+    apart. A clean run: the averager's exact allreduce is expected beside
+    compressed DDP, so nothing is said at WARN."""
+    start, period, steps = 3, 2, 8  # workers/post_local_sgd.py
+    ranks = launch([worker("post_local_sgd.py")], 4, env={"COMPCOLL_ALGO": "dgc"}, timeout=240)
+    for r in ranks:
+        res = r.result
+        assert res["finite"] and len(res["steps"]) == steps, res
+        for s in res["steps"]:
+            n = s["step"]
+            averaged = n > start and (n - start - 1) % period == 0
+            assert s["same_in_subgroup"], (r.rank, s)
+            assert s["same"] == (n <= start or averaged), (r.rank, s)
+            if n <= start:  # one bucket a step, allreduced over the world
+                assert s["world_compressed"] == n and s["sub_compressed"] == 0, (r.rank, s)
+            else:  # within the subgroup; the world's calls are the averager's, exact
+                assert s["world_compressed"] == start and s["sub_compressed"] == n - start, \
+                    (r.rank, s)
+        assert s["world_calls"] == start + (steps - start + 1) // period, s
+        assert not [ln for ln in r.stderr.splitlines() if ln.startswith("compcoll WARN")], \
+            r.describe()

@@ -13,7 +13,7 @@ OUTSIDE = "issued outside a backward pass took the exact dense path"
 
 
 def run(scope):
-    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_TORCH_SCOPE": scope}
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_TORCH_SCOPE": scope, "COMPCOLL_DEBUG": "INFO"}
     return launch([worker("scope.py")], 2, env=env, timeout=240)
 
 
@@ -24,11 +24,21 @@ def test_only_allreduces_in_a_backward_pass_are_compressed_unless_scope_is_all()
         # Outside backward: exact by default (and said once, by rank 0) ...
         assert res["direct"] == {"compressed": 0, "exact": True}, res
         assert res["chained"] == {"compressed": 0, "exact": True}, res
+        # A warning where the group compressed nothing before (the world
+        # group's direct phase); an INFO line beside compressed DDP (the
+        # averaging phase's group), where an allreduce outside backward is
+        # values and exact is right.
         said = [ln for ln in r.stderr.splitlines() if OUTSIDE in ln]
-        assert len(said) == (1 if r.rank == 0 else 0), r.describe()
+        assert len(said) == (2 if r.rank == 0 else 0), r.describe()
         if said:
-            assert said[0].startswith("compcoll WARN [rank 0]") and \
-                "set COMPCOLL_TORCH_SCOPE=all" in said[0], said
+            warned = [ln for ln in said if ln.startswith("compcoll WARN [rank 0]")]
+            assert len(warned) == 1 and "set COMPCOLL_TORCH_SCOPE=all" in warned[0], said
+            informed = [ln for ln in said if ln.startswith("compcoll INFO [rank 0]")]
+            assert len(informed) == 1 and "taken as values" in informed[0], said
+            assert "set COMPCOLL_TORCH_SCOPE=all" in informed[0], said
+        assert res["averaging"]["ddp_compressed"] > 0 and res["averaging"]["compressed"] == 0, res
+        assert res["averaging"]["exact"], res
+        assert res_all["averaging"]["compressed"] == 1 and not res_all["averaging"]["exact"], res_all
         # ... compressed with COMPCOLL_TORCH_SCOPE=all, without a word.
         assert res_all["direct"]["compressed"] == 1 and not res_all["direct"]["exact"], res_all
         assert res_all["chained"]["compressed"] == 2, res_all

@@ -311,8 +311,17 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     compress = false;
     exact_reason = kOutsideBackward;
     if (getRank() == 0) {
-      const std::string note = uncompressed_notes_.first_outside_backward(t.numel(), opts.reduceOp);
-      if (!note.empty()) log_.warn("group '", getGroupUid(), "': ", note);
+      // A warning only where nothing of this group was compressed before:
+      // beside DDP's compressed buckets, an allreduce outside backward is
+      // values (model averaging), and exact is right.
+      const bool group_compresses = compressible_candidates_.load() > 0;
+      const std::string note =
+          uncompressed_notes_.first_outside_backward(t.numel(), opts.reduceOp, group_compresses);
+      if (!note.empty() && group_compresses) {
+        log_.info("group '", getGroupUid(), "': ", note);
+      } else if (!note.empty()) {
+        log_.warn("group '", getGroupUid(), "': ", note);
+      }
     }
   }
   if (compress) compressible_candidates_.fetch_add(1);

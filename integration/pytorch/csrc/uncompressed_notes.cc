@@ -77,17 +77,27 @@ bool UncompressedNotes::first_time(const std::string& key) {
   return reported_.insert(key).second;
 }
 
-std::string UncompressedNotes::first_outside_backward(int64_t numel, const c10d::ReduceOp& op) {
+std::string UncompressedNotes::first_outside_backward(int64_t numel, const c10d::ReduceOp& op,
+                                                      bool group_compresses) {
   if (!first_time("outside backward")) return {};
-  return call_label(op, numel) +
-         " issued outside a backward pass took the exact dense path, as will every "
-         "call like it: compcoll compresses the gradient sums that DDP (and its comm hooks) "
-         "issue during backward, since an allreduce of values (parameters being averaged, "
-         "evaluation results, activations) would lose most of its entries to sparsification. "
-         "If these are gradients (a loop of your own that allreduces .grad after backward()), "
-         "set COMPCOLL_TORCH_SCOPE=all on every rank, or issue them in "
-         "compcoll.gradient_scope(). Said once per group (docs/pytorch.md, "
-         "\"Which allreduces are compressed\")";
+  const std::string what =
+      call_label(op, numel) +
+      " issued outside a backward pass took the exact dense path, as will every call like it: "
+      "compcoll compresses the gradient sums that DDP (and its comm hooks) issue during "
+      "backward, since an allreduce of values (parameters being averaged, evaluation results, "
+      "activations) would lose most of its entries to sparsification. ";
+  const std::string remedy =
+      "set COMPCOLL_TORCH_SCOPE=all on every rank, or issue them in compcoll.gradient_scope(). "
+      "Said once per group (docs/pytorch.md, \"Which allreduces are compressed\")";
+  if (group_compresses) {
+    return what +
+           "This group already compresses the allreduces issued in backward, so these are "
+           "taken as values (periodic model averaging, say), for which exact is right. If they "
+           "are gradients reduced by a loop of your own, " + remedy;
+  }
+  return what +
+         "If these are gradients (a loop of your own that allreduces .grad after backward()), " +
+         remedy;
 }
 
 std::string UncompressedNotes::first_tensor_parallel(int64_t numel, const c10d::ReduceOp& op) {

@@ -28,7 +28,12 @@ class UncompressedNotes {
                            size_t min_elems, c10::DeviceType lane, const char* inner);
   // The same for a call compcoll could compress but that was issued outside
   // a backward pass (COMPCOLL_TORCH_SCOPE=backward, issue_scope.h), once.
-  std::string first_outside_backward(int64_t numel, const c10d::ReduceOp& op);
+  // group_compresses: the group has compressed allreduces issued in backward
+  // before (DDP's buckets), so this one is most likely values (periodic model
+  // averaging, an evaluation result) and exact is right: the note says so,
+  // for an INFO line rather than a warning.
+  std::string first_outside_backward(int64_t numel, const c10d::ReduceOp& op,
+                                     bool group_compresses);
   // The same for one of a tensor-parallel group (mark_tensor_parallel),
   // which is exact by design: an INFO line, once.
   std::string first_tensor_parallel(int64_t numel, const c10d::ReduceOp& op);

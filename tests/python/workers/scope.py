@@ -14,6 +14,10 @@ direct phases whether their result is the exact sum:
                 backward (as tensor-parallel layers do), 3 steps;
   in_backward_marked  the same on a group the script marked with
                 compcoll.mark_tensor_parallel: exact;
+  averaging     on a new group, 3 DDP steps (compressed), then the model's
+                parameters allreduced outside backward, as periodic model
+                averaging does: exact, and rank 0's note about it an INFO
+                line, not a warning (the group compresses its gradients);
   delegated_chain  in backward, an async broadcast whose then() callback
                 allreduces 100,000 floats, run on Gloo's thread on rank 0
                 and at once on the backward thread on rank 1;
@@ -145,6 +149,19 @@ tp_stats = compcoll.stats(tp)
 out["in_backward_marked"] = {"marked": marked, "calls": tp_stats["calls"],
                              "compressed": tp_stats["compressed_calls"],
                              "exact": bool(torch.equal(w.grad, torch.full((N,), want)))}
+
+# Model averaging beside compressed DDP (PostLocalSGD's averager, say): the
+# parameters, equal on every rank here, allreduced after the DDP steps.
+avg = dist.new_group(list(range(world)))
+m = DDP(model(), bucket_cap_mb=0.25, process_group=avg)
+train(m)
+ddp_compressed = compcoll.stats(avg)["compressed_calls"]
+params = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+summed = params.clone()
+dist.all_reduce(summed, group=avg)
+out["averaging"] = {"ddp_compressed": ddp_compressed,
+                    "compressed": compcoll.stats(avg)["compressed_calls"] - ddp_compressed,
+                    "exact": bool(torch.equal(summed, params * world))}
 
 chained = torch.zeros(N)
 chained_works = []
