@@ -123,9 +123,14 @@ const char* idle_for_sbc_pattern(const Config& cfg) {
              : nullptr;
 }
 
-// A host id only places ranks for the hierarchy.
+// A host id only places ranks for the hierarchy, and for the NCCL
+// interposer's COMPCOLL_NCCL_COMMS=multi-host.
 const char* idle_without_hierarchy(const Config& cfg) {
-  return cfg.hierarchy == "off" ? "with COMPCOLL_HIERARCHY=off: no host is formed" : nullptr;
+  const bool comms_by_host =
+      cfg.nccl_multi_host_only && cfg.front_end == FrontEnd::kNcclInterposer;
+  return cfg.hierarchy == "off" && !comms_by_host
+             ? "with COMPCOLL_HIERARCHY=off: no host is formed"
+             : nullptr;
 }
 
 #define CC_APPLY [](const ConfigVar& var, const std::string& value, Config& cfg)
@@ -268,7 +273,8 @@ const ConfigVar kTable[] = {
      "allreduce (a loop of your own that allreduces .grad after backward()). Under either, "
      "a group that carries DTensor's tensor parallelism (activations in forward, their "
      "gradients in backward) keeps every allreduce exact, said once at INFO. The C API and "
-     "the NCCL interposer compress every eligible allreduce, a tensor-parallel layer's too",
+     "the NCCL interposer compress every eligible allreduce, a tensor-parallel layer's too "
+     "(the interposer's COMPCOLL_NCCL_COMMS=multi-host leaves out communicators within a host)",
      CC_APPLY {
        check_enum(var, value);
        cfg.torch_scope_all = value == "all";
@@ -458,6 +464,21 @@ const ConfigVar kTable[] = {
      "fresh start) and saves them there at destruction or exit; DIR is created when missing, "
      "and one that cannot be created or written fails every rank at creation, not at exit",
      CC_APPLY { cfg.state_dir = value; }},
+    {"COMPCOLL_NCCL_COMMS", VarType::kEnum, "all", "all|multi-host",
+     "which NCCL communicators the NCCL interposer compresses: all = every one; multi-host = "
+     "only those whose ranks span several hosts (as COMPCOLL_HIERARCHY finds hosts; "
+     "COMPCOLL_HOST_ID), decided with the other ranks at a communicator's first eligible "
+     "allreduce, and said at INFO. The interposer cannot tell activations from gradients: with "
+     "multi-host a job whose tensor-parallel groups lie within a node (Megatron's layout) keeps "
+     "their allreduces exact while its data-parallel groups, which cross nodes, are compressed; "
+     "a job on one node then compresses nothing (WARN at exit; docs/gpu.md)",
+     CC_APPLY {
+       check_enum(var, value);
+       cfg.nccl_multi_host_only = value == "multi-host";
+     },
+     kTunesCompressed, nullptr, bit(FrontEnd::kStandalone) | bit(FrontEnd::kTorchBackend),
+     "it chooses the NCCL interposer's communicators; the PyTorch backend keeps "
+     "tensor-parallel groups exact by itself (COMPCOLL_TORCH_SCOPE)"},
     {"COMPCOLL_NCCL_LIBRARY", VarType::kString, "libnccl.so.2", "a library name or path",
      "the real NCCL that the NCCL interposer (libcompcoll_nccl.so) loads and forwards to",
      CC_APPLY { cfg.nccl_library = value; }},
@@ -535,10 +556,12 @@ std::string Config::agreement_description() const {
   // state_dir: whether ranks load checkpoints at creation (a collective
   // step); where they keep them is each rank's own business.
   // torch_scope: a rank that compresses a call its peers send exact would
-  // not meet them (said only when not the default, as state_dir).
+  // not meet them (said only when not the default, as state_dir); the same
+  // for nccl_comms, which decides whether a communicator compresses.
   return "algo=" + algo + ";min_elems=" + std::to_string(min_elems) + ";hierarchy=" + hierarchy +
          ";" + params.canonical() +
-         (state_dir.empty() ? "" : ";state_dir=on") + (torch_scope_all ? ";torch_scope=all" : "");
+         (state_dir.empty() ? "" : ";state_dir=on") + (torch_scope_all ? ";torch_scope=all" : "") +
+         (nccl_multi_host_only ? ";nccl_comms=multi-host" : "");
 }
 
 }  // namespace compcoll

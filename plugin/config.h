@@ -64,6 +64,10 @@ struct Config {
   // COMPCOLL_DEVICE_CODECS=on: the NCCL interposer runs the GPU codecs on
   // device memory where it can (not agreed on: the same bits either way).
   bool device_codecs = false;
+  // COMPCOLL_NCCL_COMMS=multi-host: the NCCL interposer compresses only the
+  // communicators whose ranks span several hosts (tensor-parallel groups
+  // within a node stay exact).
+  bool nccl_multi_host_only = false;
   std::string nccl_library = "libnccl.so.2";  // the NCCL interposer's real NCCL
   std::string cuda_library = "libcuda.so.1";  // and the CUDA driver it uses
   // Not a variable: whether a communicator made with this configuration

@@ -11,6 +11,7 @@
 #include "collectives/cuda/gpu_sparse_allgather.h"
 #endif
 #include "compcoll/error.h"
+#include "plugin/nccl_interposer/host_span.h"
 #include "plugin/stats.h"
 
 namespace compcoll::interposer {
@@ -96,8 +97,7 @@ void CommEntry::note_forwarded(size_t count, size_t elem_bytes, const char* dtyp
   log_.trace("comm ", id_, ": forwarding ncclAllReduce of ", count, " x ", dtype, " ", op);
 }
 
-void CommEntry::ensure_communicator(CUstream stream) {
-  if (communicator_) return;
+void CommEntry::ensure_transport(CUstream stream) {
   CC_CHECK(!aborted_, kTransport, "comm ", id_,
            ": this NCCL communicator was aborted after an earlier failure");
   if (!transport_) {
@@ -107,6 +107,42 @@ void CommEntry::ensure_communicator(CUstream stream) {
     transport_ = std::make_unique<nccl::NcclComm>(*rt_.nccl, *rt_.cuda, comm_, o);
   }
   transport_->set_stream(stream);
+}
+
+std::string CommEntry::scope_refusal(CUstream stream) {
+  if (!rt_.config->nccl_multi_host_only) return {};
+  std::lock_guard<std::mutex> lk(call_mu_);
+  if (scope_refusal_) return *scope_refusal_;
+  ensure_transport(stream);
+  HostSpan span;
+  try {
+    span = exchange_host_span(*transport_, rt_.config->host_id);
+  } catch (...) {
+    aborted_ = transport_->aborted();
+    throw;
+  }
+  const HostLayout& layout = span.layout;
+  const std::string& undetected = span.undetected;
+  if (span.several_hosts()) {
+    scope_refusal_ = std::string();
+    log_.info("comm ", id_, ": COMPCOLL_NCCL_COMMS=multi-host: its ranks span ",
+              layout.describe(), "; its eligible allreduces are compressed", undetected);
+  } else {
+    scope_refusal_ = detail::concat(
+        "COMPCOLL_NCCL_COMMS=multi-host and this communicator's ranks share one host (",
+        layout.describe(), "): a tensor-parallel group within a node, say");
+    log_.info("comm ", id_, ": ", *scope_refusal_, "; its allreduces go to NCCL uncompressed",
+              undetected);
+    left_out_ = true;
+    std::lock_guard<std::mutex> slk(snap_mu_);
+    snap_.single_host = true;
+  }
+  return *scope_refusal_;
+}
+
+void CommEntry::ensure_communicator(CUstream stream) {
+  if (communicator_) return;
+  ensure_transport(stream);
   // Stats are written by the interposer, per process and origin rank.
   Config cfg = *rt_.config;
   const int origin = origin_rank();

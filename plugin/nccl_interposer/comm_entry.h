@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -47,6 +48,9 @@ struct CommSnapshot {
   uint64_t state_entries = 0;
   uint64_t state_bytes = 0;
   bool destroyed = false;
+  // COMPCOLL_NCCL_COMMS=multi-host found all its ranks on one host: every
+  // allreduce of it is forwarded.
+  bool single_host = false;
 };
 
 // What every entry shares with the interposer (owned by it, never freed).
@@ -93,6 +97,17 @@ class CommEntry {
   void note_forwarded(size_t count, size_t elem_bytes, const char* dtype, const char* op,
                       const std::string& reason, bool gradient_like);
 
+  // Why an eligible call of this communicator is forwarded all the same, or
+  // "" when it is compressed: under COMPCOLL_NCCL_COMMS=multi-host, its
+  // ranks all share one host. Decided at its first eligible call, which
+  // every rank makes (collective: the ranks exchange their host ids over the
+  // communicator), then remembered. Throws compcoll::Error (a timeout, ranks
+  // whose COMPCOLL_NCCL_COMMS differ).
+  std::string scope_refusal(CUstream stream);
+  // scope_refusal() decided to leave this communicator to NCCL: what it
+  // forwards is not what COMPCOLL_ALGO was set to compress here.
+  bool left_out() const { return left_out_.load(); }
+
   // The compressed allreduce (see the file comment). Throws compcoll::Error.
   void compressed_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                             CUstream stream);
@@ -111,6 +126,7 @@ class CommEntry {
   CommSnapshot snapshot(bool refresh = true);
 
  private:
+  void ensure_transport(CUstream stream);
   void ensure_communicator(CUstream stream);
   void make_device_route(const Config& cfg);  // sets device_ or device_why_
   // Why this call is staged through host memory ("" when the device route
@@ -136,6 +152,8 @@ class CommEntry {
   std::unique_ptr<DeviceRoute> device_;
   std::string device_why_;
   std::set<std::string> staged_reasons_;  // guarded by call_mu_
+  std::optional<std::string> scope_refusal_;  // guarded by call_mu_; set once decided
+  std::atomic<bool> left_out_{false};
   std::vector<uint8_t> host_;
   BufferKeys keys_;  // guarded by call_mu_
   std::atomic<bool> aborted_{false};

@@ -69,7 +69,7 @@ void at_exit() { Interposer::get().finish_at_exit(); }
 void at_exit_before_cuda_runtime() {
   static std::once_flag once;
   std::call_once(once, [] {
-    if (Interposer::get().saves_at_exit()) std::atexit(&at_exit);
+    if (Interposer::get().has_exit_work()) std::atexit(&at_exit);
   });
 }
 
@@ -130,7 +130,7 @@ Interposer::Interposer() : log_(LogLevel::kWarn, -1) {
   enabled_ = true;
   // A program that exits without ncclCommDestroy still gets its stats and
   // its error-feedback checkpoint.
-  if (saves_at_exit()) std::atexit(&at_exit);
+  if (has_exit_work()) std::atexit(&at_exit);
   log_.info("NCCL interposer: ", settings_.config.algo,
             " for float32/float16/bfloat16 SUM/AVG allreduces of at least ",
             settings_.config.min_elems, " elements outside groups and graph capture; everything "
@@ -266,13 +266,20 @@ ncclResult_t Interposer::allreduce(const void* send, void* recv, size_t count,
   const auto entry = find_or_add(comm);
   CC_CHECK(!entry->aborted(), kTransport, "ncclAllReduce on comm ", entry->id(),
            ", which compcoll aborted after an earlier failure; abort or destroy it and build a new one");
-  const std::optional<std::string> why = forward_reason(count, dtype, op, stream);
+  std::optional<std::string> why = forward_reason(count, dtype, op, stream);
+  bool by_choice = false;  // COMPCOLL_NCCL_COMMS left this communicator out
+  if (!why) {
+    std::string refused = entry->scope_refusal(reinterpret_cast<CUstream>(stream));
+    if (!refused.empty()) why = std::move(refused), by_choice = true;
+  }
   if (why) {
     const TypeInfo t = type_info(dtype);
     const OpInfo o = op_info(op);
     const bool floating = dtype == ncclFloat16 || dtype == ncclFloat32 || dtype == ncclFloat64 ||
                           dtype == ncclBfloat16;
-    const bool gradient_like = floating && o.known &&
+    // Not on a communicator COMPCOLL_NCCL_COMMS leaves to NCCL: nothing of
+    // it would be compressed, whatever its dtype or group.
+    const bool gradient_like = !by_choice && !entry->left_out() && floating && o.known &&
                                (o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg) &&
                                count >= settings_.config.min_elems &&
                                cuda_.has_value();  // without the driver: said once at start
@@ -307,8 +314,25 @@ void Interposer::write_stats(int origin_rank) {
   }
 }
 
-bool Interposer::saves_at_exit() const {
-  return !settings_.config.stats_file.empty() || !settings_.config.state_dir.empty();
+bool Interposer::has_exit_work() const {
+  return !settings_.config.stats_file.empty() || !settings_.config.state_dir.empty() ||
+         settings_.config.nccl_multi_host_only;
+}
+
+void Interposer::warn_if_no_communicator_spans_hosts(const std::vector<CommSnapshot>& comms) {
+  bool left_out = false, rank0 = false;
+  uint64_t compressed = 0;
+  for (const CommSnapshot& s : comms) {
+    left_out |= s.single_host;
+    rank0 |= s.origin_rank == 0;
+    compressed += s.counters.compressed_calls;
+  }
+  // Once per job: by the process of world rank 0.
+  if (!left_out || compressed > 0 || !rank0) return;
+  log_.warn("COMPCOLL_NCCL_COMMS=multi-host: no allreduce of this process was compressed: every "
+            "communicator that made an eligible allreduce has all its ranks on one host (a job "
+            "on one node); COMPCOLL_NCCL_COMMS=all compresses them, where every large float "
+            "allreduce is a gradient sum (docs/gpu.md)");
 }
 
 void Interposer::finish_at_exit() {
@@ -321,6 +345,15 @@ void Interposer::finish_at_exit() {
     for (const auto& s : finished_) origins.insert(s.origin_rank);
   }
   for (const auto& e : live) e->finish_at_exit();
+  if (settings_.config.nccl_multi_host_only) {
+    std::vector<CommSnapshot> comms;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      comms = finished_;
+    }
+    for (const auto& e : live) comms.push_back(e->snapshot(/*refresh=*/false));
+    warn_if_no_communicator_spans_hosts(comms);
+  }
   if (settings_.config.stats_file.empty()) return;
   for (const auto& e : live) origins.insert(e->origin_rank());
   for (const int o : origins) write_stats(o);

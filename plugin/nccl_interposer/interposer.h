@@ -16,7 +16,9 @@
 //     count >= COMPCOLL_MIN_ELEMS (collectives/dispatch.h's policy);
 //   - the stream is not being captured into a CUDA graph (a synchronous,
 //     host-staged call cannot be captured);
-//   - the CUDA driver could be loaded.
+//   - the CUDA driver could be loaded;
+//   - under COMPCOLL_NCCL_COMMS=multi-host, the communicator's ranks span
+//     several hosts (CommEntry::scope_refusal).
 //
 // Why a process-wide object: an LD_PRELOAD library has no owner to hold its
 // state. It is created on first use, never destroyed (other threads may still
@@ -76,8 +78,9 @@ class Interposer {
   // COMPCOLL_STATE_DIR checkpoints), then writes the stats file of every
   // origin rank. Once per process, however often it is registered.
   void finish_at_exit();
-  // Whether there is exit work (COMPCOLL_STATS_FILE or COMPCOLL_STATE_DIR).
-  bool saves_at_exit() const;
+  // Whether there is exit work (COMPCOLL_STATS_FILE, COMPCOLL_STATE_DIR, or
+  // COMPCOLL_NCCL_COMMS=multi-host's check that it left something compressed).
+  bool has_exit_work() const;
 
  private:
   Interposer();
@@ -90,6 +93,9 @@ class Interposer {
   std::optional<std::string> forward_reason(size_t count, ncclDataType_t dtype, ncclRedOp_t op,
                                             cudaStream_t stream) const;
   void write_stats(int origin_rank);
+  // COMPCOLL_NCCL_COMMS=multi-host left out every communicator that made an
+  // eligible call, so it compressed nothing: a WARN, not a silent no-op.
+  void warn_if_no_communicator_spans_hosts(const std::vector<CommSnapshot>& comms);
 
   Settings settings_;
   std::string config_error_;  // non-empty: a COMPCOLL_* value was rejected

@@ -185,6 +185,49 @@ TEST_F(Interposer, CompressesEligibleCallsAndForwardsTheRestUntouched) {
   }
 }
 
+// COMPCOLL_NCCL_COMMS=multi-host on one node (the app's ranks are threads of
+// one process, so every communicator, the split child too, lies within one
+// host): every call reaches NCCL as the program made it, each communicator
+// says why at INFO, and the process of rank 0 warns at exit that nothing was
+// compressed, not a silent no-op. (The exchange itself, on several hosts
+// and with a rank outside it: host_span_test.cc.)
+TEST_F(Interposer, MultiHostOnlyLeavesCommunicatorsWithinOneHostToNccl) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_NCCL_COMMS"] = "multi-host";
+  e["COMPCOLL_DEBUG"] = "INFO";
+  e["COMPCOLL_STATS_FILE"] = dir_ + "/stats-{rank}.json";
+  const AppRun r = run({"--ranks", "2", "--split"}, e);
+  EXPECT_RAN_OK(r);
+  const auto received = received_allreduces();
+  auto issued = lines_after(r.output, "compressible ");
+  for (const auto& f : lines_after(r.output, "forwarded ")) issued.push_back(f);
+  ASSERT_FALSE(lines_after(r.output, "compressible ").empty()) << r.output;
+  for (const auto& call : issued) EXPECT_TRUE(contains(received, call)) << "not forwarded: " << call;
+  const std::string why = "share one host (1 host: {0,1}): a tensor-parallel group within a node";
+  int decided = 0;
+  for (const auto& line : lines_after(r.output, "compcoll INFO")) {
+    decided += line.find(why) != std::string::npos &&
+               line.find("its allreduces go to NCCL uncompressed") != std::string::npos;
+  }
+  EXPECT_EQ(decided, 2 * 2) << r.output;  // the root and its child, on each rank
+  const auto warned = lines_after(r.output, "compcoll WARN");
+  ASSERT_EQ(warned.size(), 1u) << r.output;
+  EXPECT_NE(warned[0].find("COMPCOLL_NCCL_COMMS=multi-host: no allreduce of this process was "
+                           "compressed"), std::string::npos) << r.output;
+  for (int rank : {0, 1}) {
+    const std::string stats = read_text(dir_ + "/stats-" + std::to_string(rank) + ".json");
+    EXPECT_EQ(json_int(stats, "compressed_calls"), 0) << stats;
+    EXPECT_GT(json_int(stats, "forwarded_calls"), 0) << stats;
+  }
+  // The default compresses the same program's eligible calls.
+  e.erase("COMPCOLL_NCCL_COMMS");
+  const AppRun all = run({"--ranks", "2", "--split"}, e);
+  EXPECT_RAN_OK(all);
+  EXPECT_EQ(all.output.find("COMPCOLL_NCCL_COMMS"), std::string::npos) << all.output;
+  EXPECT_GT(json_int(read_text(dir_ + "/stats-0.json"), "compressed_calls"), 0);
+}
+
 // Where the GPU codecs cannot take a call (here, with COMPCOLL_DEVICE_CODECS=on:
 // no CUDA device, or the stand-in's "device" buffers are host memory, or a
 // build without nvcc), the call is staged through host memory and the log
