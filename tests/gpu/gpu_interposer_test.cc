@@ -74,6 +74,24 @@ TEST_F(GpuInterposer, CompressesWithDgcOnTheRealNccl) {
   EXPECT_EQ(json_int(stats, "forwarded_calls"), 6) << stats;
 }
 
+// COMPCOLL_NCCL_COMMS=multi-host on one machine: the host-id exchange runs
+// over the real NCCL (device buffers), finds one host, and every call of the
+// root and its split child goes to NCCL uncompressed, with the exit WARN.
+TEST_F(GpuInterposer, MultiHostOnlyLeavesASingleMachinesCommunicatorsToNccl) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_NCCL_COMMS"] = "multi-host";
+  e["COMPCOLL_STATS_FILE"] = dir_ + "/stats-{rank}.json";
+  const auto r = run({"--split"}, e);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("result ok"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("COMPCOLL_NCCL_COMMS=multi-host: no allreduce of this process was "
+                          "compressed"), std::string::npos) << r.output;
+  const std::string stats = read_text(dir_ + "/stats-0.json");
+  EXPECT_EQ(json_int(stats, "compressed_calls"), 0) << stats;
+  EXPECT_GE(json_int(stats, "forwarded_calls"), 11) << stats;
+}
+
 // The GPU codecs (COMPCOLL_DEVICE_CODECS=on) against the same
 // program staged through host memory and the CPU codecs (=off): every result
 // digest equal, bit for bit, through the warm-up and after it, fp32 in place
