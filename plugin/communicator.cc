@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <random>
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -347,13 +346,7 @@ HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
   if (cfg.hierarchy == "off" || !cfg.compression_enabled()) return out;
   // A rank that cannot tell its host (no /proc) still joins the exchange,
   // as a host of its own: correct, only without the local step's saving.
-  std::string id, undetected;
-  try {
-    id = host_id(cfg.host_id);
-  } catch (const Error& e) {
-    undetected = detail::concat("; this rank counts as a host of its own: ", e.what());
-    id = detail::concat("undetected:", world.rank(), ":", std::random_device{}());
-  }
+  const auto [id, undetected] = host_id_for_exchange(cfg.host_id, world.rank());
   HostLayout layout = exchange_host_layout(world, id);
   const bool several_hosts = layout.hosts() > 1;
   const bool shared_host = layout.max_local_size() > 1;

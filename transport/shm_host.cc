@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <random>
 
 #include "compcoll/error.h"
 
@@ -37,6 +38,17 @@ std::string detect_host_id() {
 
 std::string host_id(const std::string& override_id) {
   return override_id.empty() ? detect_host_id() : override_id;
+}
+
+ExchangeHostId host_id_for_exchange(const std::string& override_id, int rank) {
+  ExchangeHostId out;
+  try {
+    out.id = host_id(override_id);
+  } catch (const Error& e) {
+    out.undetected = detail::concat("; rank ", rank, " counts as a host of its own: ", e.what());
+    out.id = detail::concat("undetected:", rank, ":", std::random_device{}());
+  }
+  return out;
 }
 
 }  // namespace compcoll

@@ -18,4 +18,16 @@ std::string detect_host_id();
 // `override_id` when it is not empty (COMPCOLL_HOST_ID), else detect_host_id().
 std::string host_id(const std::string& override_id);
 
+// The id `rank` joins an exchange of host ids with (the hierarchy's layout,
+// the NCCL interposer's COMPCOLL_NCCL_COMMS=multi-host test): host_id(override_id),
+// or, where this rank cannot tell its host (no /proc), an id no other rank has.
+// Such a rank counts as a host of its own, which is correct for every use, only
+// without what sharing a host would save; `undetected` then says so and why,
+// as a "; ..." suffix for the caller's log line, and is empty otherwise.
+struct ExchangeHostId {
+  std::string id;
+  std::string undetected;
+};
+ExchangeHostId host_id_for_exchange(const std::string& override_id, int rank);
+
 }  // namespace compcoll

@@ -134,8 +134,6 @@ std::string CommEntry::scope_refusal(CUstream stream) {
     log_.info("comm ", id_, ": ", *scope_refusal_, "; its allreduces go to NCCL uncompressed",
               undetected);
     left_out_ = true;
-    std::lock_guard<std::mutex> slk(snap_mu_);
-    snap_.single_host = true;
   }
   return *scope_refusal_;
 }
@@ -278,6 +276,7 @@ CommSnapshot CommEntry::snapshot(bool refresh) {
   // warm-up, NCCL's own ring bytes: part of the steady state).
   s.forwarded_calls = forwarded_.calls();
   s.counters.add(forwarded_.counters());
+  s.single_host = left_out_.load();
   return s;
 }
 

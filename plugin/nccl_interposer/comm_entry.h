@@ -49,7 +49,7 @@ struct CommSnapshot {
   uint64_t state_bytes = 0;
   bool destroyed = false;
   // COMPCOLL_NCCL_COMMS=multi-host found all its ranks on one host: every
-  // allreduce of it is forwarded.
+  // allreduce of it is forwarded (CommEntry::left_out() when snapshotted).
   bool single_host = false;
 };
 

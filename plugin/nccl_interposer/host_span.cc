@@ -1,8 +1,8 @@
 #include "plugin/nccl_interposer/host_span.h"
 
-#include <random>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "compcoll/error.h"
@@ -13,14 +13,9 @@ namespace compcoll::interposer {
 HostSpan exchange_host_span(Comm& comm, const std::string& host_id_override) {
   static constexpr std::string_view kTag = "compcoll:nccl_comms=multi-host:";
   HostSpan out;
-  std::string id;
-  try {
-    id = host_id(host_id_override);
-  } catch (const Error& e) {
-    out.undetected = detail::concat("; rank ", comm.rank(), " counts as a host of its own: ",
-                                    e.what());
-    id = detail::concat("undetected:", comm.rank(), ":", std::random_device{}());
-  }
+  ExchangeHostId mine_id = host_id_for_exchange(host_id_override, comm.rank());
+  const std::string& id = mine_id.id;
+  out.undetected = std::move(mine_id.undetected);
   CC_CHECK(!id.empty() && id.size() <= kMaxHostIdBytes, kInvalidArgument,
            "COMPCOLL_HOST_ID must be 1 to ", kMaxHostIdBytes, " bytes");
   const std::string mine = std::string(kTag) + id;

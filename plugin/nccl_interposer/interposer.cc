@@ -267,19 +267,19 @@ ncclResult_t Interposer::allreduce(const void* send, void* recv, size_t count,
   CC_CHECK(!entry->aborted(), kTransport, "ncclAllReduce on comm ", entry->id(),
            ", which compcoll aborted after an earlier failure; abort or destroy it and build a new one");
   std::optional<std::string> why = forward_reason(count, dtype, op, stream);
-  bool by_choice = false;  // COMPCOLL_NCCL_COMMS left this communicator out
   if (!why) {
     std::string refused = entry->scope_refusal(reinterpret_cast<CUstream>(stream));
-    if (!refused.empty()) why = std::move(refused), by_choice = true;
+    if (!refused.empty()) why = std::move(refused);
   }
   if (why) {
     const TypeInfo t = type_info(dtype);
     const OpInfo o = op_info(op);
     const bool floating = dtype == ncclFloat16 || dtype == ncclFloat32 || dtype == ncclFloat64 ||
                           dtype == ncclBfloat16;
-    // Not on a communicator COMPCOLL_NCCL_COMMS leaves to NCCL: nothing of
-    // it would be compressed, whatever its dtype or group.
-    const bool gradient_like = !by_choice && !entry->left_out() && floating && o.known &&
+    // Not on a communicator COMPCOLL_NCCL_COMMS leaves to NCCL (decided at
+    // this call or an earlier one): nothing of it would be compressed,
+    // whatever its dtype or group.
+    const bool gradient_like = !entry->left_out() && floating && o.known &&
                                (o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg) &&
                                count >= settings_.config.min_elems &&
                                cuda_.has_value();  // without the driver: said once at start
