@@ -130,3 +130,35 @@ def test_every_ddp_option_keeps_replicas_identical_and_compressed(algo, tmp_path
             written = json.load(f)
         for key in ("calls", "compressed_calls"):
             assert written[key] == sum(v[key] for v in variants.values()), (algo, key, written)
+
+
+@pytest.mark.parametrize("mode", ["ddp_optimizer", "python_reducer"])
+def test_torch_compile_ddp_is_compressed_with_one_state_per_tensor(mode):
+    """An unmodified DDP script under torch.compile, dgc from the
+    environment, 2 ranks, 6 steps. ddp_optimizer: dynamo splits the graph at
+    DDP's buckets, which DDP allreduces as usual. python_reducer (compiled
+    autograd): every parameter's gradient goes as a temporary, freed before
+    the next parameter's; two weights share a shape. Either way the replicas
+    end identical, every large gradient is compressed, and each tensor keeps
+    an error-feedback state of its own: from the third step on every step's
+    calls carry the same keys, distinct within the step ("carried" for the
+    reducer's temporaries, "same" for DDP's buckets), where they used to
+    share one state per shape and drop it at every change of size."""
+    ranks = launch([worker("compiled_ddp.py")], 2,
+                   env={"COMPCOLL_ALGO": "dgc", "MODE": mode}, timeout=420)
+    assert ranks[0].result["hash"] == ranks[1].result["hash"]
+    for r in ranks:
+        res = r.result
+        assert "compcoll WARN" not in r.stderr, r.describe()
+        steps = res["steps"]
+        assert len(steps) == 6 and all(steps), steps
+        # python_reducer: the 3 weights of 32768+ elements; DDP: its buckets
+        sizes = sorted(n for _, n, _ in steps[-1])
+        if mode == "python_reducer":
+            assert sizes == [32768, 65536, 65536], steps[-1]
+        keys = [[k for k, _, _ in s] for s in steps]
+        assert len(set(keys[-1])) == len(keys[-1]), steps[-1]
+        assert all(k == keys[2] for k in keys[2:]), keys
+        steady = "carried" if mode == "python_reducer" else "same"
+        assert all(e == steady for s in steps[2:] for _, _, e in s), steps
+        assert res["stats"]["compressed_calls"] == sum(len(s) for s in steps), res["stats"]

@@ -38,6 +38,20 @@ def test_buffer_slot_rules(tmp_path):
     # ...and nothing else in this script was
     assert all(x["overlapped"] == 0 and not x["chain"] and not x["retired"]
                for x in r["slots"] if x["numel"] != 20_007)
+    # temporaries freed right after their call, inside backward passes: one
+    # slot per position, never shared within a pass; fresh at the second
+    # pass (2b), carried after it
+    passes = s["temporaries_in_backward"]
+    slots_by_pass = [[k.split(".")[0] for k, _, _ in p] for p in passes]
+    assert len(set(slots_by_pass[0])) == 3 and all(x == slots_by_pass[0] for x in slots_by_pass)
+    events = [[e for _, _, e in p] for p in passes]
+    # a fresh state at the first pass (a new slot, or a dead one of another
+    # shape left by the steps above); the second pass carries it, or starts
+    # afresh once on a slot never replaced before (2b); then carried
+    assert set(events[0]) <= {"new", "resized"}, events
+    assert set(events[1]) <= {"fresh", "carried"} and events[2:] == [["carried"] * 3] * 2, events
+    assert all(sorted(n for _, n, _ in p) == [20_003, 20_003, 20_005] for p in passes), passes
+    assert [p[0][1] for p in passes] == [passes[0][0][1]] * 4  # one call order every pass
     # 2c: another size takes over a dead slot; the Communicator replaces the state
     assert s["other_size_takes_dead_slot"][0][2] == "resized"
     assert s["small_dense_no_slot"] is True

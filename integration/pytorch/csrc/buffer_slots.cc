@@ -32,8 +32,9 @@ BufferSlots::BufferId BufferSlots::id_of(const Slot& s) {
   return {s.storage._unsafe_get_target(), s.offset, s.numel, static_cast<int>(s.dtype)};
 }
 
-SlotAssignment BufferSlots::record(Slot& s, SlotEvent e, int64_t dropped) {
+SlotAssignment BufferSlots::record(Slot& s, SlotEvent e, int64_t dropped, uint64_t pass) {
   s.last_use = ++clock_;
+  s.last_pass = pass;
   s.shape_call = ++shape_calls_[{s.numel, static_cast<int>(s.dtype)}];
   ++s.uses;
   trace_.push_back({s.key(), s.numel, e});
@@ -67,7 +68,7 @@ BufferSlots::Slot* BufferSlots::follower_since_last_use(const Slot& taken) {
   return nullptr;
 }
 
-SlotAssignment BufferSlots::assign(const at::Tensor& t) {
+SlotAssignment BufferSlots::assign(const at::Tensor& t, uint64_t pass) {
   const c10::Storage& storage = t.storage();
   const BufferId id{storage.unsafeGetStorageImpl(), t.storage_offset(), t.numel(),
                     static_cast<int>(t.scalar_type())};
@@ -76,7 +77,7 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
   //    slot whose StorageImpl address was reused, so check liveness.
   if (auto it = by_buffer_.find(id); it != by_buffer_.end()) {
     Slot& s = slots_[it->second];
-    if (s.live()) return record(s, SlotEvent::kSame, 0);
+    if (s.live()) return record(s, SlotEvent::kSame, 0, pass);
     by_buffer_.erase(it);
   }
   const auto same_shape = [&](const Slot& s) {
@@ -88,22 +89,23 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
   // alive or not.
   Slot* chain = nullptr;
   for (Slot& s : slots_) {
-    if (!s.chain || s.retired || !same_shape(s)) continue;
+    if (!s.chain || s.retired || !same_shape(s) || s.taken_in(pass)) continue;
     if (chain == nullptr || s.last_use < chain->last_use) chain = &s;
   }
   if (chain != nullptr) {
     by_buffer_.erase(id_of(*chain));
     const int before = chain->replacements++;
-    SlotAssignment a = attach(*chain, storage, t, SlotEvent::kCarried, 0);
+    SlotAssignment a = attach(*chain, storage, t, SlotEvent::kCarried, 0, pass);
     a.replacements = before;
     return a;
   }
 
-  // 2. Take over the least recently used dead slot, same shape first.
+  // 2. Take over the least recently used dead slot, same shape first, that
+  //    no tensor of this backward pass has used.
   Slot* same = nullptr;
   Slot* other = nullptr;
   for (Slot& s : slots_) {
-    if (s.live() || s.retired) continue;
+    if (s.live() || s.retired || s.taken_in(pass)) continue;
     Slot*& best = same_shape(s) ? same : other;
     if (best == nullptr || s.last_use < best->last_use) best = &s;
   }
@@ -116,6 +118,7 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
   if (pick != nullptr) {
     by_buffer_.erase(id_of(*pick));
     Slot* follower = pick == same ? follower_since_last_use(*pick) : nullptr;
+    if (follower != nullptr && follower->taken_in(pass)) follower = nullptr;
     overlapped = follower != nullptr;
     if (overlapped) ++pick->overlapped;
     if (overlapped && ++overlaps_by_shape_[{t.numel(), static_cast<int>(t.scalar_type())}] ==
@@ -154,7 +157,7 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
     pick = &slots_.back();
     pick->id = static_cast<int>(slots_.size()) - 1;
   }
-  SlotAssignment a = attach(*pick, storage, t, event, dropped);
+  SlotAssignment a = attach(*pick, storage, t, event, dropped, pass);
   a.dropped_key = std::move(dropped_key);
   a.merged_key = std::move(merged_key);
   a.replacements = before;
@@ -163,14 +166,14 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t) {
 }
 
 SlotAssignment BufferSlots::attach(Slot& s, const c10::Storage& storage, const at::Tensor& t,
-                                   SlotEvent event, int64_t dropped) {
+                                   SlotEvent event, int64_t dropped, uint64_t pass) {
   s.storage = storage.getWeakStorageImpl();
   s.offset = t.storage_offset();
   s.numel = t.numel();
   s.dtype = t.scalar_type();
   note_follows(s);
   by_buffer_[id_of(s)] = static_cast<size_t>(&s - slots_.data());
-  return record(s, event, dropped);
+  return record(s, event, dropped, pass);
 }
 
 std::vector<SlotInfo> BufferSlots::slots() const {

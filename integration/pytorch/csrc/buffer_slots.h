@@ -33,6 +33,18 @@
 //         same element count); reported as a drop.
 //   3. Otherwise a new slot.
 //
+// Within one backward pass (issue_scope.h) a slot used in that pass belongs
+// to a tensor of the pass: rules 2 and the chains below never give it to
+// another buffer of the same pass, alive or not. Without that, tensors
+// freed right after their allreduce would all meet one dead slot: compiled
+// autograd's python reducer (torch.compile with optimize_ddp=
+// "python_reducer") allreduces a temporary per parameter and frees it
+// before the next, and every parameter of one shape would share one
+// residual, each size taking over the others' slots in turn (2c) and
+// dropping them. Told apart by the pass, the k-th tensor of a shape in a
+// pass gets the slot of the k-th of the previous pass (least recently used
+// = call order): fresh once (2b), then carried.
+//
 // Overlapping reallocation: a program that reduces a new tensor every call
 // while the previous one is still alive (a DDP comm hook that allreduces a
 // fresh tensor and returns it: DDP holds the returned tensor until the next
@@ -99,8 +111,9 @@ struct SlotInfo {
 
 class BufferSlots {
  public:
-  // The slot for t (a dense tensor), by the rules above.
-  SlotAssignment assign(const at::Tensor& t);
+  // The slot for t (a dense tensor), by the rules above; `pass` is the
+  // backward pass issuing it (issue_scope.h: backward_pass()), 0 for none.
+  SlotAssignment assign(const at::Tensor& t, uint64_t pass = 0);
 
   std::vector<SlotInfo> slots() const;
   // Overlapped takeovers of one shape that confirm the pattern (above).
@@ -124,6 +137,7 @@ class BufferSlots {
     int generation = 0;
     int replacements = 0;
     uint64_t last_use = 0;
+    uint64_t last_pass = 0;  // the backward pass of its last use, 0 for none
     uint64_t uses = 0;
     // The slot whose call of this shape came last before this slot got its
     // current buffer, when that slot's buffer was still alive then (-1:
@@ -136,6 +150,8 @@ class BufferSlots {
     bool retired = false;
 
     bool live() const { return !storage.expired(); }
+    // Used in backward pass `pass` (not 0) already: another tensor's.
+    bool taken_in(uint64_t pass) const { return pass != 0 && last_pass == pass; }
     std::string key() const;
   };
   struct BufferId {
@@ -150,7 +166,7 @@ class BufferSlots {
   };
   static BufferId id_of(const Slot& s);
 
-  SlotAssignment record(Slot& s, SlotEvent e, int64_t dropped);
+  SlotAssignment record(Slot& s, SlotEvent e, int64_t dropped, uint64_t pass);
   // Sets s.follows for the buffer s is getting now (before it is recorded).
   void note_follows(Slot& s);
   // The live slot that follows `taken`, when `taken` was not used since;
@@ -158,7 +174,7 @@ class BufferSlots {
   Slot* follower_since_last_use(const Slot& taken);
   // Gives s the buffer of t and records the call.
   SlotAssignment attach(Slot& s, const c10::Storage& storage, const at::Tensor& t,
-                        SlotEvent event, int64_t dropped);
+                        SlotEvent event, int64_t dropped, uint64_t pass);
 
   std::vector<Slot> slots_;
   std::unordered_map<BufferId, size_t, BufferIdHash> by_buffer_;

@@ -8,19 +8,26 @@
 namespace compcoll::torch_integration {
 namespace {
 
-// -1: nothing inherited (ask autograd); 0 or 1: a callback's inherited scope.
-thread_local int inherited_scope = -1;
+// -1: nothing inherited (ask autograd); else a callback's inherited Scope.
+thread_local Scope inherited_scope = -1;
 
 }  // namespace
 
-bool issued_in_backward() {
-  if (inherited_scope >= 0) return inherited_scope == 1;
-  return torch::autograd::get_current_graph_task_id() != -1;
+Scope current_scope() {
+  if (inherited_scope >= 0) return inherited_scope;
+  // Graph task ids count up from 0, one per backward() call.
+  const int64_t task = torch::autograd::get_current_graph_task_id();
+  return task < 0 ? kOutside : task + kFirstPass;
 }
 
-InheritedScope::InheritedScope(bool in_backward) : saved_(inherited_scope) {
-  inherited_scope = in_backward ? 1 : 0;
+bool issued_in_backward() { return current_scope() != kOutside; }
+
+uint64_t backward_pass() {
+  const Scope s = current_scope();
+  return s >= kFirstPass ? static_cast<uint64_t>(s - kFirstPass + 1) : 0;
 }
+
+InheritedScope::InheritedScope(Scope scope) : saved_(inherited_scope) { inherited_scope = scope; }
 
 InheritedScope::~InheritedScope() { inherited_scope = saved_; }
 
@@ -32,19 +39,19 @@ void pass_scope_to_callbacks(const c10::intrusive_ptr<c10d::Work>& work) {
     return;  // Gloo's send/recv works have no future, so no callbacks
   }
   if (!future) return;
-  const int scope = issued_in_backward() ? 1 : 0;
+  const Scope scope = current_scope();
   const std::thread::id issuer = std::this_thread::get_id();
   future->addCallback([scope, issuer](c10::ivalue::Future&) {
     if (std::this_thread::get_id() != issuer) inherited_scope = scope;
   });
 }
 
-int enter_gradient_scope() {
-  const int saved = inherited_scope;
-  inherited_scope = 1;
+Scope enter_gradient_scope() {
+  const Scope saved = inherited_scope;
+  inherited_scope = kUnknownPass;
   return saved;
 }
 
-void exit_gradient_scope(int saved) { inherited_scope = saved; }
+void exit_gradient_scope(Scope saved) { inherited_scope = saved; }
 
 }  // namespace compcoll::torch_integration

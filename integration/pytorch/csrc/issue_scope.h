@@ -20,27 +20,50 @@
 // by which a rank that has joined under DDP's Join shadows the backward
 // passes of the ranks still training. Its peers issue theirs in backward,
 // so it must decide as they do, or the ranks take different routes.
+// The scope also says which backward pass a call belongs to (autograd's
+// graph task), for the error-feedback keys (buffer_slots.h): tensors freed
+// right after their allreduce (compiled autograd's per-parameter
+// allreduces, say) are told apart by the pass they share.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <cstdint>
+
 namespace compcoll::torch_integration {
+
+// A thread's scope, as work and callbacks carry it: kOutside, kUnknownPass
+// (in backward, pass unknown: compcoll.gradient_scope()), or a backward
+// pass's id + kFirstPass.
+using Scope = int64_t;
+inline constexpr Scope kOutside = 0;
+inline constexpr Scope kUnknownPass = 1;
+inline constexpr Scope kFirstPass = 2;
+
+// The scope an operation the calling thread issues now takes: inherited
+// (see InheritedScope) or autograd's.
+Scope current_scope();
 
 // True when an operation the calling thread issues now is in a backward
 // pass (or inherits one, see InheritedScope).
 bool issued_in_backward();
 
-// While alive, operations issued by this thread take `in_backward`: set
-// around the completion of a compcoll work, whose future runs callbacks.
+// The backward pass an operation issued now belongs to, 0 when it is
+// outside backward or its pass is unknown; the same id for every operation
+// of one pass, on any thread, and another id for every pass.
+uint64_t backward_pass();
+
+// While alive, operations issued by this thread take `scope`: set around
+// the completion of a compcoll work, whose future runs callbacks.
 class InheritedScope {
  public:
-  explicit InheritedScope(bool in_backward);
+  explicit InheritedScope(Scope scope);
   ~InheritedScope();
   InheritedScope(const InheritedScope&) = delete;
   InheritedScope& operator=(const InheritedScope&) = delete;
 
  private:
-  int saved_;
+  Scope saved_;
 };
 
 // A delegated operation the caller issued straight to Gloo (the worker
@@ -54,7 +77,7 @@ class InheritedScope {
 void pass_scope_to_callbacks(const c10::intrusive_ptr<c10d::Work>& work);
 
 // compcoll.gradient_scope(): enter returns what exit restores, so scopes nest.
-int enter_gradient_scope();
-void exit_gradient_scope(int saved);
+Scope enter_gradient_scope();
+void exit_gradient_scope(Scope saved);
 
 }  // namespace compcoll::torch_integration

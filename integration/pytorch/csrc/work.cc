@@ -26,7 +26,7 @@ CompcollWork::CompcollWork(int rank, c10d::OpType type, const char* profiling_ti
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get()), device_outputs(outputs_))),
-      in_backward_(issued_in_backward()) {}
+      scope_(current_scope()) {}
 
 bool CompcollWork::settle() {
   if (settled_.exchange(true)) return false;
@@ -55,7 +55,7 @@ bool CompcollWork::complete_with(const c10::IValue& value, std::vector<at::Tenso
   }
   // Work first, so that a future callback that waits on this work returns.
   finish();
-  InheritedScope scope(in_backward_);  // for the callbacks markCompleted runs
+  InheritedScope scope(scope_);  // for the callbacks markCompleted runs
   future_->markCompleted(value);
   return true;
 }
@@ -63,7 +63,7 @@ bool CompcollWork::complete_with(const c10::IValue& value, std::vector<at::Tenso
 bool CompcollWork::fail(std::exception_ptr e) {
   if (!settle()) return false;
   finish(e);
-  InheritedScope scope(in_backward_);
+  InheritedScope scope(scope_);
   future_->setError(e);
   return true;
 }

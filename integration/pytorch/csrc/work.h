@@ -31,6 +31,8 @@
 #include <optional>
 #include <vector>
 
+#include "integration/pytorch/csrc/issue_scope.h"
+
 namespace compcoll::torch_integration {
 
 class CompcollWork final : public c10d::Work {
@@ -76,7 +78,7 @@ class CompcollWork final : public c10d::Work {
   std::atomic<int64_t> timeout_ms_{-1};   // set at submission
   std::function<void()> on_settle_;
   // Taken on the issuing thread at construction (issue_scope.h).
-  const bool in_backward_;
+  const Scope scope_;
 };
 
 }  // namespace compcoll::torch_integration

@@ -67,6 +67,28 @@ for _ in range(8):
 del prev2, pair
 gc.collect()
 steps["two_overlapping"] = [s for s in compcoll.slots() if s["numel"] == M2]
+# Inside backward passes, a temporary per parameter, freed before the next
+# one (compiled autograd's python reducer): two of one shape and one of
+# another. Each keeps its own state: the k-th of a shape in a pass takes the
+# slot of the k-th in the previous pass, never one used in its own pass.
+grads = [torch.nn.Parameter(torch.randn(N + 3)) for _ in range(2)]
+grads.append(torch.nn.Parameter(torch.randn(N + 5)))
+passes = []
+
+
+def reduce_a_temporary(p):
+    tmp = p.grad * 1.0  # freed when the hook returns
+    passes[-1].append(ar(tmp))
+
+
+for p in grads:
+    p.register_post_accumulate_grad_hook(reduce_a_temporary)
+for _ in range(4):
+    passes.append([])
+    sum((p * p).sum() for p in grads).backward()
+    for p in grads:
+        p.grad = None
+steps["temporaries_in_backward"] = passes
 del persistent
 gc.collect()
 steps["other_size_takes_dead_slot"] = [ar(torch.randn(N + 1))]
