@@ -5,7 +5,9 @@ allreduces are DDP's own. MODE=python_reducer: compiled autograd with
 optimize_ddp="python_reducer": every parameter's gradient is allreduced as
 a temporary functional collective, freed before the next one. Reports the
 parameters' hash and, per step, the error-feedback key and event of every
-compressed call."""
+compressed call. BACKEND: torch.compile's backend (aot_eager, the test's:
+no C++ compile; inductor fuses the python reducer's allreduces into one
+temporary bucket per step, which keeps one state as well)."""
 import hashlib
 import os
 
@@ -32,7 +34,7 @@ torch.manual_seed(0)
 net = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                     nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
 model = DDP(net)
-compiled = torch.compile(model, backend="aot_eager")
+compiled = torch.compile(model, backend=os.environ.get("BACKEND", "aot_eager"))
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 g = torch.Generator().manual_seed(rank)
 backend = compcoll.backend_of()
@@ -44,7 +46,7 @@ for step in range(int(os.environ.get("STEPS", "6"))):
     loss = nn.functional.cross_entropy(compiled(x), y)
     seen = len(_C.key_trace(backend))
     if mode == "python_reducer":
-        with torch._dynamo.compiled_autograd._enable(torch.compile(backend="aot_eager")):
+        with torch._dynamo.compiled_autograd._enable(torch.compile(backend=os.environ.get("BACKEND", "aot_eager"))):
             loss.backward()
     else:
         loss.backward()
