@@ -23,6 +23,22 @@ def test_sgd_momentum_is_taken_over_on_every_rank():
         assert "masking at densities <= 0.02" in r.stderr, r.stderr
 
 
+def test_zero_redundancy_optimizer_is_looked_through():
+    """torch's ZeroRedundancyOptimizer steps an SGD or Adam of its own on each
+    rank's shard: that one is taken over, as without ZeRO, and the wrapper
+    is not a second optimizer to warn about. The replicas stay identical."""
+    for opt, moved in (("zero-sgd:0.9", False), ("zero-adam", True)):
+        ranks = run("--opt", opt)
+        for r in ranks:
+            res = r.result
+            assert abs(res["momentum"] - 0.9) < 1e-6 and res["moved"] == moved, r.describe()
+            if moved:  # the shard optimizer runs with beta1 = 0, and saves the script's
+                assert (res["beta1"], res["beta1_saved"]) == (0.0, 0.9), res
+            assert "compcoll WARN" not in r.stderr and "follows the first optimizer" not in \
+                r.stderr, r.describe()
+        assert ranks[0].result["params"] == ranks[1].result["params"]
+
+
 def test_adam_beta1_is_moved_into_compcoll_and_its_checkpoint_keeps_it():
     for opt in ("adam", "adamw:0.8"):
         b1 = 0.8 if opt.startswith("adamw") else 0.9

@@ -29,6 +29,11 @@ What can be taken over:
   state_dict() still says the script's beta1, and a loaded state dict gets
   beta1 = 0 again at the next step; if the group turns the momentum off
   again, beta1 comes back.
+An optimizer that wraps another and steps it (its `.optim`: torch's
+ZeroRedundancyOptimizer, PostLocalSGDOptimizer) is looked through: the
+inner optimizer's own step comes through the same hook and decides, and a
+handed-over or moved momentum is the inner one's (under ZeRO each rank's
+shard optimizer, which steps with the same settings on every rank).
 Anything else (SGD without momentum, Nesterov, mixed groups) proposes 0 and
 compcoll runs as configured; the reason is logged once on group rank 0. The
 first optimizer a process steps decides; a later one of the same kind and
@@ -155,9 +160,18 @@ def _follow(optimizer, moved_now):
                   type(optimizer).__name__, original)
 
 
+def wrapped_optimizer(optimizer):
+    """The optimizer `optimizer` wraps and steps (ZeroRedundancyOptimizer's
+    and PostLocalSGDOptimizer's `.optim`), or None."""
+    inner = getattr(optimizer, "optim", None)
+    return inner if isinstance(inner, torch.optim.Optimizer) and inner is not optimizer else None
+
+
 def _pre_step(optimizer, args, kwargs):
     del args, kwargs
     global _proposal, _warned_second
+    if wrapped_optimizer(optimizer) is not None:
+        return  # the inner optimizer's step comes through this hook too, and decides
     with _lock:
         if optimizer not in _seen:
             _seen.add(optimizer)

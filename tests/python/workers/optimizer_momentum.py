@@ -1,7 +1,8 @@
 """DDP on init_process_group("gloo") with compression from the environment
 and an optimizer named per rank: --opt NAME (every rank) or --opt-rank1 NAME
 (rank 1 only), NAME one of sgd:M, sgd-nesterov:M, adam[:B1], adamw[:B1],
-adam-amsgrad. --second NAME steps a second optimizer (on its own small model)
+adam-amsgrad, each also as zero-NAME (torch's ZeroRedundancyOptimizer over
+it). --second NAME steps a second optimizer (on its own small model)
 after the first. --accumulate N runs N backward passes per step without
 no_sync(). --reload S reloads the optimizer from its own state_dict() after
 step S. Runs --steps steps and prints RESULT {"momentum":
@@ -22,6 +23,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def make(name, params):
+    if name.startswith("zero-"):  # torch's ZeroRedundancyOptimizer around the rest
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        inner = make(name[len("zero-"):], [torch.zeros(1, requires_grad=True)])
+        return ZeroRedundancyOptimizer(params, optimizer_class=type(inner), **inner.defaults)
     kind, _, m = name.partition(":")
     if kind == "sgd":
         return torch.optim.SGD(params, lr=0.05, momentum=float(m))
@@ -71,14 +77,19 @@ def main():
     import compcoll
 
     stats = compcoll.stats()
-    betas = [g.get("betas", (None,))[0] for g in opt.param_groups]
-    saved = [g.get("betas", (None,))[0] for g in opt.state_dict()["param_groups"]]
+    # ZeRO: its shard optimizer's (ZeRO's own state_dict() is collective, and
+    # its step broadcasts: nothing of it after destroy_process_group)
+    own = getattr(opt, "optim", opt)
+    betas = [g.get("betas", (None,))[0] for g in own.param_groups]
+    saved = [g.get("betas", (None,))[0] for g in own.state_dict()["param_groups"]]
     dist.destroy_process_group()
     digest = hashlib.sha256()
     for q in model.parameters():
         digest.update(q.detach().numpy().tobytes())
-    opt.step()  # no compcoll group any more: the script's beta1 comes back
-    after = [g.get("betas", (None,))[0] for g in opt.param_groups]
+    after = [None]
+    if own is opt:
+        opt.step()  # no compcoll group any more: the script's beta1 comes back
+        after = [g.get("betas", (None,))[0] for g in opt.param_groups]
     print("RESULT " + json.dumps({"momentum": stats["optimizer_momentum"],
                                   "moved": stats["optimizer_momentum_moved"], "beta1": betas[0],
                                   "beta1_saved": saved[0], "beta1_after": after[0],
