@@ -18,3 +18,14 @@ echo
 "$BENCH" codec --count "$COUNT" --algo dgc --momentum 0.9
 echo
 "$BENCH" allreduce --ranks 4 --count "$COUNT" --algo dense,dgc,sbc,sdagc,csc,onebit --iters 5 "$@"
+# On loopback the ranks share this machine's cores and memory, and a dense
+# ring moves its bytes at memory speed, so the table above says little about
+# a network. Point a new user at the case compression is for.
+case " $* " in
+  *" --link "*|*" --link="*) ;;
+  *) echo
+     echo "# loopback: every rank on this machine, where moving bytes costs about as much as"
+     echo "# compressing them; across a network the dense ring is bound by the link. The same table"
+     echo "# over links shaped to 1 Gbit/s (network namespaces, needs root):"
+     echo "#   bash scripts/run-demo.sh --link 1gbit      (README, \"Measured\"; docs/networks.md)" ;;
+esac
