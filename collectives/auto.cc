@@ -36,9 +36,11 @@ double agreed_median(Comm& comm, int reps, Fn&& fn) {
   return t[t.size() / 2];
 }
 
-// The size used to time the compressed algorithm's compute: large enough
-// to be in the memory-bound regime, small enough to cost little.
+// The sizes the compressed algorithm's compute is timed at: the large one in
+// the memory-bound regime yet cheap (it is also the link probe's), the small
+// one the default COMPCOLL_MIN_ELEMS, where a call's fixed costs show.
 constexpr size_t kCalibrationElements = size_t{1} << 20;
+constexpr size_t kCalibrationSmallElements = size_t{1} << 14;
 
 // Predictions closer than this factor are not trusted: measure instead.
 constexpr double kTrialBand = 2.0;
@@ -151,22 +153,49 @@ void AutoAllreduce::attach_with_link(const LinkModel& link) {
   if (auto* sparse = dynamic_cast<SparseAllreduce*>(compressed_.get())) sparse->set_link(link_);
 }
 
-void AutoAllreduce::calibrate(Comm& comm, size_t n) const {
-  // Time the compressed algorithm alone on one rank: its compute, no wire.
-  const size_t m = std::min(n, kCalibrationElements);
+namespace {
+
+// Best of three one-rank calls of m elements, on a state past any warm-up
+// (the warm-up's densities, or csc's and onebit's exact steps, would time
+// another algorithm than the one that runs for the rest of training).
+double time_one_rank_call(const Algorithm& algo, size_t m) {
   std::vector<float> g(m), work(m);
   for (size_t i = 0; i < m; ++i) g[i] = std::sin(0.37 * double(i)) * (1.0 + (i % 17));
-  auto scratch = compressed_->make_state(m, 1);
+  auto scratch = algo.make_state(m, 1);
+  scratch->steps = uint64_t{1} << 31;  // warm-up steps are an int
   SelfComm self;
   double best = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
     std::copy(g.begin(), g.end(), work.begin());
     const auto t0 = Clock::now();
-    compressed_->allreduce(self, work.data(), m, false, *scratch);
+    algo.allreduce(self, work.data(), m, false, *scratch);
     best = std::min(best, seconds_since(t0));
   }
-  per_element_ = m ? best / double(m) : 0.0;
-  comm.allreduce(&per_element_, 1, DType::kFloat64, ReduceOp::kMax);
+  return best;
+}
+
+}  // namespace
+
+void AutoAllreduce::calibrate(Comm& comm) const {
+  // Two sizes, whatever the first call's: fitted to one size, a small first
+  // call made its fixed costs look like a per-element cost 3-4x the real one
+  // for every larger tensor.
+  const double t_small = time_one_rank_call(*compressed_, kCalibrationSmallElements);
+  const double t_large = time_one_rank_call(*compressed_, kCalibrationElements);
+  double fit[2];
+  fit[1] = std::max(0.0, (t_large - t_small) /
+                             double(kCalibrationElements - kCalibrationSmallElements));
+  fit[0] = std::max(0.0, t_small - fit[1] * double(kCalibrationSmallElements));
+  // The slowest rank's, term by term: every rank compresses, and a call
+  // waits for the last.
+  comm.allreduce(fit, 2, DType::kFloat64, ReduceOp::kMax);
+  speed_ = {fit[0], fit[1]};
+  calibrated_ = true;
+}
+
+void AutoAllreduce::assume_codec_speed(const CodecSpeed& speed) const {
+  speed_ = speed;
+  calibrated_ = true;
 }
 
 double AutoAllreduce::predict_dense(size_t n, int world_size) const {
@@ -177,7 +206,7 @@ double AutoAllreduce::predict_dense(size_t n, int world_size) const {
 double AutoAllreduce::predict_compressed(size_t n, int world_size) const {
   const CostShape c = compressed_->cost_shape(n, world_size);
   const double latency = c.ring_allreduce ? c.rounds * link_.alpha_ring : c.rounds * link_.alpha;
-  return std::max(0.0, per_element_) * double(n) + latency + c.wire_bytes * link_.beta;
+  return speed_.fixed_s + speed_.per_element_s * double(n) + latency + c.wire_bytes * link_.beta;
 }
 
 CallInfo AutoAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool average,
@@ -193,7 +222,10 @@ CallInfo AutoAllreduce::allreduce_listing_support(Comm& comm, float* buf, size_t
 CallInfo AutoAllreduce::run(Comm& comm, float* buf, size_t n, bool average, CodecState& state,
                             bool list_support) const {
   CC_CHECK(attached_, kInternal, "auto used before attach() measured the link");
-  if (per_element_ < 0.0) calibrate(comm, n);
+  ++calls_;
+  // One rank has no link to save: dense is free and nothing is timed.
+  const bool retime = calls_ == kRecalibrateFirst || calls_ % kRecalibrateEvery == 0;
+  if (comm.size() > 1 && (!calibrated_ || retime)) calibrate(comm);
   const double td = predict_dense(n, comm.size());
   const double tc = predict_compressed(n, comm.size());
   Trial& trial = trials_[n];

@@ -4,12 +4,15 @@
 //   alpha_ring  latency of a small dense (ring) allreduce
 //   alpha       latency of one point-to-point round (half a tiny allgatherv)
 //   beta        seconds per byte a rank sends, from a 4 MiB dense allreduce
-//   c           the compressed algorithm's compute per element, timed on a
-//               one-rank communicator (its encode, selection, decode) at the
-//               first call it could take
+//   c0, c       the compressed algorithm's compute per call and per element
+//               (CodecSpeed): its encode, selection and decode timed on a
+//               one-rank communicator at two sizes, past any warm-up, at the
+//               first call and again at the kRecalibrateFirst-th and every
+//               kRecalibrateEvery-th call (a load spike at the first call,
+//               data loaders starting say, must not decide for good)
 // Predictions for an n-element call on R ranks:
 //   dense       alpha_ring + 2 (R-1)/R * 4n * beta
-//   compressed  c * n + rounds * alpha + wire_bytes * beta   (cost_shape())
+//   compressed  c0 + c * n + rounds * alpha + wire_bytes * beta   (cost_shape())
 // The link is measured in attach() (collective); every measurement is
 // agreed with an allreduce MAX, so every rank makes the same choice.
 // Where the model is not sure (the two predictions within kTrialBand of each
@@ -29,6 +32,17 @@
 #include "collectives/algorithm.h"
 
 namespace compcoll {
+
+// The compressed algorithm's compute: fixed_s + per_element_s * n seconds.
+struct CodecSpeed {
+  double fixed_s = 0.0;
+  double per_element_s = 0.0;
+};
+
+// When auto times the compressed algorithm's compute again, counted in its
+// calls (of any size; every rank counts the same calls).
+constexpr uint64_t kRecalibrateFirst = 32;
+constexpr uint64_t kRecalibrateEvery = 4096;
 
 struct LinkModel {
   double alpha_ring = 0.0;  // seconds
@@ -91,6 +105,12 @@ class AutoAllreduce final : public Algorithm {
   void attach_with_link(const LinkModel& link);
   std::string last_decision() const override { return last_decision_; }
 
+  // The codec speed the predictions use until the next re-timing (tests:
+  // a load spike at calibration). Not collective; every rank must pass the
+  // same speed.
+  void assume_codec_speed(const CodecSpeed& speed) const;
+  const CodecSpeed& codec_speed() const { return speed_; }
+
   // Predicted seconds, for tests and the decision text.
   double predict_dense(size_t n, int world_size) const;
   double predict_compressed(size_t n, int world_size) const;
@@ -100,14 +120,16 @@ class AutoAllreduce final : public Algorithm {
  private:
   CallInfo run(Comm& comm, float* buf, size_t n, bool average, CodecState& state,
                bool list_support) const;
-  void calibrate(Comm& comm, size_t n) const;
+  void calibrate(Comm& comm) const;
   CallInfo run_dense(Comm& comm, float* buf, size_t n, bool average, CodecState& state) const;
 
   std::unique_ptr<Algorithm> compressed_;
   LinkModel link_;
   bool attached_ = false;
   // Measured lazily inside allreduce (which is const for callers).
-  mutable double per_element_ = -1.0;
+  mutable CodecSpeed speed_;
+  mutable bool calibrated_ = false;
+  mutable uint64_t calls_ = 0;  // of every size: when to time the codec again
   mutable bool last_compressed_ = false;
   mutable std::string last_decision_;
   struct Trial {

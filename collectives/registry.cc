@@ -106,6 +106,10 @@ std::unique_ptr<Algorithm> make_auto(const AlgoParams& p) {
   return std::make_unique<AutoAllreduce>(find_algorithm(p.auto_algo).make(p));
 }
 
+// auto's description below names when it times its codec again.
+static_assert(kRecalibrateFirst == 32 && kRecalibrateEvery == 4096,
+              "update auto's description in kAlgorithms");
+
 constexpr AlgorithmDescriptor kAlgorithms[] = {
     {"dense", "exact allreduce through the transport (Gloo ring); also the fallback", make_dense},
     {"dgc",
@@ -129,7 +133,8 @@ constexpr AlgorithmDescriptor kAlgorithms[] = {
      make_onebit},
     {"auto",
      "per call, dense or COMPCOLL_AUTO_ALGO, whichever a cost model (link latency and bandwidth "
-     "measured at start, codec throughput at first use) predicts faster",
+     "measured at start; codec throughput timed at two sizes at the first call and again at the "
+     "32nd and every 4096th, so a load spike at start decides nothing for good) predicts faster",
      make_auto},
 };
 

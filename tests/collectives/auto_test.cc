@@ -5,7 +5,8 @@
 // every rank takes the same path and holds the same bytes, the decision
 // text names the path taken and only figures that were measured, and
 // nothing is lost by switching (what was delivered plus every rank's
-// residual equals every gradient summed).
+// residual equals every gradient summed). And a codec timed during a load
+// spike decides only until auto times it again.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -35,6 +36,26 @@ std::vector<float> gradient_of(int rank, int step) {
 
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0;
+}
+
+// Every gradient of `calls` steps is in what was delivered or in a residual.
+void expect_nothing_lost(int calls, const std::vector<float>& delivered,
+                         const std::vector<std::vector<float>>& residual) {
+  double worst = 0.0, scale = 0.0;
+  std::vector<double> everything(kCount, 0.0);
+  for (int step = 0; step < calls; ++step) {
+    for (int r = 0; r < kWorld; ++r) {
+      const auto g = gradient_of(r, step);
+      for (size_t i = 0; i < kCount; ++i) everything[i] += g[i];
+    }
+  }
+  for (size_t i = 0; i < kCount; ++i) {
+    double held = delivered[i];
+    for (int r = 0; r < kWorld; ++r) held += residual[r][i];
+    worst = std::max(worst, std::fabs(held - everything[i]));
+    scale = std::max(scale, std::fabs(everything[i]));
+  }
+  EXPECT_LE(worst, 1e-4 * scale) << "delivered + residuals vs every gradient summed";
 }
 
 TEST(Auto, AnUnsureSizeIsTimedOnBothPathsThenTakesTheFasterOneAndLosesNothing) {
@@ -112,22 +133,62 @@ TEST(Auto, AnUnsureSizeIsTimedOnBothPathsThenTakesTheFasterOneAndLosesNothing) {
     EXPECT_EQ(dense[step], dense[7]) << "the same medians decide both calls";
   }
 
-  // Nothing lost: every gradient is in what was delivered or in a residual.
-  double worst = 0.0, scale = 0.0;
-  std::vector<double> everything(kCount, 0.0);
-  for (int step = 0; step < kCalls; ++step) {
-    for (int r = 0; r < kWorld; ++r) {
-      const auto g = gradient_of(r, step);
-      for (size_t i = 0; i < kCount; ++i) everything[i] += g[i];
+  expect_nothing_lost(kCalls, delivered[0], residual);
+}
+
+// The codec's speed as a load spike at the first call would leave it: 100
+// times slower than any link here. The model is sure dense is faster and
+// times nothing, until the kRecalibrateFirst-th call times the codec again,
+// finds it fast, and compresses from then on; then every kRecalibrateEvery
+// calls. Every rank switches at the same call, and nothing is lost.
+TEST(Auto, ACodecTimedDuringALoadSpikeIsTimedAgainAndCompressionComesBack) {
+  AlgoParams params;
+  params.density = 0.01;
+  const int calls = int(kRecalibrateFirst) + 2;
+  std::mutex mu;
+  std::vector<std::vector<std::string>> decisions(kWorld);
+  std::vector<std::vector<float>> delivered(kWorld, std::vector<float>(kCount, 0.0f));
+  std::vector<std::vector<float>> residual(kWorld);
+  std::vector<CodecSpeed> retimed(kWorld);
+
+  testing::run_gloo_ranks(kWorld, [&](Comm& comm) {
+    auto algo = make_algorithm("auto", params);
+    auto* chooser = dynamic_cast<AutoAllreduce*>(algo.get());
+    ASSERT_NE(chooser, nullptr);
+    chooser->attach_with_link({1.0, 0.0, 0.0});  // a dense call of a second
+    chooser->assume_codec_speed({100.0, 0.0});   // and a compressed one of 100
+    auto state = algo->make_state(kCount, kWorld);
+    std::vector<float> sum(kCount, 0.0f);
+    for (int step = 0; step < calls; ++step) {
+      std::vector<float> buf = gradient_of(comm.rank(), step);
+      algo->allreduce(comm, buf.data(), kCount, false, *state);
+      for (size_t i = 0; i < kCount; ++i) sum[i] += buf[i];
+      std::lock_guard<std::mutex> lock(mu);
+      decisions[comm.rank()].push_back(algo->last_decision());
     }
+    std::lock_guard<std::mutex> lock(mu);
+    delivered[comm.rank()] = sum;
+    residual[comm.rank()] = state->v;
+    retimed[comm.rank()] = chooser->codec_speed();
+  });
+
+  for (int r = 1; r < kWorld; ++r) {
+    EXPECT_EQ(decisions[r], decisions[0]) << "rank " << r;
+    EXPECT_EQ(delivered[r], delivered[0]) << "rank " << r;
+    EXPECT_EQ(retimed[r].fixed_s, retimed[0].fixed_s) << "agreed, rank " << r;
+    EXPECT_EQ(retimed[r].per_element_s, retimed[0].per_element_s) << "agreed, rank " << r;
   }
-  for (size_t i = 0; i < kCount; ++i) {
-    double held = delivered[0][i];
-    for (int r = 0; r < kWorld; ++r) held += residual[r][i];
-    worst = std::max(worst, std::fabs(held - everything[i]));
-    scale = std::max(scale, std::fabs(everything[i]));
+  const auto& said = decisions[0];
+  for (int step = 0; step < calls; ++step) {
+    const bool retimed_by_now = uint64_t(step) + 1 >= kRecalibrateFirst;
+    EXPECT_TRUE(starts_with(said[step], std::string(retimed_by_now ? "dgc" : "dense") +
+                                            " (by the cost model; "))
+        << "call " << step + 1 << ": " << said[step];
   }
-  EXPECT_LE(worst, 1e-4 * scale) << "delivered + residuals vs every gradient summed";
+  // The real codec: well under a second for this size, with a positive slope.
+  EXPECT_LT(retimed[0].fixed_s + retimed[0].per_element_s * double(kCount), 1.0);
+  EXPECT_GT(retimed[0].per_element_s, 0.0);
+  expect_nothing_lost(calls, delivered[0], residual);
 }
 
 }  // namespace
