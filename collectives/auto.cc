@@ -155,9 +155,11 @@ void AutoAllreduce::attach_with_link(const LinkModel& link) {
 
 namespace {
 
-// Best of three one-rank calls of m elements, on a state past any warm-up
-// (the warm-up's densities, or csc's and onebit's exact steps, would time
-// another algorithm than the one that runs for the rest of training).
+// Best of three one-rank calls of m elements, on a state past any warm-up:
+// the warm-up's densities (or csc's and onebit's exact steps) would time
+// another algorithm than the one that runs for the rest of training, and
+// since a warm-up advances only on compressed calls, judging a tensor by
+// its warm-up could keep it dense, and in its warm-up, for good.
 double time_one_rank_call(const Algorithm& algo, size_t m) {
   std::vector<float> g(m), work(m);
   for (size_t i = 0; i < m; ++i) g[i] = std::sin(0.37 * double(i)) * (1.0 + (i % 17));
