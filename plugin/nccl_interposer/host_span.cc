@@ -13,9 +13,8 @@ namespace compcoll::interposer {
 HostSpan exchange_host_span(Comm& comm, const std::string& host_id_override) {
   static constexpr std::string_view kTag = "compcoll:nccl_comms=multi-host:";
   HostSpan out;
-  ExchangeHostId mine_id = host_id_for_exchange(host_id_override, comm.rank());
-  const std::string& id = mine_id.id;
-  out.undetected = std::move(mine_id.undetected);
+  auto [id, undetected] = host_id_for_exchange(host_id_override, comm.rank());
+  out.undetected = std::move(undetected);
   CC_CHECK(!id.empty() && id.size() <= kMaxHostIdBytes, kInvalidArgument,
            "COMPCOLL_HOST_ID must be 1 to ", kMaxHostIdBytes, " bytes");
   const std::string mine = std::string(kTag) + id;
