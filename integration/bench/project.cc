@@ -345,7 +345,7 @@ int project_main(int argc, char** argv, int first) {
     });
   }
   in.params = cfg.params;
-  // The steady state: warm-up calls (COMPCOLL_WARMUP_STEPS, 500 by default)
+  // The steady state: warm-up calls (COMPCOLL_WARMUP_STEPS, 700 by default)
   // send more than density d (dgc, sdagc, sbc) or run dense (onebit), and a
   // projection is of the calls after them. --validate runs the same way.
   in.params.warmup_steps = 0;
