@@ -181,6 +181,30 @@ def test_a_hook_reducing_a_fresh_tensor_each_step_keeps_one_state():
         assert not [s for s in r.result["allreduce"]["dgc"]["slots"] if s["overlapped"]]
 
 
+@pytest.mark.parametrize("hook", ["fp16", "fresh"])
+def test_two_models_with_hooks_never_share_a_state(hook):
+    """Two DDP models of one architecture, each with a hook that reduces a
+    fresh tensor every call (torch's fp16_compress_hook, or a copy the hook
+    keeps alive until its next call), trained in backward passes of their
+    own, 2 ranks, dgc. Model A trains bit for bit as it does alone: no
+    residual of B's ever reaches A's gradient. Each model's tensors keep
+    slots of their own (one owner per registered hook), A's and B's slots
+    are used equally often, and replicas are identical."""
+    env = {"COMPCOLL_ALGO": "dgc", "HOOK": hook, "STEPS": "8"}
+    alone = launch([worker("two_models.py")], 2, env=dict(env, MODE="alone"), timeout=180)
+    both = launch([worker("two_models.py")], 2, env=dict(env, MODE="both"), timeout=180)
+    for solo, pair in zip(alone, both):
+        assert solo.result["identical"] and pair.result["identical"], pair.describe()
+        assert pair.result["a"] == solo.result["a"], pair.describe()
+        used = [s for s in pair.result["slots"] if s["uses"] > 0]
+        by_owner = {}
+        for s in used:
+            by_owner.setdefault(s["owner"], []).append(s)
+        assert len(by_owner) == 2 and 0 not in by_owner, used
+        assert [sum(s["uses"] for s in v) for v in by_owner.values()] == [8, 8], used
+        assert pair.result["stats"]["compressed_calls"] == 16, pair.result["stats"]
+
+
 def test_powersgd_with_several_buckets_keeps_one_order():
     """PowerSGD with two DDP buckets per step (after the rebuild), 4 ranks:
     one bucket's callbacks allreduce its factors while the autograd thread

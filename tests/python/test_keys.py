@@ -52,6 +52,11 @@ def test_buffer_slot_rules(tmp_path):
     assert set(events[1]) <= {"fresh", "carried"} and events[2:] == [["carried"] * 3] * 2, events
     assert all(sorted(n for _, n, _ in p) == [20_003, 20_003, 20_005] for p in passes), passes
     assert [p[0][1] for p in passes] == [passes[0][0][1]] * 4  # one call order every pass
+    # two owners taking turns with temporaries of one shape: one slot each
+    owned = s["owners_in_turn"]
+    slot_of = {o: {k.split(".")[0] for k, _, _ in calls} for o, calls in owned.items()}
+    assert all(len(v) == 1 for v in slot_of.values()) and slot_of["1"] != slot_of["2"], owned
+    assert all([e for _, _, e in calls][2:] == ["carried"] * 2 for calls in owned.values()), owned
     # 2c: another size takes over a dead slot; the Communicator replaces the state
     assert s["other_size_takes_dead_slot"][0][2] == "resized"
     assert s["small_dense_no_slot"] is True

@@ -24,7 +24,8 @@ distributed collective mismatch") or wait until the group's timeout:
 
 The hook is wrapped once per process, when the first compcoll group is
 built (the other torch functions compcoll wraps are DTensor's parallel
-styles and reductions: compcoll._tensor_parallel). A torch without it
+styles and reductions, compcoll._tensor_parallel, and DDP's
+register_comm_hook, compcoll._ddp_hooks). A torch without it
 (other than 2.x) has nothing to wrap, and that is said once.
 """
 import functools

@@ -363,7 +363,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     // algorithm is dense, or fewer than COMPCOLL_MIN_ELEMS elements) need
     // no state and get no slot.
     SlotAssignment a{"", SlotEvent::kSame, 0};
-    if (compress) a = lane->slots.assign(t, backward_pass());
+    if (compress) a = lane->slots.assign(t, backward_pass(), current_owner());
     if (compress) ++compressed_submissions_;
     if (compress && count_step_calls_) {  // check_one_allreduce_per_step
       ++step_calls_;

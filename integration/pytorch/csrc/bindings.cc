@@ -302,6 +302,7 @@ PYBIND11_MODULE(_C, m) {
       d["overlapped"] = s.overlapped;
       d["chain"] = s.chain;
       d["retired"] = s.retired;
+      d["owner"] = s.owner;
       out.append(d);
     }
     return out;
@@ -334,6 +335,9 @@ PYBIND11_MODULE(_C, m) {
         "compcoll.gradient_scope(): this thread's allreduces count as issued in backward.");
   m.def("_exit_gradient_scope", &compcoll::torch_integration::exit_gradient_scope,
         py::arg("saved"));
+  m.def("_enter_owner", &compcoll::torch_integration::enter_owner, py::arg("owner"),
+        "Around a DDP comm hook: what this thread issues is for that hook's model.");
+  m.def("_exit_owner", &compcoll::torch_integration::exit_owner, py::arg("saved"));
   m.def("validate_config", [] { compcoll::load_config(); },
         "Parses the COMPCOLL_* environment; raises naming the first bad variable.");
   m.def("reference_allreduce", &compcoll::torch_integration::reference_allreduce,

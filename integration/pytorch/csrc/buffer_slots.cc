@@ -35,7 +35,7 @@ BufferSlots::BufferId BufferSlots::id_of(const Slot& s) {
 SlotAssignment BufferSlots::record(Slot& s, SlotEvent e, int64_t dropped, uint64_t pass) {
   s.last_use = ++clock_;
   s.last_pass = pass;
-  s.shape_call = ++shape_calls_[{s.numel, static_cast<int>(s.dtype)}];
+  s.shape_call = ++shape_calls_[shape_of(s)];
   ++s.uses;
   trace_.push_back({s.key(), s.numel, e});
   if (trace_.size() > kTraceLength) trace_.pop_front();
@@ -45,7 +45,7 @@ SlotAssignment BufferSlots::record(Slot& s, SlotEvent e, int64_t dropped, uint64
 void BufferSlots::note_follows(Slot& s) {
   const Slot* last = nullptr;  // the slot of this shape reduced most recently
   for (const Slot& o : slots_) {
-    if (&o == &s || o.numel != s.numel || o.dtype != s.dtype) continue;
+    if (&o == &s || shape_of(o) != shape_of(s)) continue;
     if (last == nullptr || o.last_use > last->last_use) last = &o;
   }
   const bool follows = last != nullptr && last->live();
@@ -57,7 +57,7 @@ BufferSlots::Slot* BufferSlots::follower_since_last_use(const Slot& taken) {
   // Exactly one call of this shape since taken's last: the follower's. With
   // more (m tensors of one shape, each reallocated with overlap), the slot
   // attached after taken's call belongs to another tensor.
-  if (shape_calls_[{taken.numel, static_cast<int>(taken.dtype)}] != taken.shape_call + 1) {
+  if (shape_calls_[shape_of(taken)] != taken.shape_call + 1) {
     return nullptr;
   }
   for (Slot& o : slots_) {
@@ -68,7 +68,7 @@ BufferSlots::Slot* BufferSlots::follower_since_last_use(const Slot& taken) {
   return nullptr;
 }
 
-SlotAssignment BufferSlots::assign(const at::Tensor& t, uint64_t pass) {
+SlotAssignment BufferSlots::assign(const at::Tensor& t, uint64_t pass, uint64_t owner) {
   const c10::Storage& storage = t.storage();
   const BufferId id{storage.unsafeGetStorageImpl(), t.storage_offset(), t.numel(),
                     static_cast<int>(t.scalar_type())};
@@ -83,13 +83,15 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t, uint64_t pass) {
   const auto same_shape = [&](const Slot& s) {
     return s.numel == t.numel() && s.dtype == t.scalar_type();
   };
+  // Another owner's slot is never a candidate below.
+  const auto others = [&](const Slot& s) { return s.owner != owner; };
 
   // A reallocated tensor's chain (see the top of buffer_slots.h): a new
   // buffer of its shape continues it, whether the previous buffer is still
   // alive or not.
   Slot* chain = nullptr;
   for (Slot& s : slots_) {
-    if (!s.chain || s.retired || !same_shape(s) || s.taken_in(pass)) continue;
+    if (!s.chain || s.retired || others(s) || !same_shape(s) || s.taken_in(pass)) continue;
     if (chain == nullptr || s.last_use < chain->last_use) chain = &s;
   }
   if (chain != nullptr) {
@@ -105,7 +107,7 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t, uint64_t pass) {
   Slot* same = nullptr;
   Slot* other = nullptr;
   for (Slot& s : slots_) {
-    if (s.live() || s.retired || s.taken_in(pass)) continue;
+    if (s.live() || s.retired || others(s) || s.taken_in(pass)) continue;
     Slot*& best = same_shape(s) ? same : other;
     if (best == nullptr || s.last_use < best->last_use) best = &s;
   }
@@ -121,7 +123,7 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t, uint64_t pass) {
     if (follower != nullptr && follower->taken_in(pass)) follower = nullptr;
     overlapped = follower != nullptr;
     if (overlapped) ++pick->overlapped;
-    if (overlapped && ++overlaps_by_shape_[{t.numel(), static_cast<int>(t.scalar_type())}] ==
+    if (overlapped && ++overlaps_by_shape_[{owner, t.numel(), static_cast<int>(t.scalar_type())}] ==
                           kOverlapsToMerge) {
       // The pattern is confirmed: the follower (the most recent call's slot)
       // becomes the chain and takes this buffer; the slot it alternated with
@@ -156,6 +158,7 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t, uint64_t pass) {
     slots_.emplace_back();
     pick = &slots_.back();
     pick->id = static_cast<int>(slots_.size()) - 1;
+    pick->owner = owner;
   }
   SlotAssignment a = attach(*pick, storage, t, event, dropped, pass);
   a.dropped_key = std::move(dropped_key);
@@ -181,7 +184,7 @@ std::vector<SlotInfo> BufferSlots::slots() const {
   out.reserve(slots_.size());
   for (const Slot& s : slots_) {
     out.push_back({s.key(), s.numel, std::string(c10::toString(s.dtype)), s.live(),
-                   s.replacements, s.uses, s.overlapped, s.chain, s.retired});
+                   s.replacements, s.uses, s.overlapped, s.chain, s.retired, s.owner});
   }
   return out;
 }

@@ -45,6 +45,12 @@
 // pass gets the slot of the k-th of the previous pass (least recently used
 // = call order): fresh once (2b), then carried.
 //
+// Owners (issue_scope.h: current_owner): where compcoll knows which model a
+// call is for (a DDP comm hook's), every rule above and below picks only
+// among slots of the call's owner, so no two models ever share a state
+// unless they reduce the same live buffer (rule 1). Slot ids stay unique
+// across owners, so keys do not name the owner.
+//
 // Overlapping reallocation: a program that reduces a new tensor every call
 // while the previous one is still alive (a DDP comm hook that allreduces a
 // fresh tensor and returns it: DDP holds the returned tensor until the next
@@ -78,6 +84,7 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -107,13 +114,15 @@ struct SlotInfo {
   int overlapped;  // takeovers of this slot that were overlapped ones (above)
   bool chain;      // continues a reallocated tensor (above)
   bool retired;    // its state was merged into a chain; never taken over again
+  uint64_t owner;  // the owner it serves (above), 0 for unknown
 };
 
 class BufferSlots {
  public:
   // The slot for t (a dense tensor), by the rules above; `pass` is the
-  // backward pass issuing it (issue_scope.h: backward_pass()), 0 for none.
-  SlotAssignment assign(const at::Tensor& t, uint64_t pass = 0);
+  // backward pass issuing it (issue_scope.h: backward_pass()), 0 for none,
+  // and `owner` the model it is for (current_owner()), 0 for unknown.
+  SlotAssignment assign(const at::Tensor& t, uint64_t pass = 0, uint64_t owner = 0);
 
   std::vector<SlotInfo> slots() const;
   // Overlapped takeovers of one shape that confirm the pattern (above).
@@ -138,6 +147,7 @@ class BufferSlots {
     int replacements = 0;
     uint64_t last_use = 0;
     uint64_t last_pass = 0;  // the backward pass of its last use, 0 for none
+    uint64_t owner = 0;      // the owner it was made for (above)
     uint64_t uses = 0;
     // The slot whose call of this shape came last before this slot got its
     // current buffer, when that slot's buffer was still alive then (-1:
@@ -179,9 +189,11 @@ class BufferSlots {
   std::vector<Slot> slots_;
   std::unordered_map<BufferId, size_t, BufferIdHash> by_buffer_;
   uint64_t clock_ = 0;
-  // Per shape (numel, dtype): overlapped takeovers, and calls.
-  std::map<std::pair<int64_t, int>, int> overlaps_by_shape_;
-  std::map<std::pair<int64_t, int>, uint64_t> shape_calls_;
+  // Per owner and shape (numel, dtype): overlapped takeovers, and calls.
+  using ShapeKey = std::tuple<uint64_t, int64_t, int>;
+  static ShapeKey shape_of(const Slot& s) { return {s.owner, s.numel, static_cast<int>(s.dtype)}; }
+  std::map<ShapeKey, int> overlaps_by_shape_;
+  std::map<ShapeKey, uint64_t> shape_calls_;
   std::deque<TraceEntry> trace_;
 };
 

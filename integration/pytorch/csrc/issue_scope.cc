@@ -10,6 +10,9 @@ namespace {
 
 // -1: nothing inherited (ask autograd); else a callback's inherited Scope.
 thread_local Scope inherited_scope = -1;
+// The owner of what this thread issues (see current_owner): set around a
+// wrapped comm hook, or inherited by a callback.
+thread_local uint64_t thread_owner = 0;
 
 }  // namespace
 
@@ -20,6 +23,10 @@ Scope current_scope() {
   return task < 0 ? kOutside : task + kFirstPass;
 }
 
+uint64_t current_owner() { return thread_owner; }
+
+IssueContext current_context() { return {current_scope(), thread_owner}; }
+
 bool issued_in_backward() { return current_scope() != kOutside; }
 
 uint64_t backward_pass() {
@@ -27,9 +34,16 @@ uint64_t backward_pass() {
   return s >= kFirstPass ? static_cast<uint64_t>(s - kFirstPass + 1) : 0;
 }
 
-InheritedScope::InheritedScope(Scope scope) : saved_(inherited_scope) { inherited_scope = scope; }
+InheritedScope::InheritedScope(const IssueContext& context)
+    : saved_scope_(inherited_scope), saved_owner_(thread_owner) {
+  inherited_scope = context.scope;
+  thread_owner = context.owner;
+}
 
-InheritedScope::~InheritedScope() { inherited_scope = saved_; }
+InheritedScope::~InheritedScope() {
+  inherited_scope = saved_scope_;
+  thread_owner = saved_owner_;
+}
 
 void pass_scope_to_callbacks(const c10::intrusive_ptr<c10d::Work>& work) {
   c10::intrusive_ptr<c10::ivalue::Future> future;
@@ -39,10 +53,12 @@ void pass_scope_to_callbacks(const c10::intrusive_ptr<c10d::Work>& work) {
     return;  // Gloo's send/recv works have no future, so no callbacks
   }
   if (!future) return;
-  const Scope scope = current_scope();
+  const IssueContext context = current_context();
   const std::thread::id issuer = std::this_thread::get_id();
-  future->addCallback([scope, issuer](c10::ivalue::Future&) {
-    if (std::this_thread::get_id() != issuer) inherited_scope = scope;
+  future->addCallback([context, issuer](c10::ivalue::Future&) {
+    if (std::this_thread::get_id() == issuer) return;
+    inherited_scope = context.scope;
+    thread_owner = context.owner;
   });
 }
 
@@ -53,5 +69,13 @@ Scope enter_gradient_scope() {
 }
 
 void exit_gradient_scope(Scope saved) { inherited_scope = saved; }
+
+uint64_t enter_owner(uint64_t owner) {
+  const uint64_t saved = thread_owner;
+  thread_owner = owner;
+  return saved;
+}
+
+void exit_owner(uint64_t saved) { thread_owner = saved; }
 
 }  // namespace compcoll::torch_integration

@@ -44,6 +44,23 @@ inline constexpr Scope kFirstPass = 2;
 // (see InheritedScope) or autograd's.
 Scope current_scope();
 
+// The model an operation is issued for, where compcoll knows it, else 0.
+// compcoll's wrapper of DDP comm hooks (compcoll/_ddp_hooks.py) gives each
+// registered hook an owner of its own, for the operations the hook issues
+// and their callbacks. The error-feedback keys never give one owner's slot
+// to another owner's buffer (buffer_slots.h): without it, two models whose
+// hooks reduce fresh tensors of one shape (fp16_compress_hook on two DDP
+// models of one architecture) in backward passes of their own would take
+// turns on one slot, each carrying the other's residual into its gradient.
+uint64_t current_owner();
+
+// What an operation carries to its callbacks, taken when it is issued.
+struct IssueContext {
+  Scope scope = kOutside;
+  uint64_t owner = 0;
+};
+IssueContext current_context();
+
 // True when an operation the calling thread issues now is in a backward
 // pass (or inherits one, see InheritedScope).
 bool issued_in_backward();
@@ -53,17 +70,18 @@ bool issued_in_backward();
 // of one pass, on any thread, and another id for every pass.
 uint64_t backward_pass();
 
-// While alive, operations issued by this thread take `scope`: set around
+// While alive, operations issued by this thread take `context`: set around
 // the completion of a compcoll work, whose future runs callbacks.
 class InheritedScope {
  public:
-  explicit InheritedScope(Scope scope);
+  explicit InheritedScope(const IssueContext& context);
   ~InheritedScope();
   InheritedScope(const InheritedScope&) = delete;
   InheritedScope& operator=(const InheritedScope&) = delete;
 
  private:
-  Scope saved_;
+  Scope saved_scope_;
+  uint64_t saved_owner_;
 };
 
 // A delegated operation the caller issued straight to Gloo (the worker
@@ -79,5 +97,9 @@ void pass_scope_to_callbacks(const c10::intrusive_ptr<c10d::Work>& work);
 // compcoll.gradient_scope(): enter returns what exit restores, so scopes nest.
 Scope enter_gradient_scope();
 void exit_gradient_scope(Scope saved);
+
+// Around a DDP comm hook's call (compcoll/_ddp_hooks.py): the same nesting.
+uint64_t enter_owner(uint64_t owner);
+void exit_owner(uint64_t saved);
 
 }  // namespace compcoll::torch_integration

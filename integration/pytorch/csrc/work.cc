@@ -26,7 +26,7 @@ CompcollWork::CompcollWork(int rank, c10d::OpType type, const char* profiling_ti
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get()), device_outputs(outputs_))),
-      scope_(current_scope()) {}
+      context_(current_context()) {}
 
 bool CompcollWork::settle() {
   if (settled_.exchange(true)) return false;
@@ -55,7 +55,7 @@ bool CompcollWork::complete_with(const c10::IValue& value, std::vector<at::Tenso
   }
   // Work first, so that a future callback that waits on this work returns.
   finish();
-  InheritedScope scope(scope_);  // for the callbacks markCompleted runs
+  InheritedScope scope(context_);  // for the callbacks markCompleted runs
   future_->markCompleted(value);
   return true;
 }
@@ -63,7 +63,7 @@ bool CompcollWork::complete_with(const c10::IValue& value, std::vector<at::Tenso
 bool CompcollWork::fail(std::exception_ptr e) {
   if (!settle()) return false;
   finish(e);
-  InheritedScope scope(scope_);
+  InheritedScope scope(context_);
   future_->setError(e);
   return true;
 }

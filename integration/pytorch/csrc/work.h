@@ -78,7 +78,7 @@ class CompcollWork final : public c10d::Work {
   std::atomic<int64_t> timeout_ms_{-1};   // set at submission
   std::function<void()> on_settle_;
   // Taken on the issuing thread at construction (issue_scope.h).
-  const Scope scope_;
+  const IssueContext context_;
 };
 
 }  // namespace compcoll::torch_integration

@@ -89,6 +89,30 @@ for _ in range(4):
     for p in grads:
         p.grad = None
 steps["temporaries_in_backward"] = passes
+# Two owners (two models' comm hooks, compcoll/_ddp_hooks.py), each reducing
+# one temporary of one shape in a backward pass of its own, taking turns:
+# one slot per owner, never the other's.
+owned = {1: [], 2: []}
+models = {o: torch.nn.Parameter(torch.randn(N + 7)) for o in owned}
+
+
+def owned_temporary(owner):
+    def hook(p):
+        saved = _C._enter_owner(owner)
+        try:
+            owned[owner].append(ar(p.grad * 1.0))
+        finally:
+            _C._exit_owner(saved)
+    return hook
+
+
+for o, p in models.items():
+    p.register_post_accumulate_grad_hook(owned_temporary(o))
+for _ in range(4):
+    for p in models.values():
+        (p * p).sum().backward()
+        p.grad = None
+steps["owners_in_turn"] = owned
 del persistent
 gc.collect()
 steps["other_size_takes_dead_slot"] = [ar(torch.randn(N + 1))]

@@ -1,0 +1,60 @@
+"""DDP comm hooks under compcoll: one owner per registered hook.
+
+compcoll keeps one error-feedback state per tensor it compresses, and finds
+a tensor's state by its buffer (csrc/buffer_slots.h). A hook that reduces a
+fresh tensor each call (fp16_compress_hook: `bucket.buffer().to(float16)`)
+frees it once the call is done, and the next fresh tensor of that shape
+takes the freed one's state. Within one model that is the same bucket, a
+step later. With two models of one architecture, each with such a hook and
+each trained in a backward pass of its own (two towers, an actor and a
+critic, a GAN's generator and discriminator), the two models' buckets would
+take turns on one state, each carrying the other's residual into its own
+gradient, silently.
+
+So every hook registered on a DDP model while compcoll is loaded runs with
+an owner of its own (csrc/issue_scope.h: current_owner), numbered in order
+of registration, and a state never passes between owners. The hook itself,
+its signature, name and result are unchanged; DDP's built-in C++ hooks
+(`_register_builtin_comm_hook`) have no Python call to wrap and keep the
+shared keys (docs/pytorch.md, "Error-feedback keys").
+
+Wrapped once per process, when the first compcoll group is built (DDP
+needs its process group before a hook can be registered).
+"""
+import functools
+import itertools
+
+from compcoll import _C
+
+_owners = itertools.count(1)  # 0: calls outside any wrapped hook
+
+
+def _owned(hook, owner):
+    @functools.wraps(hook)  # DDP inspects the signature and the name
+    def wrapper(state, bucket):
+        saved = _C._enter_owner(owner)
+        try:
+            return hook(state, bucket)
+        finally:
+            _C._exit_owner(saved)
+    wrapper.__compcoll_owner__ = owner
+    return wrapper
+
+
+def _registering(register_comm_hook):
+    @functools.wraps(register_comm_hook)
+    def wrapper(self, state, hook):
+        if callable(hook) and not hasattr(hook, "__compcoll_owner__"):
+            hook = _owned(hook, next(_owners))
+        return register_comm_hook(self, state, hook)
+    wrapper.__compcoll_owners__ = True
+    return wrapper
+
+
+@functools.cache
+def install():
+    """Wraps DistributedDataParallel.register_comm_hook, once per process."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if not getattr(DDP.register_comm_hook, "__compcoll_owners__", False):
+        DDP.register_comm_hook = _registering(DDP.register_comm_hook)
