@@ -36,6 +36,25 @@ def test_ddp_accuracy_matches_dense(tmp_path):
         assert results[algo]["ratio"] > 4
 
 
+@pytest.mark.parametrize("algo", ["dgc", "onebit"])
+def test_a_model_built_after_another_is_freed_starts_afresh(algo):
+    """Two DDP models of one architecture trained one after the other in one
+    process, then a third, 2 ranks: the third trains bit for bit as it does
+    in a process of its own. Its buckets take over the freed models' slots
+    with fresh states (rule 2b'), where they had carried the previous
+    model's residual into its parameters."""
+    env = {"COMPCOLL_ALGO": algo, "STEPS": "5"}
+    alone = launch([worker("sequential_ddp.py")], 2, env=dict(env, MODELS="0"), timeout=180)
+    after = launch([worker("sequential_ddp.py")], 2, env=dict(env, MODELS="2"), timeout=180)
+    for solo, late in zip(alone, after):
+        assert solo.result["identical"] and late.result["identical"], late.describe()
+        assert late.result["last"] == solo.result["last"], late.describe()
+        events = [e for _, _, e in late.result["trace"]]
+        assert "carried" not in events, late.result["trace"]
+        # each later model: fresh at its first bucket, fresh at its rebuild
+        assert events.count("fresh") == 3 * 2 - 1, late.result["trace"]
+
+
 def test_error_feedback_keys_survive_bucket_rebuild(tmp_path):
     """DDP allreduces one bucket of every parameter in iteration 1 and
     rebuilds its buckets (in gradient-ready order) before iteration 2. After

@@ -57,6 +57,12 @@ def test_buffer_slot_rules(tmp_path):
     slot_of = {o: {k.split(".")[0] for k, _, _ in calls} for o, calls in owned.items()}
     assert all(len(v) == 1 for v in slot_of.values()) and slot_of["1"] != slot_of["2"], owned
     assert all([e for _, _, e in calls][2:] == ["carried"] * 2 for calls in owned.values()), owned
+    # 2b': a lasting buffer's tensor is gone: the next is another tensor
+    gone = s["lasting_then_gone"]
+    events = [e for _, _, e in gone]  # a new slot, or a dead one of another shape (2c)
+    assert events[0] in ("new", "resized") and events[1:] == [
+        "same", "same", "fresh", "fresh", "carried"], gone
+    assert len({k for k, _, _ in gone}) == 3 and gone[4][0] == gone[5][0], gone
     # 2c: another size takes over a dead slot; the Communicator replaces the state
     assert s["other_size_takes_dead_slot"][0][2] == "resized"
     assert s["small_dense_no_slot"] is True

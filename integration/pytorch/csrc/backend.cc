@@ -414,12 +414,16 @@ void CompcollBackend::log_slot_event(const Lane& lane, const SlotAssignment& a, 
   // change layout after iteration 1), and so does every new DDP model on
   // the group. Nothing to act on, so INFO (issue 12); a drop is never
   // silent at that level.
+  const std::string why =
+      a.event == SlotEvent::kResized ? " (different size or dtype)"
+      : a.lasting_uses > 0
+          ? detail::concat(" (the freed buffer served ", a.lasting_uses,
+                           " calls: a lasting tensor that is gone, and the new buffer another "
+                           "one, as when a new DDP model follows a freed one)")
+          : std::string(" (first replacement, as at DDP's bucket rebuild: its layout may differ)");
   log_.info("error-feedback state ", a.key, " (", lane.name(), "): a new buffer of ", numel,
             " elements replaced a freed one; the freed buffer's residual (", a.dropped_elems,
-            " elements) is dropped",
-            a.event == SlotEvent::kFresh
-                ? " (first replacement, as at DDP's bucket rebuild: its layout may differ)"
-                : " (different size or dtype)");
+            " elements) is dropped", why);
 }
 
 void CompcollBackend::addEphemeralTimeout(const std::chrono::milliseconds& timeout) {

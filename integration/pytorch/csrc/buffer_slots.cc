@@ -37,6 +37,7 @@ SlotAssignment BufferSlots::record(Slot& s, SlotEvent e, int64_t dropped, uint64
   s.last_pass = pass;
   s.shape_call = ++shape_calls_[shape_of(s)];
   ++s.uses;
+  ++s.buffer_uses;
   trace_.push_back({s.key(), s.numel, e});
   if (trace_.size() > kTraceLength) trace_.pop_front();
   return {s.key(), e, dropped};
@@ -115,9 +116,22 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t, uint64_t pass, uint64_t 
   SlotEvent event = SlotEvent::kNew;
   int64_t dropped = 0;
   int before = 0;
+  uint64_t lasting_uses = 0;
   std::string dropped_key, merged_key;
   bool overlapped = false;
-  if (pick != nullptr) {
+  if (pick != nullptr && pick == same && pick->buffer_uses >= kLastingUses) {
+    // 2b': a lasting buffer's tensor is gone; this one is another tensor.
+    by_buffer_.erase(id_of(*pick));
+    lasting_uses = pick->buffer_uses;
+    dropped_key = pick->key();
+    ++pick->generation;
+    event = SlotEvent::kFresh;
+    dropped = pick->numel;
+    before = pick->replacements;
+    pick->replacements = 0;  // starts over: its next takeover is a first one
+    pick->overlapped = 0;
+    pick->chain = false;
+  } else if (pick != nullptr) {
     by_buffer_.erase(id_of(*pick));
     Slot* follower = pick == same ? follower_since_last_use(*pick) : nullptr;
     if (follower != nullptr && follower->taken_in(pass)) follower = nullptr;
@@ -165,6 +179,7 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t, uint64_t pass, uint64_t 
   a.merged_key = std::move(merged_key);
   a.replacements = before;
   a.overlapped = overlapped;
+  a.lasting_uses = lasting_uses;
   return a;
 }
 
@@ -174,6 +189,7 @@ SlotAssignment BufferSlots::attach(Slot& s, const c10::Storage& storage, const a
   s.offset = t.storage_offset();
   s.numel = t.numel();
   s.dtype = t.scalar_type();
+  s.buffer_uses = 0;
   note_follows(s);
   by_buffer_[id_of(s)] = static_cast<size_t>(&s - slots_.data());
   return record(s, event, dropped, pass);

@@ -26,6 +26,15 @@
 //         after the first iteration: the rebuilt bucket may hold the same
 //         parameters in another order, so the old residual cannot be
 //         applied to it; it is dropped, and the drop is reported;
+//      b'. same element count and dtype, the freed buffer a lasting one (it
+//         served kLastingUses calls or more, where a tensor reallocated
+//         every step serves one): its tensor is gone, and the new buffer is
+//         another tensor, e.g. the first bucket of a new DDP model built
+//         after the previous one was freed (cross-validation folds, a
+//         second fit, a sweep in one process). A fresh state, and the slot
+//         starts over as if new (its next takeover is a first replacement,
+//         so the new model's rebuild is b). Carried, the old model's
+//         residual would land on the new model's parameters;
 //      c. another size or dtype (only when no dead slot of the same shape
 //         exists): the slot's key is reused and its state dropped (the
 //         backend frees it before the call, so the Communicator makes a
@@ -100,6 +109,7 @@ struct SlotAssignment {
   int64_t dropped_elems = 0;  // residual elements dropped (kFresh, kResized)
   std::string dropped_key;    // kFresh, kResized: the key whose state is to be freed
   int replacements = 0;       // how often the slot was taken over before this time
+  uint64_t lasting_uses = 0;  // b': the calls the freed lasting buffer served (else 0)
   bool overlapped = false;    // rule 2 took over a slot another live slot follows (above)
   std::string merged_key;     // the key whose state is to be merged into this one first
 };
@@ -127,6 +137,8 @@ class BufferSlots {
   std::vector<SlotInfo> slots() const;
   // Overlapped takeovers of one shape that confirm the pattern (above).
   static constexpr int kOverlapsToMerge = 3;
+  // Rule 2b': a freed buffer that served this many calls was a lasting one.
+  static constexpr uint64_t kLastingUses = 2;
   // The last `kTraceLength` assignments, oldest first: (key, numel, event).
   struct TraceEntry {
     std::string key;
@@ -149,6 +161,7 @@ class BufferSlots {
     uint64_t last_pass = 0;  // the backward pass of its last use, 0 for none
     uint64_t owner = 0;      // the owner it was made for (above)
     uint64_t uses = 0;
+    uint64_t buffer_uses = 0;  // calls with its current buffer
     // The slot whose call of this shape came last before this slot got its
     // current buffer, when that slot's buffer was still alive then (-1:
     // none), and that slot's last_use at the time.

@@ -93,7 +93,7 @@ steps["temporaries_in_backward"] = passes
 # one temporary of one shape in a backward pass of its own, taking turns:
 # one slot per owner, never the other's.
 owned = {1: [], 2: []}
-models = {o: torch.nn.Parameter(torch.randn(N + 7)) for o in owned}
+models = {o: torch.nn.Parameter(torch.randn(N + 9)) for o in owned}
 
 
 def owned_temporary(owner):
@@ -113,6 +113,21 @@ for _ in range(4):
         (p * p).sum().backward()
         p.grad = None
 steps["owners_in_turn"] = owned
+# 2b': a lasting buffer (reduced call after call) is freed, then buffers of
+# its shape come, each freed after one call: the first is another tensor (a
+# new DDP model's first bucket after the previous model was freed), fresh,
+# and the slot starts over, so the next (that model's rebuild) is a first
+# replacement, fresh too; the one after it carries.
+L = N + 13
+lasting = torch.randn(L)
+steps["lasting_then_gone"] = [ar(lasting) for _ in range(3)]
+del lasting
+gc.collect()
+for _ in range(3):
+    t = torch.randn(L)
+    steps["lasting_then_gone"].append(ar(t))
+    del t
+    gc.collect()
 del persistent
 gc.collect()
 steps["other_size_takes_dead_slot"] = [ar(torch.randn(N + 1))]
