@@ -55,6 +55,27 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Best of three one-rank calls of m elements, on a state past any warm-up:
+// the warm-up's densities (or csc's and onebit's exact steps) would time
+// another algorithm than the one that runs for the rest of training, and
+// since a warm-up advances only on compressed calls, judging a tensor by
+// its warm-up could keep it dense, and in its warm-up, for good.
+double time_one_rank_call(const Algorithm& algo, size_t m) {
+  std::vector<float> g(m), work(m);
+  for (size_t i = 0; i < m; ++i) g[i] = std::sin(0.37 * double(i)) * (1.0 + (i % 17));
+  auto scratch = algo.make_state(m, 1);
+  scratch->steps = uint64_t{1} << 31;  // warm-up steps are an int
+  SelfComm self;
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::copy(g.begin(), g.end(), work.begin());
+    const auto t0 = Clock::now();
+    algo.allreduce(self, work.data(), m, false, *scratch);
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
 }  // namespace
 
 AutoAllreduce::AutoAllreduce(std::unique_ptr<Algorithm> compressed)
@@ -152,31 +173,6 @@ void AutoAllreduce::attach_with_link(const LinkModel& link) {
   // instead of probing the link a second time.
   if (auto* sparse = dynamic_cast<SparseAllreduce*>(compressed_.get())) sparse->set_link(link_);
 }
-
-namespace {
-
-// Best of three one-rank calls of m elements, on a state past any warm-up:
-// the warm-up's densities (or csc's and onebit's exact steps) would time
-// another algorithm than the one that runs for the rest of training, and
-// since a warm-up advances only on compressed calls, judging a tensor by
-// its warm-up could keep it dense, and in its warm-up, for good.
-double time_one_rank_call(const Algorithm& algo, size_t m) {
-  std::vector<float> g(m), work(m);
-  for (size_t i = 0; i < m; ++i) g[i] = std::sin(0.37 * double(i)) * (1.0 + (i % 17));
-  auto scratch = algo.make_state(m, 1);
-  scratch->steps = uint64_t{1} << 31;  // warm-up steps are an int
-  SelfComm self;
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::copy(g.begin(), g.end(), work.begin());
-    const auto t0 = Clock::now();
-    algo.allreduce(self, work.data(), m, false, *scratch);
-    best = std::min(best, seconds_since(t0));
-  }
-  return best;
-}
-
-}  // namespace
 
 void AutoAllreduce::calibrate(Comm& comm) const {
   // Two sizes, whatever the first call's: fitted to one size, a small first
