@@ -14,6 +14,7 @@
 #include "integration/pytorch/csrc/group_stats.h"
 #include "integration/pytorch/csrc/issue_scope.h"
 #include "integration/pytorch/csrc/op_label.h"
+#include "integration/pytorch/csrc/python_free.h"
 #include "integration/pytorch/csrc/torch_comm.h"
 #include "plugin/stats.h"
 
@@ -275,8 +276,10 @@ bool CompcollBackend::is_candidate(const Lane& lane, const std::vector<at::Tenso
   return to_compcoll_dtype(st, dtype);
 }
 
-c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor>& caller_tensors,
                                                           const c10d::AllreduceOptions& opts) {
+  // What the worker and the inner backend hold: aliases (python_free.h).
+  std::vector<at::Tensor> tensors = python_free(caller_tensors);
   const c10::Device device = device_of(tensors);
   const std::shared_ptr<Lane>& lane = lane_for(device);
   DType dtype;

@@ -10,6 +10,7 @@
 #include "integration/pytorch/csrc/backend.h"
 #include "integration/pytorch/csrc/issue_scope.h"
 #include "integration/pytorch/csrc/op_label.h"
+#include "integration/pytorch/csrc/python_free.h"
 
 namespace compcoll::torch_integration {
 namespace {
@@ -181,174 +182,203 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce_sparse(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  return delegate(device_of(tensors), c10d::OpType::_ALLREDUCE_SPARSE,
-                  "compcoll:all_reduce_sparse", tensors,
-                  [tensors, opts](c10d::Backend& in) mutable {
-                    return in.allreduce_sparse(tensors, opts);
+  auto tensors_alias = python_free(tensors);
+  return delegate(device_of(tensors_alias), c10d::OpType::_ALLREDUCE_SPARSE,
+                  "compcoll:all_reduce_sparse", tensors_alias,
+                  [tensors_alias, opts](c10d::Backend& in) mutable {
+                    return in.allreduce_sparse(tensors_alias, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  return delegate(device_of(tensors), c10d::OpType::ALLREDUCE_COALESCED,
-                  "compcoll:all_reduce_coalesced", tensors,
-                  [tensors, opts](c10d::Backend& in) mutable {
-                    return in.allreduce_coalesced(tensors, opts);
+  auto tensors_alias = python_free(tensors);
+  return delegate(device_of(tensors_alias), c10d::OpType::ALLREDUCE_COALESCED,
+                  "compcoll:all_reduce_coalesced", tensors_alias,
+                  [tensors_alias, opts](c10d::Backend& in) mutable {
+                    return in.allreduce_coalesced(tensors_alias, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                           const c10d::BroadcastOptions& opts) {
-  return delegate(device_of(tensors), c10d::OpType::BROADCAST, "compcoll:broadcast", tensors,
-                  [tensors, opts](c10d::Backend& in) mutable {
-                    return in.broadcast(tensors, opts);
+  auto tensors_alias = python_free(tensors);
+  return delegate(device_of(tensors_alias), c10d::OpType::BROADCAST, "compcoll:broadcast", tensors_alias,
+                  [tensors_alias, opts](c10d::Backend& in) mutable {
+                    return in.broadcast(tensors_alias, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::ReduceOptions& opts) {
-  return delegate(device_of(tensors), c10d::OpType::REDUCE, "compcoll:reduce", tensors,
-                  [tensors, opts](c10d::Backend& in) mutable { return in.reduce(tensors, opts); },
+  auto tensors_alias = python_free(tensors);
+  return delegate(device_of(tensors_alias), c10d::OpType::REDUCE, "compcoll:reduce", tensors_alias,
+                  [tensors_alias, opts](c10d::Backend& in) mutable { return in.reduce(tensors_alias, opts); },
                   opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  std::vector<at::Tensor> flat = flatten(outputs);
-  return delegate(device_of(inputs, flat), c10d::OpType::ALLGATHER, "compcoll:all_gather", flat,
-                  [outputs, inputs, opts](c10d::Backend& in) mutable {
-                    return in.allgather(outputs, inputs, opts);
+  auto outputs_alias = python_free(outputs);
+  auto inputs_alias = python_free(inputs);
+  std::vector<at::Tensor> flat = flatten(outputs_alias);
+  return delegate(device_of(inputs_alias, flat), c10d::OpType::ALLGATHER, "compcoll:all_gather", flat,
+                  [outputs_alias, inputs_alias, opts](c10d::Backend& in) mutable {
+                    return in.allgather(outputs_alias, inputs_alias, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  return delegate(input.device(), c10d::OpType::_ALLGATHER_BASE, "compcoll:_all_gather_base",
-                  {output}, [output, input, opts](c10d::Backend& in) mutable {
-                    return in._allgather_base(output, input, opts);
+  auto output_alias = python_free(output);
+  auto input_alias = python_free(input);
+  return delegate(input_alias.device(), c10d::OpType::_ALLGATHER_BASE, "compcoll:_all_gather_base",
+                  {output_alias}, [output_alias, input_alias, opts](c10d::Backend& in) mutable {
+                    return in._allgather_base(output_alias, input_alias, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  std::vector<at::Tensor> flat = flatten(output_lists);
-  return delegate(device_of(inputs, flat), c10d::OpType::ALLGATHER_COALESCED,
+  auto output_lists_alias = python_free(output_lists);
+  auto inputs_alias = python_free(inputs);
+  std::vector<at::Tensor> flat = flatten(output_lists_alias);
+  return delegate(device_of(inputs_alias, flat), c10d::OpType::ALLGATHER_COALESCED,
                   "compcoll:all_gather_coalesced", flat,
-                  [output_lists, inputs, opts](c10d::Backend& in) mutable {
-                    return in.allgather_coalesced(output_lists, inputs, opts);
+                  [output_lists_alias, inputs_alias, opts](c10d::Backend& in) mutable {
+                    return in.allgather_coalesced(output_lists_alias, inputs_alias, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  return delegate(device_of(inputs, outputs), kAllgatherIntoTensorCoalesced,
-                  "compcoll:all_gather_into_tensor_coalesced", outputs,
-                  [outputs, inputs, opts](c10d::Backend& in) mutable {
-                    return in.allgather_into_tensor_coalesced(outputs, inputs, opts);
+  auto outputs_alias = python_free(outputs);
+  auto inputs_alias = python_free(inputs);
+  return delegate(device_of(inputs_alias, outputs_alias), kAllgatherIntoTensorCoalesced,
+                  "compcoll:all_gather_into_tensor_coalesced", outputs_alias,
+                  [outputs_alias, inputs_alias, opts](c10d::Backend& in) mutable {
+                    return in.allgather_into_tensor_coalesced(outputs_alias, inputs_alias, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
-  std::vector<at::Tensor> flat = flatten(outputs);
-  return delegate(device_of(inputs, flat), c10d::OpType::GATHER, "compcoll:gather", flat,
-                  [outputs, inputs, opts](c10d::Backend& in) mutable {
-                    return in.gather(outputs, inputs, opts);
+  auto outputs_alias = python_free(outputs);
+  auto inputs_alias = python_free(inputs);
+  std::vector<at::Tensor> flat = flatten(outputs_alias);
+  return delegate(device_of(inputs_alias, flat), c10d::OpType::GATHER, "compcoll:gather", flat,
+                  [outputs_alias, inputs_alias, opts](c10d::Backend& in) mutable {
+                    return in.gather(outputs_alias, inputs_alias, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
-  return delegate(device_of(outputs), c10d::OpType::SCATTER, "compcoll:scatter", outputs,
-                  [outputs, inputs, opts](c10d::Backend& in) mutable {
-                    return in.scatter(outputs, inputs, opts);
+  auto outputs_alias = python_free(outputs);
+  auto inputs_alias = python_free(inputs);
+  return delegate(device_of(outputs_alias), c10d::OpType::SCATTER, "compcoll:scatter", outputs_alias,
+                  [outputs_alias, inputs_alias, opts](c10d::Backend& in) mutable {
+                    return in.scatter(outputs_alias, inputs_alias, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
+  auto outputs_alias = python_free(outputs);
+  auto inputs_alias = python_free(inputs);
   int64_t elems = 0;
-  for (const auto& list : inputs) {
+  for (const auto& list : inputs_alias) {
     for (const at::Tensor& t : list) elems += t.numel();
   }
   note_reduce_scatter(elems);
-  return delegate(device_of(outputs), c10d::OpType::REDUCE_SCATTER, "compcoll:reduce_scatter",
-                  outputs, [outputs, inputs, opts](c10d::Backend& in) mutable {
-                    return in.reduce_scatter(outputs, inputs, opts);
+  return delegate(device_of(outputs_alias), c10d::OpType::REDUCE_SCATTER, "compcoll:reduce_scatter",
+                  outputs_alias, [outputs_alias, inputs_alias, opts](c10d::Backend& in) mutable {
+                    return in.reduce_scatter(outputs_alias, inputs_alias, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  note_reduce_scatter(input.numel());
-  return delegate(input.device(), c10d::OpType::_REDUCE_SCATTER_BASE,
-                  "compcoll:_reduce_scatter_base", {output},
-                  [output, input, opts](c10d::Backend& in) mutable {
-                    return in._reduce_scatter_base(output, input, opts);
+  auto output_alias = python_free(output);
+  auto input_alias = python_free(input);
+  note_reduce_scatter(input_alias.numel());
+  return delegate(input_alias.device(), c10d::OpType::_REDUCE_SCATTER_BASE,
+                  "compcoll:_reduce_scatter_base", {output_alias},
+                  [output_alias, input_alias, opts](c10d::Backend& in) mutable {
+                    return in._reduce_scatter_base(output_alias, input_alias, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
+  auto outputs_alias = python_free(outputs);
+  auto inputs_alias = python_free(inputs);
   int64_t elems = 0;
-  for (const at::Tensor& t : inputs) elems += t.numel();
+  for (const at::Tensor& t : inputs_alias) elems += t.numel();
   note_reduce_scatter(elems);
-  return delegate(device_of(inputs, outputs), kReduceScatterTensorCoalesced,
-                  "compcoll:reduce_scatter_tensor_coalesced", outputs,
-                  [outputs, inputs, opts](c10d::Backend& in) mutable {
-                    return in.reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+  return delegate(device_of(inputs_alias, outputs_alias), kReduceScatterTensorCoalesced,
+                  "compcoll:reduce_scatter_tensor_coalesced", outputs_alias,
+                  [outputs_alias, inputs_alias, opts](c10d::Backend& in) mutable {
+                    return in.reduce_scatter_tensor_coalesced(outputs_alias, inputs_alias, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
     std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
-  return delegate(input.device(), c10d::OpType::ALLTOALL_BASE, "compcoll:all_to_all_single",
-                  {output},
-                  [output, input, output_splits, input_splits, opts](c10d::Backend& in) mutable {
-                    return in.alltoall_base(output, input, output_splits, input_splits, opts);
+  auto output_alias = python_free(output);
+  auto input_alias = python_free(input);
+  return delegate(input_alias.device(), c10d::OpType::ALLTOALL_BASE, "compcoll:all_to_all_single",
+                  {output_alias},
+                  [output_alias, input_alias, output_splits, input_splits, opts](c10d::Backend& in) mutable {
+                    return in.alltoall_base(output_alias, input_alias, output_splits, input_splits, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllToAllOptions& opts) {
-  return delegate(device_of(inputs, outputs), c10d::OpType::ALLTOALL, "compcoll:all_to_all",
-                  outputs, [outputs, inputs, opts](c10d::Backend& in) mutable {
-                    return in.alltoall(outputs, inputs, opts);
+  auto outputs_alias = python_free(outputs);
+  auto inputs_alias = python_free(inputs);
+  return delegate(device_of(inputs_alias, outputs_alias), c10d::OpType::ALLTOALL, "compcoll:all_to_all",
+                  outputs_alias, [outputs_alias, inputs_alias, opts](c10d::Backend& in) mutable {
+                    return in.alltoall(outputs_alias, inputs_alias, opts);
                   }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::send(std::vector<at::Tensor>& tensors, int dst,
                                                      int tag) {
-  return delegate(device_of(tensors), c10d::OpType::SEND, "compcoll:send", tensors,
-                  [tensors, dst, tag](c10d::Backend& in) mutable {
-                    return in.send(tensors, dst, tag);
+  auto tensors_alias = python_free(tensors);
+  return delegate(device_of(tensors_alias), c10d::OpType::SEND, "compcoll:send", tensors_alias,
+                  [tensors_alias, dst, tag](c10d::Backend& in) mutable {
+                    return in.send(tensors_alias, dst, tag);
                   },
                   c10d::kUnsetTimeout, /*collective=*/false);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::recv(std::vector<at::Tensor>& tensors, int src,
                                                      int tag) {
-  return delegate(device_of(tensors), c10d::OpType::RECV, "compcoll:recv", tensors,
-                  [tensors, src, tag](c10d::Backend& in) mutable {
-                    return in.recv(tensors, src, tag);
+  auto tensors_alias = python_free(tensors);
+  return delegate(device_of(tensors_alias), c10d::OpType::RECV, "compcoll:recv", tensors_alias,
+                  [tensors_alias, src, tag](c10d::Backend& in) mutable {
+                    return in.recv(tensors_alias, src, tag);
                   },
                   c10d::kUnsetTimeout, /*collective=*/false);
 }
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::recvAnysource(std::vector<at::Tensor>& tensors,
                                                               int tag) {
-  return delegate(device_of(tensors), c10d::OpType::RECVANYSOURCE, "compcoll:recv_any_source",
-                  tensors, [tensors, tag](c10d::Backend& in) mutable {
-                    return in.recvAnysource(tensors, tag);
+  auto tensors_alias = python_free(tensors);
+  return delegate(device_of(tensors_alias), c10d::OpType::RECVANYSOURCE, "compcoll:recv_any_source",
+                  tensors_alias, [tensors_alias, tag](c10d::Backend& in) mutable {
+                    return in.recvAnysource(tensors_alias, tag);
                   },
                   c10d::kUnsetTimeout, /*collective=*/false);
 }
