@@ -161,7 +161,12 @@ EncodeInfo SbcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes& 
   SideCandidates pos, neg;
   std::vector<NonFinite> odd;
   fused_accumulate(grad, v, n, t_pos, t_neg, pos, neg, odd, cap);
-  for (const NonFinite& e : odd) v[e.idx] = 0.0f;  // sent exactly; the residual restarts
+  // Sent exactly; the residual restarts, and so does the velocity, which
+  // would otherwise carry the non-finite value into every later call.
+  for (const NonFinite& e : odd) {
+    v[e.idx] = 0.0f;
+    if (!st.u.empty()) st.u[e.idx] = 0.0f;
+  }
   const SelectionTarget target{side_k, (side_k * 4 + 4) / 5, side_k};
   t_pos = finalize_selection(v, n, target, SelectKey::kPositive, sample_pos, pass_fraction, t_pos,
                              pos.count, pos.idx);
