@@ -14,6 +14,7 @@ namespace compcoll {
 struct Route {
   bool compressed;
   const char* reason;  // why, for logs: "compressed", "dtype int32 is not floating", ...
+  bool device_buffers = false;  // the call's buffers are device memory (the device route)
 };
 
 Route choose_route(const Algorithm& algo, size_t count, DType dtype, ReduceOp op, size_t min_elems);

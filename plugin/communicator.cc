@@ -17,6 +17,7 @@
 #include "collectives/registry.h"
 #include "collectives/sparse_allreduce.h"
 #include "compcoll/error.h"
+#include "compression/state_scale.h"
 #include "plugin/state_file.h"
 #include "transport/machine_cpus.h"
 #include "transport/shm_group.h"
@@ -236,6 +237,12 @@ Bytes Communicator::save_state() {
               "(valid in this process only; pass explicit keys to keep them)");
   }
   return serialize_state_file(f);
+}
+
+size_t Communicator::rescale_state(float factor) {
+  CC_CHECK(std::isfinite(factor) && factor > 0.0f, kInvalidArgument,
+           "the error-feedback state can only be rescaled by a finite factor > 0, got ", factor);
+  return states_.rescale(factor);
 }
 
 bool Communicator::adopt_optimizer_momentum(OptimizerMomentum taken) {
@@ -592,7 +599,7 @@ void Communicator::allreduce_device(DeviceRoute& device, const void* send, void*
   const std::string refused = device_route_refusal(device, send, recv, count, dtype, op);
   CC_CHECK(refused.empty(), kInternal, "allreduce_device of ", count, " x ", dtype_name(dtype),
            " that the device route refuses: ", refused);
-  const Route route{true, "compressed on the device"};
+  const Route route{true, "compressed on the device", /*device_buffers=*/true};
   run_call(route, recv, count, dtype, op, key, false, [&](CodecState* state, bool) {
     return device.allreduce(*comm_, send, recv, count, dtype, op == ReduceOp::kAvg, *state);
   });
@@ -665,6 +672,11 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
   const bool in_warmup =
       state != nullptr && state->step_count() < uint64_t(cfg_.params.warmup_steps);
   const uint64_t before = comm_->bytes_sent();
+  // set_discard_nonfinite: what the state was, to go back to should the
+  // result be one the caller skips.
+  std::unique_ptr<CodecState> kept = discard_nonfinite_ && state != nullptr && !route.device_buffers
+                                         ? snapshot_codec_state(*state)
+                                         : nullptr;
   CallInfo info;
   try {
     info = run(state, hierarchical);
@@ -678,6 +690,16 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
   } catch (const std::exception& e) {
     broken_ = e.what();
     throw;
+  }
+  if (kept != nullptr && !all_finite(buf, count, dtype)) {
+    restore_codec_state(*state, std::move(*kept));
+    if (discarded_calls_++ == 0) {
+      log_.info(skey_text, ": the result holds a non-finite value, so the loss scaler skips this "
+                "step; its error-feedback state is left as it was before the call (and so for "
+                "every later such call; COMPCOLL_DEBUG=TRACE logs each)");
+    } else {
+      log_.trace(skey_text, ": non-finite result, error-feedback state left as before the call");
+    }
   }
   // Only a call that ran the algorithm has a decision of its own (a dense
   // route would read the previous call's).

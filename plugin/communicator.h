@@ -113,6 +113,26 @@ class Communicator {
   Bytes save_state();
   bool load_state(std::span<const uint8_t> bytes);
 
+  // The caller's gradients change unit from the next call on: a loss scale
+  // went from S to factor * S (mixed precision; the PyTorch backend follows
+  // torch.amp.GradScaler). Every error-feedback state is rescaled with it
+  // (compression/state_scale.h), so that what it holds is sent in the unit
+  // the caller will divide by. Not collective: each rank's state is its own.
+  // Returns how many states were rescaled; factor must be finite and > 0.
+  size_t rescale_state(float factor);
+
+  // A loss scaler is in charge: a step whose reduced gradients hold a
+  // non-finite value is skipped by the caller (torch.amp.GradScaler), as if
+  // it had not happened. With this on, a compressed call whose result holds
+  // a non-finite value leaves its error-feedback state exactly as it was
+  // before the call (the result itself is delivered as usual, non-finite
+  // values in place), so that nothing of the skipped step is sent later;
+  // the result is the same on every rank, so every rank decides alike. It
+  // costs a copy of the state per compressed call (host routes only; the
+  // device route keeps its state in device memory and does not undo).
+  void set_discard_nonfinite(bool on) { discard_nonfinite_ = on; }
+  uint64_t discarded_calls() const { return discarded_calls_; }
+
   // COMPCOLL_MOMENTUM_HANDOVER=auto: from the next call on, compressed
   // calls apply DGC's momentum correction with the caller's optimizer
   // momentum m and hand the result over (collectives/momentum_handover.h);
@@ -173,6 +193,8 @@ class Communicator {
   std::string broken_;
   // A call is running (run_call): a second one on another thread is refused.
   std::atomic<bool> in_call_{false};
+  bool discard_nonfinite_ = false;  // set_discard_nonfinite
+  uint64_t discarded_calls_ = 0;
   uint64_t dense_route_calls_ = 0;  // calls sent dense: by choose_route or allreduce_exact
   // allreduce_exact's calls by reason (a front end's few fixed reasons).
   std::map<std::string, uint64_t> exact_by_caller_;

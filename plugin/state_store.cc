@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "compression/state_merge.h"
+#include "compression/state_scale.h"
 
 namespace compcoll {
 
@@ -67,6 +68,11 @@ const CodecState* StateStore::find(const StateKey& key) const {
 
 void StateStore::bring_to_host() {
   for (auto& [k, e] : entries_) e.state->bring_to_host();
+}
+
+size_t StateStore::rescale(float factor) {
+  for (auto& [k, e] : entries_) rescale_codec_state(*e.state, factor);
+  return entries_.size();
 }
 
 std::vector<StateStore::Saved> StateStore::saved() const {

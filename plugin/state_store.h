@@ -63,6 +63,9 @@ class StateStore {
   std::vector<Saved> saved() const;
   // Brings every device-resident entry back to host memory (CodecState::bring_to_host).
   void bring_to_host();
+  // Rescales every entry (compression/state_scale.h): the unit of the
+  // gradients changed, as when a loss scale does. Returns how many.
+  size_t rescale(float factor);
   uint64_t clock() const { return now_; }
   // Replaces the store's clock (ages of restored entries count from it).
   void set_clock(uint64_t now) { now_ = now; }

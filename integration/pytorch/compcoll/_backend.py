@@ -22,8 +22,10 @@ gloo group (init_process_group with "gloo" or no backend on a CPU machine,
 new_group, torchrun) goes through it. (Once a compcoll group exists, DDP's
 join hook is wrapped, compcoll._ddp_join, so is DDP's register_comm_hook,
 which gives each hook an owner of its own for the error-feedback keys,
-compcoll._ddp_hooks, and so are DTensor's parallel styles and reductions,
-which mark tensor-parallel groups: compcoll._tensor_parallel.)
+compcoll._ddp_hooks, torch.amp.GradScaler.update, whose loss-scale changes
+the error-feedback state follows, compcoll._loss_scale, and DTensor's
+parallel styles and reductions, which mark tensor-parallel groups:
+compcoll._tensor_parallel.)
 """
 import atexit
 import json
@@ -37,7 +39,8 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 import compcoll_creators as creators
-from compcoll import _C, _ddp_hooks, _ddp_join, _join, _momentum, _notices, _tensor_parallel
+from compcoll import (_C, _ddp_hooks, _ddp_join, _join, _loss_scale, _momentum, _notices,
+                      _tensor_parallel)
 
 BACKEND_NAME = "compcoll"
 DEVICES = ["cpu", "cuda"]
@@ -176,6 +179,7 @@ def _build_group(args, device_lane):
     _momentum.install()
     _ddp_join.install()
     _ddp_hooks.install()
+    _loss_scale.install()
     _tensor_parallel.install()
     return backend
 

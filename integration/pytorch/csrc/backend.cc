@@ -68,6 +68,7 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
           lane->ensure_comm(*cfg, timeout, lane->staged() ? lane->device : std::nullopt);
       if (!dropped.empty()) comm.drop_state(dropped);  // free it now, not at eviction
       if (!merged.empty()) comm.merge_state(merged, key);  // buffer_slots.h
+      comm.set_discard_nonfinite(CompcollBackend::loss_scaled());
       const at::Tensor& buf = lane->staged() ? host : t;
       if (exact_reason != nullptr) {
         comm.allreduce_exact(buf.data_ptr(), static_cast<size_t>(t.numel()), dtype, op,
@@ -178,6 +179,7 @@ GroupStats CompcollBackend::group_stats_skeleton() const {
   const OptimizerMomentum taken = optimizer_momentum_.load();
   g.optimizer_momentum = taken.m;
   g.optimizer_momentum_moved = taken.moved;
+  g.loss_scale_changes = loss_scale_changes_.load();
   return g;
 }
 

@@ -269,6 +269,18 @@ class CompcollBackend final : public c10d::Backend {
   // each named lane its bytes and says per lane whether they were used.
   std::map<std::string, Bytes> save_state();
   std::map<std::string, bool> load_state(const std::map<std::string, Bytes>& lanes);
+  // The caller's loss scale went from S to factor * S (torch.amp.GradScaler,
+  // compcoll/_loss_scale.py): every lane's error-feedback state is rescaled
+  // (Communicator::rescale_state), on the worker after everything submitted
+  // so far, so that the calls issued from now on find it in the new unit.
+  // Returns how many states were rescaled.
+  size_t rescale_state(double factor);
+  // A torch.amp.GradScaler scales this process's losses (its first enabled
+  // scale() call, compcoll/_loss_scale.py): from then on every group's
+  // compressed calls whose result is not finite leave their state as it was
+  // (Communicator::set_discard_nonfinite), since the scaler skips that step.
+  static void note_loss_scaled();
+  static bool loss_scaled();
   // COMPCOLL_MOMENTUM_HANDOVER=auto (optimizer_momentum.cc). Whether this
   // group still waits for the optimizer's momentum: the configuration takes
   // it and the group has not agreed on it yet.
@@ -379,6 +391,8 @@ class CompcollBackend final : public c10d::Backend {
   std::atomic<uint64_t> rs_eligible_{0};
   std::atomic<int64_t> rs_largest_{0};
   std::atomic<bool> rs_warned_{false};
+  // Loss-scale changes that rescaled this group's state (rescale_state).
+  std::atomic<uint64_t> loss_scale_changes_{0};
   UncompressedNotes uncompressed_notes_;  // float64, non-contiguous, ...: said once
   ChildFactory child_factory_;  // empty: the backend cannot split or merge
 };

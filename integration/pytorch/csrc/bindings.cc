@@ -269,6 +269,19 @@ PYBIND11_MODULE(_C, m) {
         return as_compcoll(b)->load_state(in);
       },
       "Restores {lane name: bytes}; returns {lane name: whether its state was used}.");
+  m.def(
+      "rescale_state",
+      [](double factor) {
+        size_t rescaled = 0;
+        for (auto& b : CompcollBackend::live()) rescaled += b->rescale_state(factor);
+        return rescaled;
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "Rescales every error-feedback state of every live group of the process by factor (a "
+      "loss-scale change, compcoll/_loss_scale.py); returns how many states.");
+  m.def("note_loss_scaled", &CompcollBackend::note_loss_scaled,
+        "A GradScaler scales this process's losses: a compressed call whose result is not "
+        "finite leaves its error-feedback state as it was (the scaler skips that step).");
   m.def("algo", [](const c10::intrusive_ptr<c10d::Backend>& b) { return as_compcoll(b)->config().algo; });
   m.def(
       "inner",

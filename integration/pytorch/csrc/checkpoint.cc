@@ -2,13 +2,16 @@
 // / compcoll.load_state_dict): each lane's Communicator saves and restores
 // its own state (plugin/state_file.h), on the worker, so that nothing queued
 // before runs concurrently with it and everything queued after sees the
-// restored state.
+// restored state. A loss-scale change rescales the state the same way, and
+// under a loss scaler a skipped step leaves it alone (note_loss_scaled).
 //
 // A lane whose Communicator does not exist yet (a device lane before its
 // first candidate) cannot take state: making its Communicator is collective
 // and happens at a point of the submission order every rank shares, which a
 // load call is not. Its bytes are reported unused (False) and an INFO line
 // says why.
+#include <atomic>
+#include <cmath>
 #include <memory>
 
 #include "integration/pytorch/csrc/backend.h"
@@ -47,6 +50,38 @@ std::map<std::string, bool> CompcollBackend::load_state(const std::map<std::stri
     }
   });
   return *used;
+}
+
+namespace {
+std::atomic<bool> loss_scaled_in_process{false};
+}  // namespace
+
+void CompcollBackend::note_loss_scaled() { loss_scaled_in_process.store(true); }
+bool CompcollBackend::loss_scaled() { return loss_scaled_in_process.load(); }
+
+size_t CompcollBackend::rescale_state(double factor) {
+  const auto f = static_cast<float>(factor);
+  CC_CHECK(std::isfinite(f) && f > 0.0f, kInvalidArgument,
+           "rescale_state: the loss-scale factor must be finite and > 0, got ", factor);
+  if (finished_.load()) return 0;  // destroyed: it reduces nothing any more
+  auto rescaled = std::make_shared<size_t>(0);
+  worker_->run_and_wait("rescale_state", [rescaled, f, host = host_, device = device_] {
+    for (const std::shared_ptr<Lane>& lane : {host, device}) {
+      if (lane != nullptr && lane->comm() != nullptr) *rescaled += lane->comm()->rescale_state(f);
+    }
+  });
+  // Said once per group, on its rank 0: it is right, and happens at every
+  // overflow and growth of the scale; the stats count them.
+  if (loss_scale_changes_.fetch_add(1) == 0 && getRank() == 0) {
+    log_.info("group '", getGroupUid(), "': the loss scale (torch.amp.GradScaler) changed by a "
+              "factor of ", factor, ": its ", *rescaled, " error-feedback states hold scaled "
+              "gradients and are rescaled with it, from the next call on (every later change "
+              "does the same; compcoll.stats() counts them in loss_scale_changes)");
+  } else {
+    log_.trace("group '", getGroupUid(), "': loss scale x", factor, ", ", *rescaled,
+               " error-feedback states rescaled");
+  }
+  return *rescaled;
 }
 
 }  // namespace compcoll::torch_integration

@@ -91,7 +91,7 @@ std::string group_stats_json(const GroupStats& g) {
      << g.reduce_scatter_calls << ", \"reduce_scatter_elems\": " << g.reduce_scatter_elems
      << ", \"optimizer_momentum\": " << g.optimizer_momentum
      << ", \"optimizer_momentum_moved\": " << (g.optimizer_momentum_moved ? "true" : "false")
-     << ", \"devices\": {" << devices.str() << "}}";
+     << ", \"loss_scale_changes\": " << g.loss_scale_changes << ", \"devices\": {" << devices.str() << "}}";
   return os.str();
 }
 

@@ -53,6 +53,9 @@ struct GroupStats {
   // optimizer (Adam's beta1) rather than handed over (SGD).
   float optimizer_momentum = 0.0f;
   bool optimizer_momentum_moved = false;
+  // Loss-scale changes (torch.amp.GradScaler) the error-feedback state was
+  // rescaled for (CompcollBackend::rescale_state).
+  uint64_t loss_scale_changes = 0;
 };
 
 // A lane's counters (worker only: reads its Communicator); false when the
@@ -60,7 +63,8 @@ struct GroupStats {
 bool read_lane_stats(const Lane& lane, LaneStats* out);
 
 // compcoll.stats(group): rank, world_size, algo, group, the sums over the
-// lanes, reduce_scatter_calls/_elems, optimizer_momentum(_moved), and "devices" with each lane's own
+// lanes, reduce_scatter_calls/_elems, optimizer_momentum(_moved),
+// loss_scale_changes, and "devices" with each lane's own
 // (the same fields plus direct_calls).
 std::string group_stats_json(const GroupStats& g);
 
