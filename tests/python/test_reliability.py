@@ -159,3 +159,23 @@ def test_no_thread_of_the_backend_holds_the_callers_tensors():
     assert len(res["ok"]) == 10, res
     bad = {op: res["counts"][op] for op, fine in res["ok"].items() if not fine}
     assert not bad, f"references to the caller's tensors [before, in flight, after]: {bad}"
+
+
+def test_no_inner_backend_thread_frees_the_callers_storage():
+    """A delegated operation whose caller let go of its tensors, work and
+    storages while it was in flight: the storages (whose Python objects
+    exist, as all_gather_object's do) are freed on the caller's thread, at
+    its next call into the backend, never on the inner backend's thread
+    (csrc/deferred_release.h), and every one of them is freed. Before, Gloo's
+    runLoop freed them, and did so once while the interpreter finalized:
+    the process aborted after its last line (AsyncAllgatherWork, about 1
+    exit in 400 of test_hooks' two-model script)."""
+    ranks = launch_scoped([worker("storage_release.py")], 2,
+                          env={"COMPCOLL_ALGO": "dgc", "COMPCOLL_MIN_ELEMS": "1000"}, timeout=120)
+    freed_by = ranks[0].result["freed_by"]
+    assert len(freed_by) == 14, freed_by
+    bad = {op: who for op, who in freed_by.items() if set(who) != {"main"}}
+    assert not bad, f"who freed each storage: {bad}"
+    # Let go as they become unshared, not kept for the process's lifetime
+    # (about 45 operations were issued).
+    assert ranks[0].result["kept"] <= 4, ranks[0].result["kept"]

@@ -14,6 +14,7 @@
 #include "integration/pytorch/csrc/group_stats.h"
 #include "integration/pytorch/csrc/issue_scope.h"
 #include "integration/pytorch/csrc/op_label.h"
+#include "integration/pytorch/csrc/deferred_release.h"
 #include "integration/pytorch/csrc/python_free.h"
 #include "integration/pytorch/csrc/torch_comm.h"
 #include "plugin/stats.h"
@@ -184,6 +185,7 @@ GroupStats CompcollBackend::group_stats_skeleton() const {
 }
 
 void CompcollBackend::finish() {
+  DeferredRelease::release_unshared();
   if (finished_.exchange(true)) return;
   report_reduce_scatters();  // a job with one reduce-scatter is not silent either
   if (!worker_->broken().empty()) return;  // its worker cannot be reached; nothing to write
@@ -280,6 +282,7 @@ bool CompcollBackend::is_candidate(const Lane& lane, const std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor>& caller_tensors,
                                                           const c10d::AllreduceOptions& opts) {
+  DeferredRelease::release_unshared();  // here, on the caller's thread
   // What the worker and the inner backend hold: aliases (python_free.h).
   std::vector<at::Tensor> tensors = python_free(caller_tensors);
   const c10::Device device = device_of(tensors);

@@ -9,6 +9,7 @@
 
 #include "collectives/registry.h"
 #include "integration/pytorch/csrc/backend.h"
+#include "integration/pytorch/csrc/deferred_release.h"
 #include "integration/pytorch/csrc/issue_scope.h"
 #include "integration/pytorch/csrc/reference.h"
 #include "integration/pytorch/csrc/torch_comm.h"
@@ -18,11 +19,17 @@
 namespace py = pybind11;
 using compcoll::torch_integration::BufferSlots;
 using compcoll::torch_integration::CompcollBackend;
+using compcoll::torch_integration::DeferredRelease;
 using compcoll::torch_integration::DeviceLaneSpec;
 using compcoll::torch_integration::Lane;
 using compcoll::torch_integration::StatsIdentity;
 
 namespace {
+
+// How long exit waits for inner threads to let go of completed works before
+// leaking the references it still shares (deferred_release.h). They let go
+// within microseconds of completing; the bound is for a loaded machine.
+constexpr std::chrono::milliseconds kExitReleaseBound{200};
 
 bool python_finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -204,6 +211,8 @@ PYBIND11_MODULE(_C, m) {
             // at exit: a failed backend has already reported its error
           }
         }
+        // Before the interpreter finalizes (deferred_release.h).
+        DeferredRelease::release_at_exit(kExitReleaseBound);
       },
       py::call_guard<py::gil_scoped_release>());
   m.def(
@@ -279,6 +288,8 @@ PYBIND11_MODULE(_C, m) {
       py::call_guard<py::gil_scoped_release>(),
       "Rescales every error-feedback state of every live group of the process by factor (a "
       "loss-scale change, compcoll/_loss_scale.py); returns how many states.");
+  m.def("_deferred_releases", &DeferredRelease::kept,
+        "How many works wait to be let go on a caller's thread (deferred_release.h; tests).");
   m.def("note_loss_scaled", &CompcollBackend::note_loss_scaled,
         "A GradScaler scales this process's losses: a compressed call whose result is not "
         "finite leaves its error-feedback state as it was (the scaler skips that step).");

@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "integration/pytorch/csrc/backend.h"
+#include "integration/pytorch/csrc/deferred_release.h"
 #include "integration/pytorch/csrc/issue_scope.h"
 #include "integration/pytorch/csrc/op_label.h"
 #include "integration/pytorch/csrc/python_free.h"
@@ -78,6 +79,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
                                                          Issue issue,
                                                          std::chrono::milliseconds requested,
                                                          bool collective) {
+  DeferredRelease::release_unshared();  // here, on the caller's thread
   const std::shared_ptr<Lane>& lane = lane_for(device);
   const std::chrono::milliseconds timeout = timeout_->for_operation(requested);
   // Builds the device lane's inner backend on its first operation: here, on
@@ -89,6 +91,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
   // backend handles streams itself.
   c10::intrusive_ptr<c10d::Work> direct;
   if (worker_->run_now_if_idle(what, [&] { direct = issue(*inner); })) {
+    DeferredRelease::keep(direct);  // the inner thread's drop is never the last
     if (collective && device.is_cpu() && worker_->on_worker_thread()) {
       // Issued by a callback the worker runs: completed before the call
       // returns, so the future's own callbacks also run here, in order,
@@ -132,13 +135,16 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
           c10::OptionalStreamGuard guard(stream);
           ready->block(*stream);
           c10::intrusive_ptr<c10d::Work> in = issue(*inner);
+          DeferredRelease::keep(in);
           work->set_inner(in);
+          work->hold(std::move(issue));
           in->wait(timeout);
           stream->synchronize();
           work->complete();  // with the stream current: the future's events are on it
         } catch (const std::exception&) {
           work->fail(std::current_exception());
         }
+        DeferredRelease::keep(std::move(work));  // not dropped on the worker
       };
     }, timeout);
     return work;
@@ -150,9 +156,12 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
         in = issue(*inner);
       } catch (const std::exception& e) {
         work->fail(std::current_exception());
+        DeferredRelease::keep(std::move(work));
         return;
       }
+      DeferredRelease::keep(in);
       work->set_inner(in);
+      work->hold(std::move(issue));  // its tensors go with the work, not the task
       c10::intrusive_ptr<c10::ivalue::Future> future;
       try {
         future = in->getFuture();
@@ -160,12 +169,15 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
         future.reset();  // Gloo's send/recv works have no future
       }
       if (future) {
-        future->addCallback([work](c10::ivalue::Future& f) {
+        // Runs on the inner backend's thread, which must not drop the last
+        // reference to this work either: it goes to DeferredRelease.
+        future->addCallback([work](c10::ivalue::Future& f) mutable {
           if (f.hasError()) {
             work->fail(f.exception_ptr());
           } else {
             work->complete_with(f.value(), work->result());
           }
+          DeferredRelease::keep(std::move(work));
         });
         return;
       }
@@ -175,6 +187,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
       } catch (const std::exception&) {
         work->fail(std::current_exception());
       }
+      DeferredRelease::keep(std::move(work));  // not dropped on the worker
     };
   }, timeout);
   return work;

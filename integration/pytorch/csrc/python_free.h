@@ -16,8 +16,11 @@
 // sizes and strides, with no Python object and no autograd history
 // (Tensor::variable_data: a shallow copy made in C++, not an operator
 // dispatched to a mode the caller may have active): what a collective
-// writes through it is in the caller's tensor, and dropping it never needs
-// the GIL. Only strided tensors are aliased: a sparse
+// writes through it is in the caller's tensor, and dropping it needs no GIL
+// for the tensor itself. The storage is shared, though: the last reference
+// to a storage Python has seen still frees that storage's Python object,
+// and deferred_release.h keeps the inner backend's threads from being the
+// ones to drop it. Only strided tensors are aliased: a sparse
 // result is a new set of indices and values, which only the caller's own
 // TensorImpl can receive, so those stay as they are.
 #pragma once

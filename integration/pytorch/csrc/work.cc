@@ -73,6 +73,11 @@ void CompcollWork::set_inner(c10::intrusive_ptr<c10d::Work> inner) {
   inner_ = std::move(inner);
 }
 
+void CompcollWork::hold(std::any x) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  held_ = std::move(x);
+}
+
 std::vector<at::Tensor> CompcollWork::result() {
   std::lock_guard<std::mutex> lock(mutex_);
   return outputs_;

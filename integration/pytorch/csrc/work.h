@@ -24,6 +24,7 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <any>
 #include <atomic>
 #include <exception>
 #include <chrono>
@@ -51,6 +52,10 @@ class CompcollWork final : public c10d::Work {
   void on_settle(std::function<void()> fn) { on_settle_ = std::move(fn); }
   // For a delegated operation: the inner work, consulted by sourceRank().
   void set_inner(c10::intrusive_ptr<c10d::Work> inner);
+  // Keeps x (what issued the operation, with the tensors it captured) as
+  // long as this work, so that it goes where the work goes
+  // (deferred_release.h), not with the worker's task.
+  void hold(std::any x);
   // The group has collective timing on (enableCollectivesTiming): from now
   // to its settling is this work's getDuration(). Before it is shared.
   void time_from_now() { timed_since_ = std::chrono::steady_clock::now(); }
@@ -72,6 +77,7 @@ class CompcollWork final : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   c10::intrusive_ptr<c10d::Work> inner_;
+  std::any held_;
   std::atomic<bool> settled_{false};
   std::optional<std::chrono::steady_clock::time_point> timed_since_;
   std::atomic<int64_t> duration_us_{-1};  // set when a timed work settles

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "compcoll/error.h"
+#include "integration/pytorch/csrc/deferred_release.h"
 #include "integration/pytorch/csrc/lane.h"
 
 namespace compcoll::torch_integration {
@@ -334,7 +335,10 @@ void Worker::fail_detached(
     std::deque<std::pair<uint64_t, Task>> dropped) {
   if (f.empty() && dropped.empty()) return;
   std::thread([f = std::move(f), dropped = std::move(dropped)]() mutable {
-    for (auto& [work, msg] : f) work->fail(error(msg));
+    for (auto& [work, msg] : f) {
+      work->fail(error(msg));
+      DeferredRelease::keep(std::move(work));  // not dropped on this thread
+    }
     dropped.clear();
   }).detach();
 }
