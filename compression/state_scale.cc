@@ -28,28 +28,28 @@ void rescale_codec_state(CodecState& state, float factor) {
   scale(state.second_moment, factor * factor);
 }
 
-std::unique_ptr<CodecState> snapshot_codec_state(const CodecState& state) {
-  if (state.device) return nullptr;
-  auto copy = std::make_unique<CodecState>(0);
-  copy->v = state.v;
-  copy->u = state.u;
-  copy->handed = state.handed;
-  copy->second_moment = state.second_moment;
-  copy->steps = state.steps;
-  copy->lambda = state.lambda;
-  copy->regions = state.regions;
-  return copy;
+bool snapshot_codec_state(const CodecState& state, CodecState& into) {
+  if (state.device) return false;
+  // assign() keeps the capacity into already has.
+  into.v.assign(state.v.begin(), state.v.end());
+  into.u.assign(state.u.begin(), state.u.end());
+  into.handed.assign(state.handed.begin(), state.handed.end());
+  into.second_moment.assign(state.second_moment.begin(), state.second_moment.end());
+  into.regions.assign(state.regions.begin(), state.regions.end());
+  into.steps = state.steps;
+  into.lambda = state.lambda;
+  return true;
 }
 
-void restore_codec_state(CodecState& state, CodecState&& snapshot) {
+void restore_codec_state(CodecState& state, CodecState& snapshot) {
   state.device.reset();
-  state.v = std::move(snapshot.v);
-  state.u = std::move(snapshot.u);
-  state.handed = std::move(snapshot.handed);
-  state.second_moment = std::move(snapshot.second_moment);
+  state.v.swap(snapshot.v);
+  state.u.swap(snapshot.u);
+  state.handed.swap(snapshot.handed);
+  state.second_moment.swap(snapshot.second_moment);
+  state.regions.swap(snapshot.regions);
   state.steps = snapshot.steps;
   state.lambda = snapshot.lambda;
-  state.regions = std::move(snapshot.regions);
 }
 
 namespace {

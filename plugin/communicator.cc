@@ -443,7 +443,7 @@ void Communicator::finish() {
   if (!cfg_.stats_file.empty()) {
     const std::string path = stats_path(cfg_.stats_file, comm_->rank());
     if (!write_file_atomically(path, stats_.json(comm_->rank(), comm_->size(), cfg_.algo,
-                                                 states_.memory_bytes()))) {
+                                                 state_bytes()))) {
       log_.warn("cannot write COMPCOLL_STATS_FILE ", path);
     }
   }
@@ -471,7 +471,7 @@ void Communicator::finish() {
       }
     }
   }
-  log_.info(stats_.summary(cfg_.algo), ", state ", states_.memory_bytes() / 1e6, " MB in ",
+  log_.info(stats_.summary(cfg_.algo), ", state ", state_bytes() / 1e6, " MB in ",
             states_.entries(), " tensors");
   warn_if_nothing_compressed();
 }
@@ -674,9 +674,8 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
   const uint64_t before = comm_->bytes_sent();
   // set_discard_nonfinite: what the state was, to go back to should the
   // result be one the caller skips.
-  std::unique_ptr<CodecState> kept = discard_nonfinite_ && state != nullptr && !route.device_buffers
-                                         ? snapshot_codec_state(*state)
-                                         : nullptr;
+  const bool undoable = discard_nonfinite_ && state != nullptr && !route.device_buffers &&
+                        snapshot_codec_state(*state, undo_);
   CallInfo info;
   try {
     info = run(state, hierarchical);
@@ -691,8 +690,8 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
     broken_ = e.what();
     throw;
   }
-  if (kept != nullptr && !all_finite(buf, count, dtype)) {
-    restore_codec_state(*state, std::move(*kept));
+  if (undoable && !all_finite(buf, count, dtype)) {
+    restore_codec_state(*state, undo_);
     if (discarded_calls_++ == 0) {
       log_.info(skey_text, ": the result holds a non-finite value, so the loss scaler skips this "
                 "step; its error-feedback state is left as it was before the call (and so for "

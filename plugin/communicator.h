@@ -95,7 +95,8 @@ class Communicator {
   const Config& config() const { return cfg_; }
   const Stats& stats() const { return stats_; }
   size_t state_entries() const { return states_.entries(); }
-  size_t state_bytes() const { return states_.memory_bytes(); }
+  // Every tensor's state, and the copy a loss-scaled call can be undone with.
+  size_t state_bytes() const { return states_.memory_bytes() + undo_.memory_bytes(); }
   Comm& comm() { return *comm_; }
   // The host hierarchy compressed calls take; null when they run flat.
   const Hierarchy* hierarchy() const { return hier_.get(); }
@@ -194,6 +195,10 @@ class Communicator {
   // A call is running (run_call): a second one on another thread is refused.
   std::atomic<bool> in_call_{false};
   bool discard_nonfinite_ = false;  // set_discard_nonfinite
+  // Under set_discard_nonfinite: the state of the call in flight as it was
+  // before it, kept from call to call so its memory is reused (as large as
+  // the largest tensor's state, not the sum of them).
+  CodecState undo_{0};
   uint64_t discarded_calls_ = 0;
   uint64_t dense_route_calls_ = 0;  // calls sent dense: by choose_route or allreduce_exact
   // allreduce_exact's calls by reason (a front end's few fixed reasons).
