@@ -226,7 +226,7 @@ CallInfo AutoAllreduce::run(Comm& comm, float* buf, size_t n, bool average, Code
   if (comm.size() > 1 && (!calibrated_ || retime)) calibrate(comm);
   const double td = predict_dense(n, comm.size());
   const double tc = predict_compressed(n, comm.size());
-  Trial& trial = trials_[n];
+  Trial& trial = trial_of(n);
   ++trial.calls;
   const bool sure = comm.size() == 1 || tc * kTrialBand < td || td * kTrialBand < tc;
   const char* why = "by the cost model";
@@ -262,6 +262,21 @@ CallInfo AutoAllreduce::run(Comm& comm, float* buf, size_t n, bool average, Code
     samples.push_back(t);
   }
   return info;
+}
+
+AutoAllreduce::Trial& AutoAllreduce::trial_of(size_t n) const {
+  auto it = trials_.find(n);
+  if (it == trials_.end()) {
+    if (trials_.size() >= kMaxTimedSizes) {
+      const auto oldest = std::min_element(
+          trials_.begin(), trials_.end(),
+          [](const auto& a, const auto& b) { return a.second.last_call < b.second.last_call; });
+      trials_.erase(oldest);
+    }
+    it = trials_.emplace(n, Trial{}).first;
+  }
+  it->second.last_call = calls_;
+  return it->second;
 }
 
 std::string AutoAllreduce::describe_decision(const char* why, double td, double tc,

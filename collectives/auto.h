@@ -43,6 +43,11 @@ struct CodecSpeed {
 // calls (of any size; every rank counts the same calls).
 constexpr uint64_t kRecalibrateFirst = 32;
 constexpr uint64_t kRecalibrateEvery = 4096;
+// How many sizes auto remembers timings of. A job whose sizes keep changing
+// (dynamic shapes) would otherwise grow the table without end; past the
+// bound the size called least recently is forgotten (and timed again should
+// it come back). Every rank sees the same calls, so forgets the same size.
+constexpr size_t kMaxTimedSizes = 1024;
 
 struct LinkModel {
   double alpha_ring = 0.0;  // seconds
@@ -116,6 +121,9 @@ class AutoAllreduce final : public Algorithm {
   double predict_compressed(size_t n, int world_size) const;
   const LinkModel& link() const { return link_; }
   const Algorithm& compressed() const { return *compressed_; }
+  // Sizes with a timing record (at most kMaxTimedSizes; tests).
+  size_t timed_sizes() const { return trials_.size(); }
+  bool remembers(size_t n) const { return trials_.count(n) != 0; }
 
  private:
   CallInfo run(Comm& comm, float* buf, size_t n, bool average, CodecState& state,
@@ -136,8 +144,10 @@ class AutoAllreduce final : public Algorithm {
     std::vector<double> dense_s;  // agreed measured seconds
     std::vector<double> compressed_s;
     uint64_t calls = 0;
+    uint64_t last_call = 0;  // calls_ at this size's latest call
   };
-  mutable std::map<size_t, Trial> trials_;  // by element count
+  mutable std::map<size_t, Trial> trials_;  // by element count, at most kMaxTimedSizes
+  Trial& trial_of(size_t n) const;
   // The line last_decision() returns: the choice, why, and what was predicted
   // and measured for this size.
   std::string describe_decision(const char* why, double td, double tc, const Trial& trial) const;

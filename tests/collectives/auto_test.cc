@@ -6,7 +6,8 @@
 // text names the path taken and only figures that were measured, and
 // nothing is lost by switching (what was delivered plus every rank's
 // residual equals every gradient summed). And a codec timed during a load
-// spike decides only until auto times it again.
+// spike decides only until auto times it again. And auto remembers the
+// timings of at most kMaxTimedSizes sizes, forgetting the least recent.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -189,6 +190,44 @@ TEST(Auto, ACodecTimedDuringALoadSpikeIsTimedAgainAndCompressionComesBack) {
   EXPECT_LT(retimed[0].fixed_s + retimed[0].per_element_s * double(kCount), 1.0);
   EXPECT_GT(retimed[0].per_element_s, 0.0);
   expect_nothing_lost(calls, delivered[0], residual);
+}
+
+// A job whose sizes keep changing must not grow auto's timing table without
+// end: sizes 1..kMaxTimedSizes fill it, size 1 is called again (now the most
+// recent), and two new sizes then take the places of sizes 2 and 3, the two
+// called least recently, on every rank alike. Dense is free on this link, so
+// every call is a small dense one.
+TEST(Auto, RemembersABoundedNumberOfSizesAndForgetsTheLeastRecentlyCalled) {
+  AlgoParams params;
+  params.density = 0.01;
+  std::mutex mu;
+  std::vector<std::vector<bool>> remembered(kWorld);
+  testing::run_gloo_ranks(kWorld, [&](Comm& comm) {
+    auto algo = make_algorithm("auto", params);
+    auto* chooser = dynamic_cast<AutoAllreduce*>(algo.get());
+    ASSERT_NE(chooser, nullptr);
+    chooser->attach_with_link({0.0, 0.0, 0.0});
+    auto call = [&](size_t n) {
+      std::vector<float> buf(n, 1.0f);
+      auto state = algo->make_state(n, kWorld);
+      algo->allreduce(comm, buf.data(), n, false, *state);
+      EXPECT_EQ(buf[n - 1], float(kWorld)) << n;
+    };
+    for (size_t n = 1; n <= kMaxTimedSizes; ++n) call(n);
+    EXPECT_EQ(chooser->timed_sizes(), kMaxTimedSizes);
+    call(1);
+    call(kMaxTimedSizes + 1);
+    call(kMaxTimedSizes + 2);
+    EXPECT_EQ(chooser->timed_sizes(), kMaxTimedSizes);
+    std::vector<bool> r;
+    for (size_t n : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, kMaxTimedSizes + 2}) {
+      r.push_back(chooser->remembers(n));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    remembered[comm.rank()] = r;
+  });
+  EXPECT_EQ(remembered[0], (std::vector<bool>{true, false, false, true, true}));
+  for (int r = 1; r < kWorld; ++r) EXPECT_EQ(remembered[r], remembered[0]) << "rank " << r;
 }
 
 }  // namespace

@@ -11,10 +11,10 @@
 
 #include "collectives/dense.h"
 #include "compcoll/error.h"
+#include "integration/pytorch/csrc/deferred_release.h"
 #include "integration/pytorch/csrc/group_stats.h"
 #include "integration/pytorch/csrc/issue_scope.h"
 #include "integration/pytorch/csrc/op_label.h"
-#include "integration/pytorch/csrc/deferred_release.h"
 #include "integration/pytorch/csrc/python_free.h"
 #include "integration/pytorch/csrc/torch_comm.h"
 #include "plugin/stats.h"
