@@ -33,21 +33,16 @@ size_t count_of(const std::string& s, const std::string& needle) {
 }
 
 // Runs `compcoll-bench allreduce ... --json`; returns exit code and output.
-std::pair<int, std::string> run_bench(const std::vector<std::string>& extra, const TempDir& dir) {
+std::pair<int, std::string> run_bench(const std::vector<std::string>& extra) {
   std::vector<std::string> argv = {kBench, "allreduce", "--ranks", "3", "--algo", kAll,
                                    "--count", "200000", "--iters", "2", "--json"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  const std::string out = dir.path() + "/bench.out";
-  ChildSet children;
-  const pid_t pid = children.add(spawn(argv, out));
-  const auto status = children.wait(pid, milliseconds(120000));
-  EXPECT_TRUE(status.has_value()) << "compcoll-bench did not finish in 120 s";
-  return {status ? exit_code(*status) : -1, read_file(out)};
+  const RunResult r = run_to_exit(argv, milliseconds(120000), "compcoll-bench");
+  return {r.code, r.output};
 }
 
 TEST(MultiProcess, EveryAlgorithmOverAFileStoreGivesIdenticalResults) {
-  TempDir dir;
-  const auto [code, out] = run_bench({}, dir);
+  const auto [code, out] = run_bench({});
   ASSERT_EQ(code, 0) << out;
   EXPECT_EQ(count_of(out, "\"identical\": true"), 6u) << out;
   for (const char* a : {"dense", "dgc", "sbc", "sdagc", "csc", "onebit"}) {
@@ -68,7 +63,7 @@ TEST(MultiProcess, EveryAlgorithmOverARealRedisServer) {
   while (!port_accepts(port) && Clock::now() < until) std::this_thread::sleep_for(milliseconds(20));
   ASSERT_TRUE(port_accepts(port)) << read_file(dir.path() + "/redis.log");
   const auto [code, out] =
-      run_bench({"--rendezvous", "redis://127.0.0.1:" + std::to_string(port)}, dir);
+      run_bench({"--rendezvous", "redis://127.0.0.1:" + std::to_string(port)});
   EXPECT_EQ(code, 0) << out;
   EXPECT_EQ(count_of(out, "\"identical\": true"), 6u) << out;
   kill(rs, SIGTERM);

@@ -25,32 +25,20 @@
 namespace compcoll::bench {
 namespace {
 
-using compcoll::testing::ChildSet;
-using compcoll::testing::exit_code;
-using compcoll::testing::read_file;
-using compcoll::testing::spawn;
-using compcoll::testing::TempDir;
+using compcoll::testing::run_to_exit;
+using compcoll::testing::RunResult;
 
 const std::string kBench = COMPCOLL_BENCH;
 
-struct BenchRun {
-  int code = -1;
-  std::string out;
-};
+using BenchRun = compcoll::testing::RunResult;
 
-BenchRun run_bench(const std::vector<std::string>& args, int limit_s = 180) {
-  TempDir dir;
+RunResult run_bench(const std::vector<std::string>& args, int limit_s = 180) {
   // The byte counts below are the steady state's: no warm-up calls
   // (the default COMPCOLL_WARMUP_STEPS, in which dgc sends more and
   // onebit runs dense).
   std::vector<std::string> argv{"/usr/bin/env", "COMPCOLL_WARMUP_STEPS=0", kBench, "allreduce"};
   argv.insert(argv.end(), args.begin(), args.end());
-  const std::string out = dir.path() + "/bench.out";
-  ChildSet children;
-  const pid_t pid = children.add(spawn(argv, out));
-  const auto status = children.wait(pid, std::chrono::seconds(limit_s));
-  EXPECT_TRUE(status.has_value()) << "compcoll-bench did not finish in " << limit_s << " s";
-  return {status ? exit_code(*status) : -1, read_file(out)};
+  return run_to_exit(argv, std::chrono::seconds(limit_s), "compcoll-bench");
 }
 
 // The JSON rows of one run (integration/bench/bench_rows.h: strings unquoted).
@@ -123,27 +111,27 @@ TEST(HostCounters, ReadsTheSameCounterAsSysfs) {
 TEST(BenchHosts, RanksNotAMultipleOfRanksPerHostIsAClearError) {
   const BenchRun r = run_bench({"--ranks", "5", "--ranks-per-host", "2", "--link", "1gbit",
                                 "--count", "1000", "--algo", "dense"});
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("--ranks 5 is not a multiple of --ranks-per-host 2"), std::string::npos)
-      << r.out;
-  EXPECT_EQ(r.out.find("\"algo\""), std::string::npos) << "no results after an argument error";
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("--ranks 5 is not a multiple of --ranks-per-host 2"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("\"algo\""), std::string::npos) << "no results after an argument error";
 }
 
 TEST(BenchHosts, RanksPerHostNeedsLinkAndIsPositive) {
   BenchRun r = run_bench({"--ranks", "4", "--ranks-per-host", "2", "--count", "1000"});
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("--ranks-per-host needs --link"), std::string::npos) << r.out;
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("--ranks-per-host needs --link"), std::string::npos) << r.output;
   r = run_bench({"--ranks", "4", "--ranks-per-host", "0", "--link", "1gbit", "--count", "1000"});
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("--ranks-per-host must be >= 1"), std::string::npos) << r.out;
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("--ranks-per-host must be >= 1"), std::string::npos) << r.output;
 }
 
 TEST(BenchHosts, WithoutLinkRowsHaveNoHostTxBytes) {
   const BenchRun r = run_bench({"--ranks", "2", "--count", "20000", "--algo", "dense", "--iters",
                                 "1", "--json"});
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("\"algo\": \"dense\""), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("host_tx_bytes"), std::string::npos) << r.out;
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"algo\": \"dense\""), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("host_tx_bytes"), std::string::npos) << r.output;
 }
 
 // ---------------------------------------------------------------------------
@@ -171,25 +159,25 @@ TEST(BenchHosts, TwoRanksPerHostSendTheRingBytesOfOneRankPerHost) {
   const BenchRun r = run_bench({"--ranks", "4", "--ranks-per-host", "2", "--link", "1gbit",
                                 "--count", std::to_string(n), "--algo", "dense,dgc", "--iters", "3",
                                 "--json"});
-  ASSERT_EQ(r.code, 0) << r.out;
-  const auto rows = rows_of(r.out);
-  ASSERT_EQ(rows.size(), 2u) << r.out;
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto rows = rows_of(r.output);
+  ASSERT_EQ(rows.size(), 2u) << r.output;
   const double ring = 2.0 * 3 / 4 * 4.0 * double(n);
   for (const auto& row : rows) {
-    EXPECT_EQ(num(row, "ranks_per_host"), 2) << r.out;
+    EXPECT_EQ(num(row, "ranks_per_host"), 2) << r.output;
     // Ranks of one namespace share the default host identity; the two
     // namespaces differ.
-    EXPECT_EQ(num(row, "hosts"), 2) << r.out;
-    EXPECT_EQ(row.at("identical"), "true") << r.out;
+    EXPECT_EQ(num(row, "hosts"), 2) << r.output;
+    EXPECT_EQ(row.at("identical"), "true") << r.output;
   }
   const double dense_tx = num(rows[0], "host_tx_bytes");
-  EXPECT_GE(dense_tx, 0.98 * ring) << r.out;
-  EXPECT_LE(dense_tx, 1.15 * ring) << r.out;
+  EXPECT_GE(dense_tx, 0.98 * ring) << r.output;
+  EXPECT_LE(dense_tx, 1.15 * ring) << r.output;
   const double dgc_tx = num(rows[1], "host_tx_bytes");
   const double dgc_expected = 4.0 / 3.0 * num(rows[1], "wire_bytes");
-  EXPECT_GE(dgc_tx, 0.9 * dgc_expected) << r.out;
-  EXPECT_LE(dgc_tx, 1.8 * dgc_expected) << r.out;
-  EXPECT_LT(dgc_tx, 0.05 * dense_tx) << r.out;
+  EXPECT_GE(dgc_tx, 0.9 * dgc_expected) << r.output;
+  EXPECT_LE(dgc_tx, 1.8 * dgc_expected) << r.output;
+  EXPECT_LT(dgc_tx, 0.05 * dense_tx) << r.output;
   EXPECT_TRUE(our_namespaces().empty()) << "left behind: " << our_namespaces().front();
 }
 
@@ -205,10 +193,10 @@ TEST(BenchHosts, TheHostHierarchySendsOnePayloadPerHost) {
   for (const char* mode : {"host", "off"}) {
     const ScopedEnv env("COMPCOLL_HIERARCHY", mode);
     const BenchRun r = run_bench(args);
-    ASSERT_EQ(r.code, 0) << mode << ": " << r.out;
-    const auto rows = rows_of(r.out);
-    ASSERT_EQ(rows.size(), 1u) << r.out;
-    EXPECT_EQ(rows[0].at("identical"), "true") << mode << ": " << r.out;
+    ASSERT_EQ(r.code, 0) << mode << ": " << r.output;
+    const auto rows = rows_of(r.output);
+    ASSERT_EQ(rows.size(), 1u) << r.output;
+    EXPECT_EQ(rows[0].at("identical"), "true") << mode << ": " << r.output;
     row[mode] = rows[0];
   }
   EXPECT_LT(num(row["host"], "host_tx_bytes"), 0.7 * num(row["off"], "host_tx_bytes"));
@@ -221,8 +209,8 @@ TEST(BenchHosts, TheHostHierarchySendsOnePayloadPerHost) {
 // "dgc/host"); every one must have given the same bits on every rank.
 std::map<std::string, JsonRow> rows_by_algo_and_mode(const BenchRun& r) {
   std::map<std::string, JsonRow> by;
-  for (const auto& row : rows_of(r.out)) {
-    EXPECT_EQ(row.at("identical"), "true") << r.out;
+  for (const auto& row : rows_of(r.output)) {
+    EXPECT_EQ(row.at("identical"), "true") << r.output;
     by[row.at("algo") + "/" + row.at("hierarchy")] = row;
   }
   return by;
@@ -236,29 +224,29 @@ TEST(BenchHosts, FlatAndHierarchicalRowsInOneRun) {
   const BenchRun r = run_bench({"--ranks", "4", "--ranks-per-host", "2", "--link", "1gbit",
                                 "--count", std::to_string(1 << 20), "--algo", "dense,dgc",
                                 "--iters", "3", "--hierarchy", "off,host", "--json"});
-  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.code, 0) << r.output;
   auto by = rows_by_algo_and_mode(r);
-  ASSERT_EQ(by.size(), 3u) << r.out;  // dense once, dgc per mode
-  ASSERT_EQ(by.count("dense/off"), 1u) << r.out;
-  ASSERT_EQ(by.count("dgc/off"), 1u) << r.out;
-  ASSERT_EQ(by.count("dgc/host"), 1u) << r.out;
+  ASSERT_EQ(by.size(), 3u) << r.output;  // dense once, dgc per mode
+  ASSERT_EQ(by.count("dense/off"), 1u) << r.output;
+  ASSERT_EQ(by.count("dgc/off"), 1u) << r.output;
+  ASSERT_EQ(by.count("dgc/host"), 1u) << r.output;
   const auto& flat = by["dgc/off"];
   const auto& host = by["dgc/host"];
-  EXPECT_LT(num(host, "host_tx_bytes"), 0.7 * num(flat, "host_tx_bytes")) << r.out;
+  EXPECT_LT(num(host, "host_tx_bytes"), 0.7 * num(flat, "host_tx_bytes")) << r.output;
   EXPECT_TRUE(our_namespaces().empty()) << "left behind: " << our_namespaces().front();
 }
 
 TEST(BenchHosts, HierarchyListAllowsOneModeBesidesOff) {
   const BenchRun r = run_bench({"--ranks", "2", "--count", "1000", "--algo", "dgc",
                                 "--hierarchy", "host,auto"});
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("--hierarchy: at most one mode other than off"), std::string::npos) << r.out;
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("--hierarchy: at most one mode other than off"), std::string::npos) << r.output;
   const BenchRun bad = run_bench({"--ranks", "2", "--count", "1000", "--algo", "dgc",
                                   "--hierarchy", "flat"});
-  EXPECT_EQ(bad.code, 1) << bad.out;
-  EXPECT_NE(bad.out.find("--hierarchy: 'flat' is not one of off, host, shards, auto"),
+  EXPECT_EQ(bad.code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("--hierarchy: 'flat' is not one of off, host, shards, auto"),
             std::string::npos)
-      << bad.out;
+      << bad.output;
 }
 
 // --hierarchy off,shards: the sharded rows are named "+shards", give the
@@ -270,12 +258,12 @@ TEST(BenchHosts, ShardedRowsAreNamedAndSendLessPerHost) {
   const BenchRun r = run_bench({"--ranks", "4", "--ranks-per-host", "2", "--link", "1gbit",
                                 "--count", std::to_string(1 << 20), "--algo", "dense,dgc,onebit",
                                 "--iters", "3", "--hierarchy", "off,shards", "--json"});
-  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.code, 0) << r.output;
   auto by = rows_by_algo_and_mode(r);
   for (const char* algo : {"dgc", "onebit"}) {
     const std::string flat = std::string(algo) + "/off", sharded = std::string(algo) + "/shards";
-    ASSERT_EQ(by.count(flat), 1u) << r.out;
-    ASSERT_EQ(by.count(sharded), 1u) << r.out;
+    ASSERT_EQ(by.count(flat), 1u) << r.output;
+    ASSERT_EQ(by.count(sharded), 1u) << r.output;
     EXPECT_LT(num(by[sharded], "host_tx_bytes"), 0.8 * num(by[flat], "host_tx_bytes")) << algo;
   }
   EXPECT_TRUE(our_namespaces().empty()) << "left behind: " << our_namespaces().front();
@@ -289,20 +277,20 @@ TEST(BenchHosts, OneRankPerHostAndTheTableShowsHostTx) {
   const long long n = 1 << 19;
   const BenchRun r = run_bench({"--ranks", "3", "--link", "1gbit", "--count", std::to_string(n),
                                 "--algo", "dense", "--iters", "2"});
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("host_tx(B)"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("1 ranks per host (network namespace), 3 hosts"), std::string::npos)
-      << r.out;
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("host_tx(B)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 ranks per host (network namespace), 3 hosts"), std::string::npos)
+      << r.output;
   // The last column of the dense row ("... float   sum     dense ..."),
   // whatever the column widths.
   std::string line;
-  std::istringstream rows(r.out);
+  std::istringstream rows(r.output);
   for (std::string l; std::getline(rows, l);) {
     std::istringstream words(l);
     std::vector<std::string> w{std::istream_iterator<std::string>(words), {}};
     if (w.size() > 4 && w[0] != "#" && w[3] == "sum" && w[4] == "dense") line = l;
   }
-  ASSERT_FALSE(line.empty()) << r.out;
+  ASSERT_FALSE(line.empty()) << r.output;
   const double tx = std::strtod(line.substr(line.find_last_of(' ') + 1).c_str(), nullptr);
   const double ring = 2.0 * 2 / 3 * 4.0 * double(n);
   EXPECT_GE(tx, 0.98 * ring) << line;

@@ -28,6 +28,8 @@ namespace {
 using compcoll::testing::ChildSet;
 using compcoll::testing::exit_code;
 using compcoll::testing::read_file;
+using compcoll::testing::run_to_exit;
+using compcoll::testing::RunResult;
 using compcoll::testing::spawn;
 using compcoll::testing::TempDir;
 
@@ -36,17 +38,12 @@ const std::string kBench = COMPCOLL_BENCH;
 // env: COMPCOLL_* settings for the run ("NAME=VALUE").
 std::pair<int, std::string> run_project(const std::vector<std::string>& args, int limit_s = 240,
                                         const std::vector<std::string>& env = {}) {
-  TempDir dir;
   std::vector<std::string> argv{"/usr/bin/env"};
   argv.insert(argv.end(), env.begin(), env.end());
   argv.insert(argv.end(), {kBench, "project"});
   argv.insert(argv.end(), args.begin(), args.end());
-  const std::string out = dir.path() + "/project.out";
-  ChildSet children;
-  const pid_t pid = children.add(spawn(argv, out));
-  const auto status = children.wait(pid, std::chrono::seconds(limit_s));
-  EXPECT_TRUE(status.has_value()) << "compcoll-bench project did not finish in " << limit_s << " s";
-  return {status ? exit_code(*status) : -1, read_file(out)};
+  const RunResult r = run_to_exit(argv, std::chrono::seconds(limit_s), "compcoll-bench project");
+  return {r.code, r.output};
 }
 
 std::vector<JsonRow> rows_of(const std::string& text) { return parse_json_rows(text); }

@@ -21,6 +21,8 @@
 #include <system_error>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 extern char** environ;
 
 namespace compcoll::testing {
@@ -100,6 +102,18 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+RunResult run_to_exit(const std::vector<std::string>& argv, milliseconds limit,
+                      const std::string& what) {
+  TempDir dir;
+  const std::string out = dir.path() + "/output";
+  ChildSet children;  // kills the child if the limit passes
+  const pid_t pid = children.add(spawn(argv, out));
+  const auto status = children.wait(pid, limit);
+  EXPECT_TRUE(status.has_value()) << what << " did not finish in " << limit.count() / 1000
+                                  << " s";
+  return {status ? exit_code(*status) : -1, read_file(out)};
 }
 
 bool wait_for_text(const std::string& path, const std::string& needle,

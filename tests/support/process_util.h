@@ -51,6 +51,18 @@ class ChildSet {
 // Whole file, "" when absent.
 std::string read_file(const std::string& path);
 
+// A command run to its end: its exit code (exit_code(); -1 when it was still
+// running at the limit, and then killed) and its stdout+stderr.
+struct RunResult {
+  int code = -1;
+  std::string output;
+};
+// Runs argv (as spawn) with its output in a temporary file, waits up to
+// `limit`, and kills it past that. The caller's test fails with `what`
+// named when the limit is reached.
+RunResult run_to_exit(const std::vector<std::string>& argv, std::chrono::milliseconds limit,
+                      const std::string& what);
+
 // Polls until `path` contains `needle` or `limit` passes.
 bool wait_for_text(const std::string& path, const std::string& needle,
                    std::chrono::milliseconds limit);
