@@ -157,6 +157,9 @@ void CommEntry::ensure_communicator(CUstream stream) {
     aborted_ = transport_->aborted();
     throw;
   }
+  if (rt_.loss_scaled != nullptr && rt_.loss_scaled->load()) {
+    communicator_->set_discard_nonfinite(true);
+  }
   make_device_route(cfg);
   log_.info("comm ", id_, (parent_ >= 0 ? " (split from comm " + std::to_string(parent_) + ")" : ""),
             ": compressing eligible allreduces with ", cfg.algo, " on ", transport_->who(),
@@ -229,6 +232,16 @@ void CommEntry::compressed_allreduce(const void* send, void* recv, size_t count,
     throw;
   }
   publish();
+}
+
+size_t CommEntry::rescale_state(float factor) {
+  std::lock_guard<std::mutex> lk(call_mu_);
+  return communicator_ ? communicator_->rescale_state(factor) : 0;
+}
+
+void CommEntry::discard_nonfinite() {
+  std::lock_guard<std::mutex> lk(call_mu_);
+  if (communicator_) communicator_->set_discard_nonfinite(true);
 }
 
 void CommEntry::publish() {

@@ -62,6 +62,9 @@ struct Runtime {
   // itself down in an exit handler of its own: the interposer's exit work
   // (checkpoints of device-resident states) must be registered after it.
   void (*cuda_runtime_started)() = nullptr;
+  // Set once a loss scaler is in charge (Interposer::note_loss_scaled):
+  // Communicators made after that undo calls with a non-finite result too.
+  const std::atomic<bool>* loss_scaled = nullptr;
 };
 
 class CommEntry {
@@ -111,6 +114,15 @@ class CommEntry {
   // The compressed allreduce (see the file comment). Throws compcoll::Error.
   void compressed_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                             CUstream stream);
+
+  // Mixed precision (Interposer::loss_scale_changed / note_loss_scaled):
+  // multiplies the error-feedback state by factor (how many states; 0
+  // before the first compressed call), and from now on leaves the state as
+  // it was after a call whose result is not finite (a step the loss scaler
+  // skips; Communicator::set_discard_nonfinite). Each waits for a call in
+  // flight on this communicator.
+  size_t rescale_state(float factor);
+  void discard_nonfinite();
 
   // Releases the Communicator and the NcclComm (device memory); called
   // before the real ncclCommDestroy/ncclCommAbort. Idempotent.

@@ -1,6 +1,7 @@
 #include "plugin/nccl_interposer/interposer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <set>
 
@@ -169,7 +170,8 @@ int Interposer::group_depth() { return t_group_depth; }
 
 std::shared_ptr<CommEntry> Interposer::add_entry(ncclComm_t comm, int parent_id, int origin_rank,
                                                  std::string lineage) {
-  Runtime rt{&*nccl_, cuda_ ? &*cuda_ : nullptr, &settings_.config, &at_exit_before_cuda_runtime};
+  Runtime rt{&*nccl_, cuda_ ? &*cuda_ : nullptr, &settings_.config, &at_exit_before_cuda_runtime,
+             &loss_scaled_};
   std::lock_guard<std::mutex> lk(mu_);
   const int id = next_id_++;
   auto entry = std::make_shared<CommEntry>(rt, comm, id, parent_id, origin_rank, std::move(lineage));
@@ -203,6 +205,38 @@ std::shared_ptr<CommEntry> Interposer::find(ncclComm_t comm) {
 std::shared_ptr<CommEntry> Interposer::find_or_add(ncclComm_t comm) {
   if (auto e = find(comm)) return e;
   return add_entry(comm, -1, -1);  // made by an entry point we do not wrap
+}
+
+std::vector<std::shared_ptr<CommEntry>> Interposer::live_entries() {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<std::shared_ptr<CommEntry>> out;
+  for (const auto& [handle, e] : live_) out.push_back(e);
+  return out;
+}
+
+size_t Interposer::loss_scale_changed(double factor) {
+  CC_CHECK(std::isfinite(factor) && factor > 0.0, kInvalidArgument,
+           "compcoll_nccl_loss_scale_changed: the loss-scale factor must be finite and > 0, got ",
+           factor);
+  if (!enabled_) return 0;  // COMPCOLL_ALGO unset or dense: nothing keeps state
+  size_t rescaled = 0;
+  // Entries are not held under mu_ while a call in flight finishes.
+  for (const auto& e : live_entries()) rescaled += e->rescale_state(float(factor));
+  if (loss_scale_changes_.fetch_add(1) == 0) {
+    log_.info("the loss scale (torch.amp.GradScaler) changed by a factor of ", factor, ": ",
+              rescaled, " error-feedback states hold scaled gradients and are rescaled with it "
+              "(every later change does the same)");
+  } else {
+    log_.trace("loss scale x", factor, ", ", rescaled, " error-feedback states rescaled");
+  }
+  return rescaled;
+}
+
+void Interposer::note_loss_scaled() {
+  if (!enabled_ || loss_scaled_.exchange(true)) return;
+  for (const auto& e : live_entries()) e->discard_nonfinite();
+  log_.info("a loss scaler (torch.amp.GradScaler) is in charge: a compressed call whose result "
+            "is not finite (a step it skips) leaves its error-feedback state as it was");
 }
 
 bool Interposer::aborted_by_us(ncclComm_t comm) {

@@ -69,6 +69,19 @@ class Interposer {
   ncclResult_t allreduce(const void* send, void* recv, size_t count, ncclDataType_t dtype,
                          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 
+  // Mixed precision, told by the compcoll Python package's torch.amp.GradScaler
+  // wrappers (exports.cc: compcoll_nccl_loss_scale_changed and
+  // compcoll_nccl_note_loss_scaled; integration/pytorch/compcoll/_loss_scale.py).
+  // The gradients NCCL reduces are the true ones times the loss scale, and so
+  // is whatever error feedback keeps. loss_scale_changed multiplies every
+  // live communicator's state by factor (new scale / old scale; finite and
+  // > 0, else kInvalidArgument) and returns how many states it rescaled.
+  // note_loss_scaled: a scaler is in charge, so a call whose result is not
+  // finite (an overflowed step, which the scaler skips) leaves its state as
+  // it was, on every communicator, live or made later.
+  size_t loss_scale_changed(double factor);
+  void note_loss_scaled();
+
   // Group depth of the calling thread (ncclGroupStart/End nest).
   static void group_started();
   static void group_ended();
@@ -89,6 +102,7 @@ class Interposer {
                                        std::string lineage = "");
   std::shared_ptr<CommEntry> find(ncclComm_t comm);
   std::shared_ptr<CommEntry> find_or_add(ncclComm_t comm);
+  std::vector<std::shared_ptr<CommEntry>> live_entries();
   // Why the call must be forwarded, or nothing when it is compressed.
   std::optional<std::string> forward_reason(size_t count, ncclDataType_t dtype, ncclRedOp_t op,
                                             cudaStream_t stream) const;
@@ -106,6 +120,8 @@ class Interposer {
   std::unique_ptr<Algorithm> policy_;  // the configured algorithm, for choose_route
   bool enabled_ = false;
   std::atomic<bool> exited_{false};  // finish_at_exit ran
+  std::atomic<bool> loss_scaled_{false};      // note_loss_scaled
+  std::atomic<uint64_t> loss_scale_changes_{0};  // loss_scale_changed calls
   Logger log_;
 
   std::mutex mu_;  // guards the registry and the finished list

@@ -88,6 +88,9 @@ class Interposer : public ::testing::Test {
     return std::find(v.begin(), v.end(), x) != v.end();
   }
 
+  // TheStateFollowsALossScaleAndAnOverflowedStepLeavesItAlone, for one algorithm.
+  void expect_loss_scale_followed(const std::string& algo);
+
   std::string dir_;
   std::string last_output_;
 };
@@ -384,6 +387,63 @@ TEST_F(Interposer, StateDirResumesBitForBitAfterAnExitWithoutDestroy) {
   EXPECT_RAN_OK(fresh);
   EXPECT_NE(lines_after(fresh.output, "digest fp32-sum-"), tail(want)) << "the test cannot fail";
 }
+
+// Mixed precision under the interposer, as the compcoll Python package's
+// torch.amp.GradScaler wrappers drive it (compcoll_nccl_note_loss_scaled,
+// compcoll_nccl_loss_scale_changed). A loss scale halved at step 3 and told
+// to the interposer: every step's result divided by its scale is, bit for
+// bit, that of a run without a scale (the residual follows the scale). An
+// overflowed step (rank 1's gradient all infinite): the later steps are those
+// of a run that never made that call (the state was left as it was). Either
+// untold, the results differ: the test can fail.
+void Interposer::expect_loss_scale_followed(const std::string& algo) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = algo;
+  e["COMPCOLL_DEBUG"] = "INFO";
+  const auto with = [&](const std::vector<std::string>& extra) {
+    // 100,000 elements, 7 of csc's chunks: at 20,000 (two chunks, one sent a step) csc's
+    // results did not depend on its residual within six steps, told or not.
+    std::vector<std::string> args{"--ranks", "2", "--steps", "6", "--count", "100000"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args, e);
+  };
+  const auto fp32_digests = [](const AppRun& r) { return lines_after(r.output, "digest fp32-sum-"); };
+
+  const AppRun plain = with({});
+  EXPECT_RAN_OK(plain);
+  ASSERT_EQ(fp32_digests(plain).size(), 6u) << plain.output;
+  const AppRun told = with({"--loss-scale", "1024", "--halve-at", "3"});
+  EXPECT_RAN_OK(told);
+  EXPECT_NE(told.output.find("note-loss-scaled found=1"), std::string::npos) << told.output;
+  EXPECT_NE(told.output.find("loss-scale-changed found=1 rescaled=2"), std::string::npos)
+      << "two communicators with an fp32 state each (the fp16 and bf16 calls come later)\n" << told.output;
+  EXPECT_NE(told.output.find("the loss scale (torch.amp.GradScaler) changed by a factor of 0.5"),
+            std::string::npos) << told.output;
+  EXPECT_EQ(fp32_digests(told), fp32_digests(plain)) << told.output;
+  const AppRun untold = with({"--loss-scale", "1024", "--halve-at", "3", "--no-tell"});
+  EXPECT_RAN_OK(untold);
+  EXPECT_NE(fp32_digests(untold), fp32_digests(plain)) << "the test cannot fail";
+
+  const AppRun skipped = with({"--skip-step", "2"});
+  EXPECT_RAN_OK(skipped);
+  ASSERT_EQ(fp32_digests(skipped).size(), 5u) << skipped.output;
+  const AppRun overflowed = with({"--loss-scale", "1024", "--overflow-at", "2"});
+  EXPECT_RAN_OK(overflowed);
+  EXPECT_NE(overflowed.output.find("a loss scaler (torch.amp.GradScaler) is in charge"),
+            std::string::npos) << overflowed.output;
+  EXPECT_EQ(fp32_digests(overflowed), fp32_digests(skipped)) << overflowed.output;
+  const AppRun kept = with({"--loss-scale", "1024", "--overflow-at", "2", "--no-tell"});
+  EXPECT_RAN_OK(kept);
+  EXPECT_NE(fp32_digests(kept), fp32_digests(skipped)) << "the test cannot fail";
+}
+
+TEST_F(Interposer, TheStateFollowsALossScaleAndAnOverflowedStepLeavesItAlone) {
+  for (const char* algo : {"dgc", "sdagc", "sbc", "csc", "onebit"}) {
+    SCOPED_TRACE(algo);
+    expect_loss_scale_followed(algo);
+  }
+}
+
 
 // A split child as large as its parent has the same rank and size: it gets
 // a file of its own, named by its place among its parent's splits, and both

@@ -12,7 +12,16 @@
 // (broadcast, allgather), and with --split the same buffer through a parent
 // and a split child. --fp32-avg adds an out-of-place fp32 AVG (b -> c, whose
 // input must stay as it was). --first-step N starts the fp32 steps' data at step N,
-// as a run resumed from a checkpoint would. Every allreduce prints its
+// as a run resumed from a checkpoint would. --loss-scale S trains as under a
+// loss scaler (torch.amp.GradScaler): the fp32 steps' gradients are S times
+// the data, their results are recorded divided by S (so the digests compare
+// with a run without one), and the interposer is told as compcoll's Python
+// package would tell it (compcoll_nccl_note_loss_scaled at the start,
+// compcoll_nccl_loss_scale_changed(0.5) where --halve-at K halves S before
+// step K; found with dlsym, as the package finds them, and not called with
+// --no-tell). --overflow-at K: rank 1's fp32 gradient at step K is all
+// infinite, a step the scaler skips (its result is not recorded);
+// --skip-step K leaves step K's fp32 call out altogether. Every allreduce prints its
 // arguments:
 //   compressible|forwarded count=N type=T op=O root=0 send=P recv=P stream=S
 // in the stand-in NCCL's log format, digests of the results ("digest NAME HEX",
@@ -20,10 +29,13 @@
 // "result FAIL ..." (exit 1). Forwarded calls are always checked against a
 // reference; compressible ones only with --exact (no compression).
 #include <cuda.h>
+#include <dlfcn.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -50,12 +62,34 @@ struct Options {
   bool expect_init_failure = false;
   bool no_destroy = false;  // leave the communicators to process exit
   bool fp32_avg = false;    // one more fp32 call: AVG, out of place (b -> c)
+  float loss_scale = 0.0f;  // > 0: --loss-scale
+  int halve_at = -1;
+  int overflow_at = -1;
+  int skip_step = -1;
+  bool tell = true;         // call the interposer's compcoll_nccl_* entries
 };
 
 struct Shared {
   Options o;
   ncclUniqueId id;
   std::mutex mu;
+  // Every rank's thread waits here for the others (bounded).
+  std::condition_variable arrived;
+  int waiting = 0;
+  uint64_t generation = 0;
+  void barrier() {
+    std::unique_lock<std::mutex> lk(mu);
+    const uint64_t g = generation;
+    if (++waiting == o.ranks) {
+      waiting = 0;
+      ++generation;
+      arrived.notify_all();
+      return;
+    }
+    if (!arrived.wait_for(lk, std::chrono::seconds(60), [&] { return generation != g; })) {
+      throw std::runtime_error("a rank did not reach the barrier within 60 s");
+    }
+  }
   std::map<std::string, std::map<int, uint64_t>> digests;  // name -> rank -> digest
   std::vector<std::string> failures;
   std::atomic<int> reported{0};  // stall mode: ranks that saw their error
@@ -185,11 +219,19 @@ class Rank {
     std::vector<float> h(n), want, scale;
     for (int step = o_.first_step; step < o_.first_step + o_.steps; ++step) {
       if (o_.stall_rank >= 0 && step == o_.first_step + 1) return stall();
-      for (size_t i = 0; i < n; ++i) h[i] = value(rank_, step, i);
+      if (step == o_.skip_step) continue;
+      const float s = loss_scale_at(step);
+      for (size_t i = 0; i < n; ++i) h[i] = value(rank_, step, i) * s;
+      if (step == o_.overflow_at && rank_ == 1) std::fill(h.begin(), h.end(), INFINITY);
       put(a_, h);
       nc(allreduce("compressible", a_, a_, n, ncclFloat32, ncclSum, comm_), "ncclAllReduce(fp32)");
       sync();
-      const auto got = get<float>(a_, n);
+      auto got = get<float>(a_, n);
+      if (step == o_.overflow_at) {
+        if (std::isfinite(got[0])) throw std::runtime_error("an overflowed step's result is finite");
+        continue;  // the scaler skips it
+      }
+      for (float& x : got) x /= s;  // exact: s is a power of two
       record("fp32-sum-" + std::to_string(step), got.data(), n * 4);
       for (float x : got) {
         if (!std::isfinite(x)) throw std::runtime_error("fp32 allreduce produced a non-finite value");
@@ -218,6 +260,31 @@ class Rank {
     half_call(ncclFloat16, ncclSum, "fp16-sum", compcoll::float_to_half, compcoll::half_to_float);
     half_call(ncclBfloat16, ncclAvg, "bf16-avg", compcoll::float_to_bf16, compcoll::bf16_to_float);
     return true;
+  }
+
+  // The loss scale of a step: --loss-scale, halved from --halve-at on. The
+  // ranks are threads of one process, so one of them tells the interposer,
+  // between two barriers: in a program of one rank per process each tells
+  // its own, between two steps, as GradScaler.update() does.
+  float loss_scale_at(int step) {
+    if (o_.loss_scale <= 0.0f) return 1.0f;
+    if (o_.halve_at < 0 || step < o_.halve_at) return o_.loss_scale;
+    if (step == o_.halve_at) {
+      sh_.barrier();
+      if (rank_ == 0 && o_.tell) tell_scale_changed(0.5);
+      sh_.barrier();
+    }
+    return o_.loss_scale * 0.5f;
+  }
+  static void tell_scale_changed(double factor) {
+    using Fn = ncclResult_t (*)(double, size_t*);
+    auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "compcoll_nccl_loss_scale_changed"));
+    size_t rescaled = 0;
+    if (fn != nullptr && fn(factor, &rescaled) != ncclSuccess) {
+      throw std::runtime_error(std::string("compcoll_nccl_loss_scale_changed failed: ") +
+                               ncclGetLastError(nullptr));
+    }
+    std::printf("loss-scale-changed found=%d rescaled=%zu\n", fn != nullptr, rescaled);
   }
 
   void half_call(ncclDataType_t type, ncclRedOp_t op, const char* name, uint16_t (*to)(float),
@@ -400,6 +467,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--fp32-avg") o.fp32_avg = true;
     else if (a == "--expect-init-failure") o.expect_init_failure = true;
     else if (a == "--no-destroy") o.no_destroy = true;
+    else if (a == "--loss-scale") o.loss_scale = std::stof(next());
+    else if (a == "--halve-at") o.halve_at = std::stoi(next());
+    else if (a == "--overflow-at") o.overflow_at = std::stoi(next());
+    else if (a == "--skip-step") o.skip_step = std::stoi(next());
+    else if (a == "--no-tell") o.tell = false;
     else throw std::runtime_error("unknown argument " + a);
   }
   return o;
@@ -418,6 +490,16 @@ int main(int argc, char** argv) {
   if (cuInit(0) != CUDA_SUCCESS || ncclGetUniqueId(&sh.id) != ncclSuccess) {
     std::printf("result FAIL cannot initialise CUDA or NCCL\n");
     return 1;
+  }
+  if (sh.o.loss_scale > 0.0f && sh.o.tell) {
+    // GradScaler's first scale() call, before any communicator exists.
+    using Fn = ncclResult_t (*)();
+    auto noted = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "compcoll_nccl_note_loss_scaled"));
+    std::printf("note-loss-scaled found=%d\n", noted != nullptr);
+    if (noted != nullptr && noted() != ncclSuccess) {
+      std::printf("result FAIL compcoll_nccl_note_loss_scaled: %s\n", ncclGetLastError(nullptr));
+      return 1;
+    }
   }
   std::vector<std::thread> threads;
   for (int r = 0; r < sh.o.ranks; ++r) {
