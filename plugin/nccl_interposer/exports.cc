@@ -8,6 +8,7 @@
 
 
 #include "compcoll/error.h"
+#include "compcoll/nccl_interposer.h"
 #include "plugin/nccl_interposer/c_boundary.h"
 #include "plugin/nccl_interposer/interposer.h"
 
@@ -238,10 +239,11 @@ CC_NCCL_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
   return "";
 }
 
-// compcoll's own entry points, not NCCL's: the compcoll Python package finds
-// them in the process (dlsym) when the interposer is preloaded, and calls
-// them from its torch.amp.GradScaler wrappers (interposer.h, "Mixed
-// precision"). Errors as NCCL's: a result, and ncclGetLastError(NULL).
+// compcoll's own entry points, not NCCL's (include/compcoll/nccl_interposer.h):
+// the compcoll Python package finds them in the process (dlsym) when the
+// interposer is preloaded, and calls them from its torch.amp.GradScaler
+// wrappers (interposer.h, "Mixed precision"). Errors as NCCL's: a result,
+// and ncclGetLastError(NULL).
 CC_NCCL_EXPORT ncclResult_t compcoll_nccl_loss_scale_changed(double factor, size_t* rescaled) {
   return entry("compcoll_nccl_loss_scale_changed", [&] {
     const size_t n = Interposer::get().loss_scale_changed(factor);

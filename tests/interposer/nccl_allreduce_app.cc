@@ -18,7 +18,8 @@
 // with a run without one), and the interposer is told as compcoll's Python
 // package would tell it (compcoll_nccl_note_loss_scaled at the start,
 // compcoll_nccl_loss_scale_changed(0.5) where --halve-at K halves S before
-// step K; found with dlsym, as the package finds them, and not called with
+// step K; found with dlsym (include/compcoll/nccl_interposer.h), as the
+// package finds them, and not called with
 // --no-tell). --overflow-at K: rank 1's fp32 gradient at step K is all
 // infinite, a step the scaler skips (its result is not recorded);
 // --skip-step K leaves step K's fp32 call out altogether. Every allreduce prints its
@@ -46,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "compcoll/nccl_interposer.h"
 #include "compression/half.h"
 
 namespace {
@@ -277,10 +279,10 @@ class Rank {
     return o_.loss_scale * 0.5f;
   }
   static void tell_scale_changed(double factor) {
-    using Fn = ncclResult_t (*)(double, size_t*);
-    auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "compcoll_nccl_loss_scale_changed"));
+    auto fn = reinterpret_cast<compcoll_nccl_loss_scale_changed_fn>(
+        dlsym(RTLD_DEFAULT, COMPCOLL_NCCL_LOSS_SCALE_CHANGED));
     size_t rescaled = 0;
-    if (fn != nullptr && fn(factor, &rescaled) != ncclSuccess) {
+    if (fn != nullptr && fn(factor, &rescaled) != 0) {
       throw std::runtime_error(std::string("compcoll_nccl_loss_scale_changed failed: ") +
                                ncclGetLastError(nullptr));
     }
@@ -493,10 +495,10 @@ int main(int argc, char** argv) {
   }
   if (sh.o.loss_scale > 0.0f && sh.o.tell) {
     // GradScaler's first scale() call, before any communicator exists.
-    using Fn = ncclResult_t (*)();
-    auto noted = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "compcoll_nccl_note_loss_scaled"));
+    auto noted = reinterpret_cast<compcoll_nccl_note_loss_scaled_fn>(
+        dlsym(RTLD_DEFAULT, COMPCOLL_NCCL_NOTE_LOSS_SCALED));
     std::printf("note-loss-scaled found=%d\n", noted != nullptr);
-    if (noted != nullptr && noted() != ncclSuccess) {
+    if (noted != nullptr && noted() != 0) {
       std::printf("result FAIL compcoll_nccl_note_loss_scaled: %s\n", ncclGetLastError(nullptr));
       return 1;
     }

@@ -14,9 +14,12 @@ sdagc 0.535 / 0.314, and sbc's skipped step poisoned its velocity, so that
 its scale collapsed to 2^-129 (0.590 / 0.324); with the rescale alone, dgc
 0.427, sbc 0.856, sdagc 0.479; now 0.325, 0.338, 0.309 (docs/pytorch.md,
 "Mixed precision")."""
+import os
+import sys
+
 import pytest
 
-from conftest import launch, worker
+from conftest import REPO, launch, run_single, worker
 
 SCRIPT = worker("loss_scale.py")
 RANKS = 2
@@ -52,3 +55,34 @@ def test_a_run_under_gradscaler_trains_as_without_it(algo):
     plain = train(algo, False)[0].result
     assert res["loss_last"] <= 1.1 * plain["loss_last"], (res["loss_last"], plain["loss_last"])
     assert res["loss_last"] < 0.5 * res["loss_first"], res
+
+
+INTERPOSER = os.path.join(REPO, "build", "plugin", "nccl_interposer", "libcompcoll_nccl.so")
+STANDIN = os.path.join(REPO, "build", "tests", "interposer", "standin")
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(STANDIN, "libnccl.so.2")),
+                    reason="the NCCL interposer and its stand-in are not built (no nccl.h)")
+def test_the_nccl_interposer_state_follows_the_scaler_too():
+    """The NCCL interposer (LD_PRELOAD) compresses torch's NCCL allreduces in
+    C++, with no compcoll group in Python: compcoll's autoload finds it at
+    `import torch`, and GradScaler's wrappers tell it what they tell the
+    groups (its compcoll_nccl_* entry points; on a GPU the calls they govern
+    are tests/interposer's, here the stand-in NCCL only lets it load). One
+    overflowed step halves the scale: the interposer hears that a scaler is
+    in charge and that the scale changed by 0.5. Not preloaded, nothing of
+    it is said."""
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DEBUG": "INFO",
+           "COMPCOLL_NCCL_LIBRARY": os.path.join(STANDIN, "libnccl.so.2"),
+           "COMPCOLL_CUDA_LIBRARY": os.path.join(STANDIN, "libcuda.so.1")}
+    # After whatever is preloaded already (the ASan runtime in the sanitizer run).
+    preload = ":".join(p for p in (os.environ.get("LD_PRELOAD"), INTERPOSER) if p)
+    r = run_single([sys.executable, worker("scaler_alone.py")], env=dict(env, LD_PRELOAD=preload),
+                   timeout=120)
+    assert r.result["scales"] == [512.0, 512.0], r.describe()
+    assert "a loss scaler (torch.amp.GradScaler) is in charge" in r.stderr, r.describe()
+    assert ("the loss scale (torch.amp.GradScaler) changed by a factor of 0.5: 0 error-feedback "
+            "states") in r.stderr, r.describe()
+    alone = run_single([sys.executable, worker("scaler_alone.py")], env=env, timeout=120)
+    assert alone.result["scales"] == [512.0, 512.0], alone.describe()
+    assert "GradScaler" not in alone.stderr, alone.describe()

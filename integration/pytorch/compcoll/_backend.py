@@ -237,8 +237,10 @@ def install_gloo_hook():
         _torch_gloo = creators.torch_creator(original)
         creators.set_creator("GLOO", create_for_gloo, True)
     # torch's NCCL groups stay torch's: their cuda tensors are not compressed,
-    # and the first one says so.
+    # and the first one says so; unless the NCCL interposer is preloaded,
+    # whose state then follows torch.amp.GradScaler as the groups' do.
     _notices.install_nccl_notice()
+    _loss_scale.follow_interposer()
     return True
 
 

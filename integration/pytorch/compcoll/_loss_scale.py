@@ -39,8 +39,17 @@ One scaler per process is assumed to scale every gradient compcoll sees: a
 second scaler that changes its scale is reported once, at WARNING (each
 rescales every group).
 
-Wrapped once per process, when the first compcoll group is built.
+Under the NCCL interposer (LD_PRELOAD=libcompcoll_nccl.so, docs/gpu.md),
+which compresses torch's own NCCL allreduces in C++ with no compcoll group
+in Python, both wrappers tell it the same through its compcoll_nccl_*
+entry points (plugin/nccl_interposer/interposer.h, "Mixed precision"),
+found in the process as it is preloaded (follow_interposer, at `import
+torch` through the autoload entry point).
+
+Wrapped once per process, when the first compcoll group is built or, under
+the interposer, when compcoll's autoload finds it.
 """
+import ctypes
 import functools
 import threading
 import weakref
@@ -53,6 +62,68 @@ _lock = threading.Lock()
 _changed = weakref.WeakSet()  # scalers whose scale changed
 _warned_second = False
 _noted = False  # a scaler's scale() has told compcoll (note_loss_scaled)
+_interposer = None  # the preloaded NCCL interposer's entry points (follow_interposer)
+
+
+class _Interposer:
+    """libcompcoll_nccl.so's compcoll_nccl_* functions, as the process has them."""
+
+    def __init__(self, lib):
+        self._lib = lib
+        self._changed = lib.compcoll_nccl_loss_scale_changed
+        self._changed.argtypes = [ctypes.c_double, ctypes.POINTER(ctypes.c_size_t)]
+        self._changed.restype = ctypes.c_int
+        self._noted = lib.compcoll_nccl_note_loss_scaled
+        self._noted.argtypes = []
+        self._noted.restype = ctypes.c_int
+
+    def _check(self, result, what):
+        if result != 0:
+            lib = self._lib
+            lib.ncclGetLastError.argtypes = [ctypes.c_void_p]
+            lib.ncclGetLastError.restype = ctypes.c_char_p
+            said = (lib.ncclGetLastError(None) or b"").decode(errors="replace")
+            raise RuntimeError(f"compcoll: the NCCL interposer's {what} failed (ncclResult_t "
+                               f"{result}): {said}")
+
+    def loss_scale_changed(self, factor):
+        rescaled = ctypes.c_size_t(0)
+        self._check(self._changed(factor, ctypes.byref(rescaled)),
+                    "compcoll_nccl_loss_scale_changed")
+        return rescaled.value
+
+    def note_loss_scaled(self):
+        self._check(self._noted(), "compcoll_nccl_note_loss_scaled")
+
+
+def follow_interposer():
+    """The NCCL interposer is preloaded in this process: its error-feedback
+    state follows GradScaler too. Returns False when this process has no
+    interposer, or one without the entry points (older than compcoll's
+    package: said once at WARNING, since its state then would not follow)."""
+    global _interposer
+    from compcoll import _notices
+
+    if not _notices.interposer_loaded():
+        return False
+    lib = ctypes.CDLL(None)  # the process's global scope, where LD_PRELOAD put it
+    try:
+        found = _Interposer(lib)
+    except AttributeError:
+        _C.warn(_rank(), "the NCCL interposer preloaded in this process has no "
+                         "compcoll_nccl_loss_scale_changed (it is older than this compcoll "
+                         "package): under torch.amp.GradScaler its error-feedback state will not "
+                         "follow the loss scale; use the libcompcoll_nccl.so of the same build")
+        return False
+    with _lock:
+        if _interposer is not None:
+            return True
+        _interposer = found
+        noted = _noted
+    install()
+    if noted:
+        found.note_loss_scaled()
+    return True
 
 
 def _rank():
@@ -81,6 +152,8 @@ def _follow(scaler, factor):
                    "GradScaler for every model whose gradients compcoll compresses "
                    "(docs/pytorch.md, \"Mixed precision\")")
     _C.rescale_state(factor)
+    if _interposer is not None:
+        _interposer.loss_scale_changed(factor)
 
 
 def _noting(scale):
@@ -90,6 +163,8 @@ def _noting(scale):
         if not _noted and self.is_enabled():
             _noted = True
             _C.note_loss_scaled()
+            if _interposer is not None:
+                _interposer.note_loss_scaled()
         return scale(self, outputs)
     wrapper.__compcoll_notes__ = True
     return wrapper
