@@ -7,6 +7,7 @@ install(TARGETS compcoll EXPORT compcollTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES include/compcoll/compcoll.h include/compcoll/compcoll.hpp
+  include/compcoll/nccl_interposer.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/compcoll)
 install(TARGETS compcoll-info compcoll-bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT compcollTargets NAMESPACE compcoll::

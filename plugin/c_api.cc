@@ -148,6 +148,20 @@ compcoll_status_t compcoll_get_steady_stats(const compcoll_comm_t* comm,
   return COMPCOLL_SUCCESS;
 }
 
+compcoll_status_t compcoll_rescale_state(compcoll_comm_t* comm, double factor,
+                                         size_t* rescaled) {
+  if (!comm) return null_arg("comm");
+  return guarded([&] {
+    const size_t n = comm->impl->rescale_state(static_cast<float>(factor));
+    if (rescaled != nullptr) *rescaled = n;
+  });
+}
+
+compcoll_status_t compcoll_set_loss_scaled(compcoll_comm_t* comm, int on) {
+  if (!comm) return null_arg("comm");
+  return guarded([&] { comm->impl->set_discard_nonfinite(on != 0); });
+}
+
 compcoll_status_t compcoll_comm_destroy(compcoll_comm_t* comm) {
   if (!comm) return COMPCOLL_SUCCESS;
   const compcoll_status_t s = guarded([&] { comm->impl->finish(); });

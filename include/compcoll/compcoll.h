@@ -109,6 +109,24 @@ COMPCOLL_API compcoll_status_t compcoll_get_stats(const compcoll_comm_t* comm, c
 COMPCOLL_API compcoll_status_t compcoll_get_steady_stats(const compcoll_comm_t* comm,
                                                          compcoll_steady_stats_t* stats);
 
+/* Mixed precision. Under a loss scaler every gradient is S times the true
+ * one, and so is what error feedback keeps for later. Both calls are this
+ * rank's own (not collective) and go between allreduces, never during one
+ * on another thread.
+ * compcoll_rescale_state: the scale changed by factor (new S / old S; finite
+ * and > 0): every error-feedback state is multiplied by it, so that what it
+ * sends later is in the new unit. *rescaled (if not NULL) receives how many
+ * states were. Every rank's scaler changes S at the same step, so every rank
+ * calls it there.
+ * compcoll_set_loss_scaled: on != 0: from now on a compressed allreduce whose
+ * result is not finite (an overflowed step, which the scaler skips) leaves
+ * its state as it was before the call, as a skipped step leaves a dense
+ * run. It costs a copy of the state per compressed call (into one buffer
+ * kept from call to call). */
+COMPCOLL_API compcoll_status_t compcoll_rescale_state(compcoll_comm_t* comm, double factor,
+                                                      size_t* rescaled);
+COMPCOLL_API compcoll_status_t compcoll_set_loss_scaled(compcoll_comm_t* comm, int on);
+
 /* Writes COMPCOLL_STATS_FILE and saves the COMPCOLL_STATE_DIR checkpoint
  * (if set), logs a summary, frees everything. A communicator that is never
  * destroyed saves neither. NULL is accepted. */

@@ -72,6 +72,14 @@ class Comm {
     check(compcoll_get_steady_stats(c_, &s));
     return s;
   }
+  // Mixed precision (compcoll.h): the loss scale changed by factor; a loss
+  // scaler is (or is no longer) in charge.
+  size_t rescale_state(double factor) {
+    size_t n = 0;
+    check(compcoll_rescale_state(c_, factor, &n));
+    return n;
+  }
+  void set_loss_scaled(bool on) { check(compcoll_set_loss_scaled(c_, on ? 1 : 0)); }
   compcoll_comm_t* get() { return c_; }
 
  private:
