@@ -569,7 +569,6 @@ void Communicator::allreduce_exact(void* buf, size_t count, DType dtype, ReduceO
 void Communicator::allreduce_on(const Route& route, void* buf, size_t count, DType dtype,
                                 ReduceOp op, const char* key) {
   run_call(route, buf, count, dtype, op, key, true, [&](CodecState* state, bool hierarchical) {
-    if (state != nullptr) state->bring_to_host();  // a device route ran this tensor before
     return hierarchical ? run_hierarchical(*hier_, *algo_, buf, count, dtype, op, state)
                         : run_allreduce(*comm_, *algo_, route, buf, count, dtype, op, state);
   });
@@ -580,6 +579,12 @@ std::string Communicator::device_route_refusal(const DeviceRoute& device, const 
                                                ReduceOp op) const {
   const Route route = choose_route(*algo_, count, dtype, op, cfg_.min_elems);
   if (!route.compressed) return route.reason;
+  if (discard_nonfinite_) {
+    // A skipped step must leave the state as it was; only the host route
+    // keeps the copy that undoes it (run_call).
+    return "a loss scaler is in charge (an overflowed step's error feedback is undone on the "
+           "host route only)";
+  }
   if (hier_ != nullptr) return "the host hierarchy (COMPCOLL_HIERARCHY) reduces in host memory";
   if (&algo_->unwrapped() != algo_.get()) {
     return "the momentum hand-over (COMPCOLL_MOMENTUM_HANDOVER) runs on the host";
@@ -672,6 +677,9 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
   const bool in_warmup =
       state != nullptr && state->step_count() < uint64_t(cfg_.params.warmup_steps);
   const uint64_t before = comm_->bytes_sent();
+  // A device route ran this tensor before: a host call takes its state home
+  // first (so that the copy below has it too).
+  if (state != nullptr && !route.device_buffers) state->bring_to_host();
   // set_discard_nonfinite: what the state was, to go back to should the
   // result be one the caller skips.
   const bool undoable = discard_nonfinite_ && state != nullptr && !route.device_buffers &&

@@ -63,8 +63,9 @@ class Communicator {
   // Compressed calls on device memory (the NCCL interposer's GPU codecs,
   // collectives/device_route.h). device_route_refusal: why this call cannot
   // take `device` ("" when it can): a dense route, the host hierarchy, the
-  // momentum hand-over, an algorithm or pattern without a GPU route, or the
-  // route's own reason (dtype, buffers not in device memory).
+  // momentum hand-over, an algorithm or pattern without a GPU route, a loss
+  // scaler in charge (set_discard_nonfinite), or the route's own reason
+  // (dtype, buffers not in device memory).
   // allreduce_device: recv = the allreduce of send (both device memory) on
   // that route, with this communicator's state, stats and logs; only for a
   // call device_route_refusal accepts (else kInternal).
@@ -129,8 +130,9 @@ class Communicator {
   // before the call (the result itself is delivered as usual, non-finite
   // values in place), so that nothing of the skipped step is sent later;
   // the result is the same on every rank, so every rank decides alike. It
-  // costs a copy of the state per compressed call (host routes only; the
-  // device route keeps its state in device memory and does not undo).
+  // costs a copy of the state per compressed call. The device route keeps
+  // its state in device memory and cannot undo a call, so with this on it
+  // refuses every call (device_route_refusal says why) and they run staged.
   void set_discard_nonfinite(bool on) { discard_nonfinite_ = on; }
   uint64_t discarded_calls() const { return discarded_calls_; }
 

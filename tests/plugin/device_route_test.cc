@@ -8,6 +8,7 @@
 //     that alternate between the routes give the bits of host-only calls;
 //   - a checkpoint taken while the state is on the device carries it;
 //   - warm-up accounting reads the resident step count;
+//   - under a loss scaler calls go to the host, which undoes an overflow;
 //   - every call the route cannot take is refused with its reason.
 #include <gtest/gtest.h>
 
@@ -171,6 +172,48 @@ TEST_P(DeviceRouteTest, ACheckpointTakenWhileTheStateIsOnTheDeviceResumesBitForB
   });
 }
 
+// A loss scaler takes charge after calls on the device: the route refuses
+// from then on (it cannot undo), the host route takes the resident state
+// home, and an overflowed step leaves it as it was, so the run continues
+// with the bits of a run that never made that step.
+TEST_P(DeviceRouteTest, UnderALossScalerCallsRunOnTheHostAndAnOverflowIsUndone) {
+  const std::string algo = GetParam();
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    StandInRoute unused(algo, config(algo).params);
+    Communicator plain(std::make_unique<LentComm>(comm), config(algo));
+    std::vector<std::vector<float>> want;
+    for (int s = 0; s < 6; ++s) want.push_back(step(plain, unused, s, s < 2));
+
+    Communicator scaled(std::make_unique<LentComm>(comm), config(algo));
+    StandInRoute route(algo, config(algo).params);
+    for (int s = 0; s < 2; ++s) EXPECT_TRUE(same_bits(step(scaled, route, s, true), want[s]));
+    scaled.set_discard_nonfinite(true);
+    std::vector<float> g = gradient(scaled.rank(), 99);
+    const std::string why =
+        scaled.device_route_refusal(route, g.data(), g.data(), kCount, DType::kFloat32, ReduceOp::kAvg);
+    EXPECT_NE(why.find("loss scaler"), std::string::npos) << why;
+    // The overflowed step: one rank's gradient holds an inf.
+    if (scaled.rank() == 1) g[17] = INFINITY;
+    scaled.allreduce(g.data(), kCount, DType::kFloat32, ReduceOp::kAvg, "w");
+    EXPECT_TRUE(std::isinf(g[17]) || std::isnan(g[17]));
+    EXPECT_EQ(scaled.discarded_calls(), 1u);
+    for (int s = 2; s < 6; ++s) {
+      EXPECT_TRUE(same_bits(step(scaled, route, s, false), want[s])) << algo << " step " << s;
+    }
+    EXPECT_EQ(route.calls, 2);
+    // Without the scaler the same overflow stays in the residual: the check
+    // above can fail.
+    Communicator untold(std::make_unique<LentComm>(comm), config(algo));
+    for (int s = 0; s < 2; ++s) step(untold, route, s, true);
+    std::vector<float> h = gradient(untold.rank(), 99);
+    if (untold.rank() == 1) h[17] = INFINITY;
+    untold.allreduce(h.data(), kCount, DType::kFloat32, ReduceOp::kAvg, "w");
+    bool differs = false;
+    for (int s = 2; s < 6; ++s) differs |= !same_bits(step(untold, route, s, false), want[s]);
+    EXPECT_TRUE(differs) << algo;
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Algorithms, DeviceRouteTest, ::testing::Values("dgc", "sdagc", "sbc"));
 
 TEST(DeviceRoute, EveryCallItCannotTakeIsRefusedWithItsReason) {
@@ -194,6 +237,14 @@ TEST(DeviceRoute, EveryCallItCannotTakeIsRefusedWithItsReason) {
     Config handover = config("dgc");
     handover.params.momentum_handover = true;
     expect_says(refusal(handover, kCount, DType::kFloat32, ReduceOp::kSum), "COMPCOLL_MOMENTUM_HANDOVER");
+    {
+      Communicator scaled(std::make_unique<LentComm>(comm), config("dgc"));
+      scaled.set_discard_nonfinite(true);
+      StandInRoute route("dgc", config("dgc").params);
+      expect_says(scaled.device_route_refusal(route, g.data(), g.data(), kCount, DType::kFloat32,
+                                              ReduceOp::kSum),
+                  "loss scaler");
+    }
     EXPECT_EQ(refusal(config("dgc"), kCount, DType::kFloat32, ReduceOp::kSum), "");
 
     // A refused call never runs on the route: it is the caller's error.
