@@ -66,6 +66,8 @@ def test_buffer_slot_rules(tmp_path):
     # 2c: another size takes over a dead slot; the Communicator replaces the state
     assert s["other_size_takes_dead_slot"][0][2] == "resized"
     assert s["small_dense_no_slot"] is True
+    shapes, nslots = s["shapes_after_300_sizes"]
+    assert shapes <= nslots < 20, s["shapes_after_300_sizes"]
     # 2c with the same element count in another dtype: the residual is dropped
     assert s["dtype_change"] == ["resized", True], s["dtype_change"]
     assert r["stats"]["compressed_calls"] >= 14

@@ -253,6 +253,11 @@ std::vector<SlotInfo> CompcollBackend::slots(const std::string& lane) {
   return worker_->locked([&] { return l->slots.slots(); });
 }
 
+size_t CompcollBackend::slot_shapes_tracked(const std::string& lane) {
+  const std::shared_ptr<Lane>& l = lane_named(lane);
+  return worker_->locked([&] { return l->slots.shapes_tracked(); });
+}
+
 std::vector<BufferSlots::TraceEntry> CompcollBackend::key_trace(const std::string& lane) {
   const std::shared_ptr<Lane>& l = lane_named(lane);
   return worker_->locked([&] {

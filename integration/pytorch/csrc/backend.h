@@ -261,6 +261,7 @@ class CompcollBackend final : public c10d::Backend {
   std::string stats_json();
   std::vector<SlotInfo> slots(const std::string& lane);
   std::vector<BufferSlots::TraceEntry> key_trace(const std::string& lane);
+  size_t slot_shapes_tracked(const std::string& lane);
   // Error-feedback states held by every lane's Communicator.
   size_t state_entries();
   // Error-feedback checkpoints (checkpoint.cc), taken and restored on the

@@ -331,6 +331,12 @@ PYBIND11_MODULE(_C, m) {
     }
     return out;
   }, py::arg("backend"), py::arg("lane") = "cpu");
+  m.def("slot_shapes_tracked",
+        [](const c10::intrusive_ptr<c10d::Backend>& b, const std::string& lane) {
+          return as_compcoll(b)->slot_shapes_tracked(lane);
+        },
+        py::arg("backend"), py::arg("lane") = "cpu",
+        "Shapes the lane's buffer slots keep counts for (buffer_slots.h): at most one per slot.");
   m.def("key_trace", [](const c10::intrusive_ptr<c10d::Backend>& b, const std::string& lane) {
     py::list out;
     for (const BufferSlots::TraceEntry& e : as_compcoll(b)->key_trace(lane)) {

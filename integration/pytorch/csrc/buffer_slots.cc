@@ -183,13 +183,24 @@ SlotAssignment BufferSlots::assign(const at::Tensor& t, uint64_t pass, uint64_t 
   return a;
 }
 
+void BufferSlots::forget_shape_if_unused(const ShapeKey& shape) {
+  for (const Slot& o : slots_) {
+    if (shape_of(o) == shape) return;
+  }
+  shape_calls_.erase(shape);
+  overlaps_by_shape_.erase(shape);
+}
+
 SlotAssignment BufferSlots::attach(Slot& s, const c10::Storage& storage, const at::Tensor& t,
                                    SlotEvent event, int64_t dropped, uint64_t pass) {
+  const ShapeKey before = shape_of(s);
+  const bool had_shape = s.uses > 0;  // a slot made just now has none yet
   s.storage = storage.getWeakStorageImpl();
   s.offset = t.storage_offset();
   s.numel = t.numel();
   s.dtype = t.scalar_type();
   s.buffer_uses = 0;
+  if (had_shape && before != shape_of(s)) forget_shape_if_unused(before);
   note_follows(s);
   by_buffer_[id_of(s)] = static_cast<size_t>(&s - slots_.data());
   return record(s, event, dropped, pass);

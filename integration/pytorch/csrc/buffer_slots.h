@@ -147,6 +147,9 @@ class BufferSlots {
   };
   const std::deque<TraceEntry>& trace() const { return trace_; }
   static constexpr size_t kTraceLength = 4096;
+  // Shapes (owner, numel, dtype) with per-shape counts kept: at most one per
+  // slot, so a program whose tensor sizes keep changing does not grow them.
+  size_t shapes_tracked() const { return shape_calls_.size(); }
 
  private:
   struct Slot {
@@ -195,6 +198,9 @@ class BufferSlots {
   // The live slot that follows `taken`, when `taken` was not used since;
   // null if none.
   Slot* follower_since_last_use(const Slot& taken);
+  // Drops the per-shape counts of `shape` once no slot has it (a slot
+  // resized away from it, rule 2c).
+  void forget_shape_if_unused(const std::tuple<uint64_t, int64_t, int>& shape);
   // Gives s the buffer of t and records the call.
   SlotAssignment attach(Slot& s, const c10::Storage& storage, const at::Tensor& t,
                         SlotEvent event, int64_t dropped, uint64_t pass);

@@ -131,6 +131,11 @@ for _ in range(3):
 del persistent
 gc.collect()
 steps["other_size_takes_dead_slot"] = [ar(torch.randn(N + 1))]
+# Sizes that keep changing (a temporary per call, each of another length):
+# the slots' per-shape counts stay at most one per slot, not one per size.
+for i in range(300):
+    dist.all_reduce(torch.randn(N + 2 + i))
+steps["shapes_after_300_sizes"] = [_C.slot_shapes_tracked(b), len(compcoll.slots())]
 before = len(_C.key_trace(b))
 dist.all_reduce(torch.randn(100))  # kept dense by the policy: no slot, no state
 steps["small_dense_no_slot"] = len(_C.key_trace(b)) == before
