@@ -114,12 +114,13 @@ def test_hsdp_compresses_the_allreduce_across_replicas(mode):
 
 
 def test_uncompressible_gradient_sums_are_reported_once_per_reason():
-    """Under COMPCOLL_ALGO, a float64 DDP model and a non-contiguous view
-    go to Gloo (exact, not counted) and rank 0 says so once for each, at
+    """Under COMPCOLL_ALGO, a float64 DDP model, a non-contiguous view and
+    a sparse embedding gradient go to Gloo (exact, not counted) and rank 0 says so once for each, at
     WARN, naming the reason; integer sums, MAX and small tensors pass
     without a word, as on every other rank."""
     ranks = launch([worker("uncompressed.py")], 2, env={"COMPCOLL_ALGO": "dgc"}, timeout=180)
-    reasons = {"float64": "a float64 tensor", "view": "a non-contiguous view"}
+    reasons = {"float64": "a float64 tensor", "view": "a non-contiguous view",
+               "sparse": "a sparse tensor"}
     for r in ranks:
         assert r.result["backend"] == "compcoll" and r.result["exact"], r.describe()
         assert r.result["calls"] == 0, r.describe()  # nothing went through compcoll

@@ -22,8 +22,19 @@ Reason reason_for(const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& 
   // not gradient buckets.
   if (tensors.size() != 1 || !is_sum_or_average(op)) return {};
   const at::Tensor& t = tensors[0];
-  if (t.layout() != at::kStrided || !at::isFloatingType(t.scalar_type())) return {};
+  if (!at::isFloatingType(t.scalar_type())) return {};
   if (static_cast<uint64_t>(t.numel()) < min_elems) return {};
+  if (t.layout() == at::kSparse) {
+    // Exact, and already small on the wire: right, but a user whose largest
+    // parameter is a sparse embedding would otherwise see nothing compressed
+    // and no reason for it.
+    return {"sparse",
+            "a sparse tensor (the gradient of an nn.Embedding(sparse=True), say), which is "
+            "reduced exactly in its own sparse form (only the rows a batch touched); compcoll "
+            "compresses dense tensors, so a dense embedding gradient (sparse=False) would be "
+            "compressed like the others"};
+  }
+  if (t.layout() != at::kStrided) return {};
   if (t.device().type() != lane) {
     const std::string type = c10::DeviceTypeName(t.device().type(), /*lower_case=*/true);
     return {"device " + type,

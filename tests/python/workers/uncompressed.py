@@ -1,5 +1,6 @@
 """Gradient-like sums compcoll cannot compress, under COMPCOLL_ALGO (see
 test_hooks.py): a float64 DDP model, a non-contiguous view reduced in place,
+a DDP model whose embedding has sparse gradients,
 each several times; and reductions that are not gradient sums (int64,
 MAX, fewer than COMPCOLL_MIN_ELEMS elements), which must pass without a
 word. The RESULT line says what the stats counted and whether every
@@ -27,6 +28,20 @@ for _ in range(3):
     model(torch.randn(8, 128, dtype=torch.float64, generator=g)).sum().backward()
     opt.step()
 
+# A sparse embedding: its gradient is a sparse COO tensor of 20000 x 8
+# elements.
+torch.manual_seed(0)
+sparse_model = DDP(nn.Sequential(nn.EmbeddingBag(20_000, 8, mode="sum", sparse=True)))
+sparse_opt = torch.optim.SGD(sparse_model.parameters(), lr=0.01)
+for _ in range(3):
+    sparse_opt.zero_grad()
+    sparse_model(torch.randint(0, 20_000, (8, 4), generator=g)).sum().backward()
+    sparse_opt.step()
+# Every rank holds the same embedding: the sparse gradients were summed exactly.
+weights = [torch.zeros_like(sparse_model.module[0].weight) for _ in range(world)]
+dist.all_gather(weights, sparse_model.module[0].weight.detach())
+sparse_same = all(torch.equal(w, weights[0]) for w in weights)
+
 
 def exact_everywhere(make, op=dist.ReduceOp.SUM):
     """all_reduce(make()) in place; every rank's result equals the exact
@@ -48,7 +63,7 @@ checks.append(exact_everywhere(lambda gen: torch.randn(100_000, generator=gen),
                                op=dist.ReduceOp.MAX))
 checks.append(exact_everywhere(lambda gen: torch.randn(10, dtype=torch.float64, generator=gen)))
 after = compcoll.stats()
-out["exact"] = all(checks)
+out["exact"] = all(checks) and sparse_same
 out["calls"] = after["calls"] - before["calls"]
 emit(out)
 dist.destroy_process_group()
