@@ -354,7 +354,8 @@ const ConfigVar kTable[] = {
      "magnitude selection; the same bits as staging through host memory, without the copies "
      "and the CPU codec); a call they cannot take is staged, and the log says why at INFO; "
      "where they cannot run at all (no CUDA device, a build without nvcc, normalized "
-     "selection), it says so once at WARN. "
+     "selection, sbc with COMPCOLL_MOMENTUM), it says so once at WARN; while a loss scaler "
+     "is in charge every call is staged, which can undo an overflowed step. "
      "off = every compressed call is staged through host memory and the CPU codec. Off by "
      "default until the route has run on a GPU (docs/gpu.md, \"The device route\")",
      CC_APPLY {

@@ -146,6 +146,7 @@ constexpr ToolVar kToolVars[] = {
     {"COMPCOLL_RELIABILITY_TIMEOUT_MS", "tests/reliability: per-call timeout of the ranks"},
     {"COMPCOLL_NETNS_TEST_HELPER", "tests/network: a test binary's helper mode"},
     {"COMPCOLL_WHEEL_DIR", "tests/python/test_packaging.py: where the built wheel lies"},
+    {"COMPCOLL_TEST_REAL_NCCL", "tests/gpu: the real NCCL library the GpuInterposer tests use"},
 };
 
 std::string upper(std::string s) {

@@ -2,6 +2,7 @@
 // contract"). Subcommands:
 //   codec      one codec on one thread, against memcpy of the same buffer
 //   allreduce  R local ranks, dense vs compressed algorithms
+//   project    time per call at any scale, from the cost model (project.h)
 #include <cstdio>
 #include <cstring>
 #include <exception>
