@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -17,6 +18,27 @@ namespace {
 
 [[noreturn]] void reject(const ConfigVar& var, const std::string& value, const std::string& why) {
   CC_THROW(kInvalidArgument, var.name, "=", value, ": ", why, " (allowed: ", var.allowed, ")");
+}
+
+// Lower case, without surrounding blanks: how a mistyped word of a closed
+// set ("DGC", "True", "dgc ") is matched to the word meant.
+std::string folded(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  const size_t e = s.find_last_not_of(" \t\r\n");
+  std::string out = b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// "unknown value (did you mean 'dgc'?)" where value differs from one of
+// words only in case or surrounding blanks (the values stay exact: the
+// ranks compare them), else just why.
+std::string with_hint(const std::string& why, const std::string& value,
+                      const std::vector<std::string>& words) {
+  for (const std::string& w : words) {
+    if (folded(w) == folded(value)) return why + " (did you mean '" + w + "'?)";
+  }
+  return why;
 }
 
 double parse_double(const ConfigVar& var, const std::string& value) {
@@ -40,17 +62,20 @@ long long parse_int(const ConfigVar& var, const std::string& value) {
 bool parse_bool(const ConfigVar& var, const std::string& value) {
   if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
   if (value == "0" || value == "false" || value == "no" || value == "off") return false;
-  reject(var, value, "not a boolean");
+  reject(var, value,
+         with_hint("not a boolean", value, {"1", "true", "yes", "on", "0", "false", "no", "off"}));
 }
 
 // The value must be one of the '|'-separated words of var.allowed.
 void check_enum(const ConfigVar& var, const std::string& value) {
   std::stringstream ss(var.allowed);
   std::string word;
+  std::vector<std::string> words;
   while (std::getline(ss, word, '|')) {
     if (word == value) return;
+    words.push_back(word);
   }
-  reject(var, value, "unknown value");
+  reject(var, value, with_hint("unknown value", value, words));
 }
 
 double fraction_in_unit(const ConfigVar& var, const std::string& value) {
@@ -142,8 +167,15 @@ const ConfigVar kTable[] = {
      "rank a compressing algorithm saves nothing and still runs (WARN once); auto stays exact there",
      CC_APPLY {
        bool known = false;  // the registry is the one list of algorithms
-       for (const auto& a : algorithm_table()) known = known || value == a.name;
-       if (!known) reject(var, value, "unknown algorithm; registered: " + algorithm_names());
+       std::vector<std::string> names;
+       for (const auto& a : algorithm_table()) {
+         known = known || value == a.name;
+         names.emplace_back(a.name);
+       }
+       if (!known) {
+         reject(var, value,
+                with_hint("unknown algorithm", value, names) + "; registered: " + algorithm_names());
+       }
        cfg.algo = value;
      }},
     {"COMPCOLL_AUTO_ALGO", VarType::kEnum, "dgc", "a registered compressed algorithm",

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "collectives/registry.h"
@@ -155,6 +156,21 @@ TEST(Config, UnknownAlgorithmIsRejectedWithTheRegisteredNames) {
   EXPECT_NE(e.find("COMPCOLL_ALGO=topk"), std::string::npos) << e;
   EXPECT_NE(e.find("dgc"), std::string::npos) << e;
   EXPECT_NE(e.find("onebit"), std::string::npos) << e;
+}
+
+// A word of a closed set typed in another case or with blanks is still
+// refused (the ranks compare the values as given) but named.
+TEST(Config, AMistypedWordIsNamedWithTheWordMeant) {
+  for (const auto& [var, bad, meant] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"COMPCOLL_ALGO", "DGC", "dgc"},
+           {"COMPCOLL_ALGO", "dgc ", "dgc"},
+           {"COMPCOLL_NESTEROV", "True", "true"},
+           {"COMPCOLL_HIERARCHY", " Host", "host"}}) {
+    const std::string e = error_of({{var, bad}});
+    EXPECT_NE(e.find(var + "=" + bad + ": "), std::string::npos) << e;
+    EXPECT_NE(e.find("did you mean '" + meant + "'?"), std::string::npos) << e;
+  }
+  EXPECT_EQ(error_of({{"COMPCOLL_ALGO", "topk"}}).find("did you mean"), std::string::npos);
 }
 
 TEST(Config, DensityOutsideZeroOneIsRejected) {
