@@ -143,6 +143,23 @@ def test_collective_timing_is_accepted_and_times_compressed_works():
 
 
 
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_point_to_point_posted_behind_a_busy_worker_completes(nranks):
+    """Every rank posts a receive and then a send while its group's worker
+    runs a compressed allreduce, so both wait in the queue. Gloo's send and
+    receive works have no future, and the worker used to wait for the
+    receive itself, with the rank's own send queued behind it: every rank
+    hung until the group's timeout, where plain Gloo completes at once."""
+    ranks = launch([worker("p2p_while_busy.py")], nranks, env={"COMPCOLL_ALGO": "dgc"},
+                   timeout=150)
+    for r in ranks:
+        res = r.result
+        assert res["backend"] == "compcoll", res
+        src = res["src"]
+        assert res["got"] == [x for k in range(3) for x in (100.0 * k + src, -1.0 - src)], res
+        assert max(res["seconds"]) < 10, res  # the timeout is 20 s
+
+
 def test_no_thread_of_the_backend_holds_the_callers_tensors():
     """While an operation is in flight, and after it, the caller's tensors
     carry no reference but their Python object's: the worker and the inner

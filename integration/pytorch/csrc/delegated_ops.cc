@@ -6,6 +6,8 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <exception>
+#include <system_error>
+#include <thread>
 
 #include "integration/pytorch/csrc/backend.h"
 #include "integration/pytorch/csrc/deferred_release.h"
@@ -25,6 +27,34 @@ constexpr c10d::OpType kReduceScatterTensorCoalesced = c10d::OpType::REDUCE_SCAT
 constexpr c10d::OpType kAllgatherIntoTensorCoalesced = c10d::OpType::COALESCED;
 constexpr c10d::OpType kReduceScatterTensorCoalesced = c10d::OpType::COALESCED;
 #endif
+
+// Gloo's send and receive works have no future: they complete only when
+// someone waits for them. Waited for on the worker, a receive would hold
+// the worker until its peer sends, while what is queued behind it (this
+// rank's own send to that peer, say) waits for the worker: two ranks that
+// each post a receive and then a send while their workers are busy would
+// deadlock, where plain Gloo completes. So a thread of its own waits, for
+// at most the group's timeout (the watchdog bounds the work as well), and
+// the worker goes on issuing.
+void settle_when_done(c10::intrusive_ptr<c10d::Work> in, c10::intrusive_ptr<CompcollWork> work,
+                      std::chrono::milliseconds timeout) {
+  auto wait = [](c10::intrusive_ptr<c10d::Work> in, c10::intrusive_ptr<CompcollWork> work,
+                 std::chrono::milliseconds timeout) {
+    try {
+      in->wait(timeout);
+      work->complete();
+    } catch (const std::exception&) {
+      work->fail(std::current_exception());
+    }
+    DeferredRelease::keep(std::move(work));  // its last drop is never this thread's
+  };
+  try {
+    // Owns what it touches (DeferredRelease holds `in` too), so detached.
+    std::thread(wait, in, work, timeout).detach();
+  } catch (const std::system_error&) {
+    wait(std::move(in), std::move(work), timeout);  // no thread to be had: here, as before
+  }
+}
 
 }  // namespace
 
@@ -150,7 +180,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
     return work;
   }
   worker_->submit(what, work, [&]() -> Worker::Task {
-    return [work, inner, issue]() mutable {
+    return [work, inner, issue, group_timeout = timeout_]() mutable {
       c10::intrusive_ptr<c10d::Work> in;
       try {
         in = issue(*inner);
@@ -181,13 +211,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
         });
         return;
       }
-      try {
-        in->wait();
-        work->complete();
-      } catch (const std::exception&) {
-        work->fail(std::current_exception());
-      }
-      DeferredRelease::keep(std::move(work));  // not dropped on the worker
+      settle_when_done(std::move(in), std::move(work), group_timeout->get());
     };
   }, timeout);
   return work;
