@@ -155,12 +155,15 @@ FAKE_CUDA_EXPORT CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, si
   return CUDA_SUCCESS;
 }
 
+// Into pageable host memory (the only kind here) the real driver returns
+// once the copy is done, so once the stream ahead of it is: modelled, with
+// a 60 s limit where the real one has none.
 FAKE_CUDA_EXPORT CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream s) {
   fakecuda::enqueue(s, [dst, src, n] {
     std::memcpy(dst, reinterpret_cast<const void*>(src), n);
     return true;
   });
-  return CUDA_SUCCESS;
+  return cuStreamSynchronize(s);
 }
 
 FAKE_CUDA_EXPORT CUresult cuStreamCreate(CUstream* s, unsigned) {

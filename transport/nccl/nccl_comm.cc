@@ -82,11 +82,21 @@ class NcclCall {
     if (r != ncclSuccess) fail(std::string(what) + ": " + c_.nccl_.describe(r, c_.comm_), false);
   }
 
+  // Every host buffer here is pageable (vectors, the caller's), and a copy
+  // between pageable and device memory may return only once it is done,
+  // that is once everything ahead of it on the stream is: behind a kernel
+  // that waits for a dead peer, never, and the polled wait below with its
+  // deadline would not be reached. So the stream is drained first, by that
+  // wait; the copy itself then waits for nothing but itself.
   void h2d(CUdeviceptr dst, const void* src, size_t n) {
-    if (n) cu(c_.cuda_.MemcpyHtoDAsync(dst, src, n, c_.stream_), "cuMemcpyHtoDAsync");
+    if (n == 0) return;
+    wait("the work ahead of a host-to-device copy");
+    cu(c_.cuda_.MemcpyHtoDAsync(dst, src, n, c_.stream_), "cuMemcpyHtoDAsync");
   }
   void d2h(void* dst, CUdeviceptr src, size_t n) {
-    if (n) cu(c_.cuda_.MemcpyDtoHAsync(dst, src, n, c_.stream_), "cuMemcpyDtoHAsync");
+    if (n == 0) return;
+    wait("the work ahead of a device-to-host copy");
+    cu(c_.cuda_.MemcpyDtoHAsync(dst, src, n, c_.stream_), "cuMemcpyDtoHAsync");
   }
 
   // Polls until the stream has drained, NCCL reports an asynchronous error,
