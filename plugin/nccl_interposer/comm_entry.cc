@@ -104,6 +104,7 @@ void CommEntry::ensure_transport(CUstream stream) {
     nccl::NcclCommOptions o;
     o.timeout = rt_.config->timeout;
     o.stream = stream;
+    o.stop = &stop_;
     transport_ = std::make_unique<nccl::NcclComm>(*rt_.nccl, *rt_.cuda, comm_, o);
   }
   transport_->set_stream(stream);
@@ -262,6 +263,31 @@ void CommEntry::finish() {
   transport_.reset();
   std::lock_guard<std::mutex> slk(snap_mu_);
   snap_.destroyed = true;  // state_* keep their last values: what it held at the end
+}
+
+ncclResult_t CommEntry::abort_then_finish(const std::function<ncclResult_t()>& real_abort) {
+  stop_.store(true, std::memory_order_release);
+  std::unique_lock<std::mutex> lk(call_mu_, std::defer_lock);
+  const auto deadline =
+      std::chrono::steady_clock::now() + rt_.config->timeout + std::chrono::seconds(1);
+  while (!lk.try_lock()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      log_.warn("comm ", id_, ": ncclCommAbort while a compressed call of another thread was "
+                "still in flight after the timeout; aborting under it, its memory is left");
+      return aborted_.exchange(true) ? ncclSuccess : real_abort();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // A call stopped by stop_ aborted the communicator itself.
+  if (transport_ && transport_->aborted()) aborted_ = true;
+  const ncclResult_t r = aborted_.exchange(true) ? ncclSuccess : real_abort();
+  publish();
+  communicator_.reset();
+  device_.reset();
+  transport_.reset();
+  std::lock_guard<std::mutex> slk(snap_mu_);
+  snap_.destroyed = true;
+  return r;
 }
 
 void CommEntry::finish_at_exit() {

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -125,8 +126,17 @@ class CommEntry {
   void discard_nonfinite();
 
   // Releases the Communicator and the NcclComm (device memory); called
-  // before the real ncclCommDestroy/ncclCommAbort. Idempotent.
+  // before the real ncclCommDestroy. Idempotent.
   void finish();
+  // The program's ncclCommAbort: real_abort (the real one) first, then what
+  // finish() releases. Freeing device memory waits for the device's work, and
+  // a kernel waiting for a dead peer ends only with the abort, so the other
+  // order would hang. A call of another thread in flight is stopped first
+  // (NcclCommOptions::stop: it aborts the communicator itself, and then
+  // real_abort is not called again); one that does not end within the
+  // timeout is named at WARN, the abort goes ahead and its memory is left.
+  // Returns real_abort's result, or ncclSuccess when compcoll had aborted.
+  ncclResult_t abort_then_finish(const std::function<ncclResult_t()>& real_abort);
   // At process exit, for a communicator the program never destroyed: what
   // its Communicator does when it is destroyed (its COMPCOLL_STATE_DIR
   // checkpoint, its summary line), touching neither NCCL nor the device. A
@@ -169,6 +179,7 @@ class CommEntry {
   std::vector<uint8_t> host_;
   BufferKeys keys_;  // guarded by call_mu_
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> stop_{false};  // abort_then_finish: NcclCommOptions::stop
 
   mutable std::mutex snap_mu_;  // guards everything below (never held across NCCL calls)
   CommSnapshot snap_;

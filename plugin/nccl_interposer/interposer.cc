@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <set>
 
 #include "collectives/dispatch.h"
@@ -257,9 +258,15 @@ ncclResult_t Interposer::destroy(ncclComm_t comm, bool abort) {
     }
   }
   bool already_aborted = false;
+  std::optional<ncclResult_t> aborted_now;
   if (e) {
     already_aborted = e->aborted();
-    e->finish();
+    if (abort && !already_aborted) {
+      // The abort before the device memory is freed (CommEntry::abort_then_finish).
+      aborted_now = e->abort_then_finish([&] { return nccl.CommAbort(comm); });
+    } else {
+      e->finish();
+    }
     const CommSnapshot s = e->snapshot();
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -272,6 +279,7 @@ ncclResult_t Interposer::destroy(ncclComm_t comm, bool abort) {
               abort ? "abort" : "destroy");
     return ncclSuccess;
   }
+  if (aborted_now) return *aborted_now;
   return abort ? nccl.CommAbort(comm) : nccl.CommDestroy(comm);
 }
 

@@ -18,9 +18,16 @@
 namespace fakecuda {
 namespace {
 
+// A queued task and the thread that enqueued it: each rank of a test is a
+// thread with a "device" of its own (cuMemFree waits for its thread's work).
+struct Queued {
+  Task run;
+  std::thread::id owner;
+};
+
 struct Engine {
   std::mutex mu;
-  std::map<CUstream, std::deque<Task>> queues;
+  std::map<CUstream, std::deque<Queued>> queues;
   std::set<CUstream> capturing;
 };
 
@@ -32,7 +39,7 @@ Engine& engine() {
 // Runs what can run on every stream. Caller holds the lock.
 void progress_locked(Engine& e) {
   for (auto& [stream, q] : e.queues) {
-    while (!q.empty() && q.front()()) q.pop_front();
+    while (!q.empty() && q.front().run()) q.pop_front();
   }
 }
 
@@ -57,7 +64,7 @@ CUcontext current() { return t_ctx_stack.empty() ? nullptr : t_ctx_stack.back();
 void enqueue(CUstream stream, Task task) {
   Engine& e = engine();
   std::lock_guard<std::mutex> lk(e.mu);
-  e.queues[stream].push_back(std::move(task));
+  e.queues[stream].push_back({std::move(task), std::this_thread::get_id()});
 }
 
 }  // namespace fakecuda
@@ -129,7 +136,26 @@ FAKE_CUDA_EXPORT CUresult cuMemAlloc(CUdeviceptr* p, size_t bytes) {
   return CUDA_SUCCESS;
 }
 
+// The real cuMemFree waits for the device's work, every stream's (a kernel
+// that waits for a dead peer holds it for ever): modelled, with a 60 s
+// limit, as the work the calling thread (one rank, one device) enqueued.
 FAKE_CUDA_EXPORT CUresult cuMemFree(CUdeviceptr p) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const std::thread::id me = std::this_thread::get_id();
+  for (;;) {
+    bool idle = true;
+    {
+      fakecuda::Engine& e = engine();
+      std::lock_guard<std::mutex> lk(e.mu);
+      fakecuda::progress_locked(e);
+      for (const auto& [stream, q] : e.queues) {
+        for (const fakecuda::Queued& t : q) idle = idle && t.owner != me;
+      }
+    }
+    if (idle) break;
+    if (std::chrono::steady_clock::now() > deadline) return CUDA_ERROR_LAUNCH_TIMEOUT;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   std::free(reinterpret_cast<void*>(p));
   return CUDA_SUCCESS;
 }

@@ -488,6 +488,26 @@ TEST_F(Interposer, AStalledPeerTimesOutAbortsOnceAndReportsTheError) {
   EXPECT_EQ(lines_after(log, "ncclCommAbort ").size(), 2u) << log;  // ours for rank 0, the app's for rank 1
 }
 
+// A forwarded collective hangs (its peer never joins) and the program
+// aborts the communicator, as PyTorch's watchdog does. The abort must come
+// before compcoll frees its device memory: a free waits for the device's
+// work, which only the abort ends (the stand-in driver's cuMemFree waits as
+// the real one does, for at most 60 s).
+TEST_F(Interposer, AnAbortBehindAHungForwardedCallReturnsPromptly) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_TIMEOUT_MS"] = "30000";
+  const AppRun r = run({"--ranks", "2", "--stall-rank", "1", "--stall-forwarded"}, e);
+  EXPECT_RAN_OK(r);
+  EXPECT_LT(r.seconds, 20.0) << r.output;
+  const auto said = lines_after(r.output, "stall-error rank 0 ");
+  ASSERT_EQ(said.size(), 1u) << r.output;
+  EXPECT_EQ(said[0].rfind("result 0 async 0 ", 0), 0u) << said[0];  // forwarded: enqueued
+  const std::string log = read_text(log_path());
+  EXPECT_EQ(log.find("MISUSE"), std::string::npos) << "a handle reached NCCL after its abort:\n" << log;
+  EXPECT_EQ(lines_after(log, "ncclCommAbort ").size(), 2u) << log;  // each rank's, once
+}
+
 TEST_F(Interposer, ABadSettingFailsCommunicatorCreation) {
   auto e = env();
   e["COMPCOLL_ALGO"] = "bogus";

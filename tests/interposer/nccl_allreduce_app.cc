@@ -60,6 +60,7 @@ struct Options {
   bool split = false;
   bool child_idle = false;
   int stall_rank = -1;
+  bool stall_forwarded = false;  // the stalled call is one the interposer forwards
   bool exact = false;
   bool expect_init_failure = false;
   bool no_destroy = false;  // leave the communicators to process exit
@@ -95,6 +96,7 @@ struct Shared {
   std::map<std::string, std::map<int, uint64_t>> digests;  // name -> rank -> digest
   std::vector<std::string> failures;
   std::atomic<int> reported{0};  // stall mode: ranks that saw their error
+  std::atomic<int> aborted{0};   // stall mode: ranks whose ncclCommAbort returned
 
   void print(const std::string& line) {
     std::lock_guard<std::mutex> lk(mu);
@@ -317,13 +319,22 @@ class Rank {
   bool stall() {
     if (rank_ == o_.stall_rank) {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (sh_.reported < o_.ranks - 1 && std::chrono::steady_clock::now() < deadline) {
+      // After the others' aborts: a dead peer would never abort, so theirs
+      // must not depend on this one's.
+      while (sh_.aborted < o_.ranks - 1 && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     } else {
-      std::vector<float> h(o_.count, 1.0f);
-      put(a_, h);
-      const ncclResult_t r = allreduce("compressible", a_, a_, o_.count, ncclFloat32, ncclSum, comm_);
+      ncclResult_t r = ncclSuccess;
+      if (o_.stall_forwarded) {
+        // Enqueued and left hanging on the stream: the kernel never ends
+        // until the communicator is aborted.
+        put(a_, std::vector<int32_t>(o_.count, 1));
+        r = allreduce("forwarded", a_, a_, o_.count, ncclInt32, ncclSum, comm_);
+      } else {
+        put(a_, std::vector<float>(o_.count, 1.0f));
+        r = allreduce("compressible", a_, a_, o_.count, ncclFloat32, ncclSum, comm_);
+      }
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       sh_.print("stall-error rank " + std::to_string(rank_) + " result " + std::to_string(int(r)) +
@@ -331,6 +342,7 @@ class Rank {
       ++sh_.reported;
     }
     nc(ncclCommAbort(comm_), "ncclCommAbort");
+    if (rank_ != o_.stall_rank) ++sh_.aborted;
     return false;
   }
 
@@ -465,6 +477,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--split") o.split = true;
     else if (a == "--child-idle") o.child_idle = true;
     else if (a == "--stall-rank") o.stall_rank = std::stoi(next());
+    else if (a == "--stall-forwarded") o.stall_forwarded = true;
     else if (a == "--exact") o.exact = true;
     else if (a == "--fp32-avg") o.fp32_avg = true;
     else if (a == "--expect-init-failure") o.expect_init_failure = true;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <numeric>
+#include <thread>
 
 #include "collectives/lent_comm.h"
 #include "compcoll/error.h"
@@ -159,6 +160,32 @@ TEST(NcclComm, AMissingPeerTimesOutAbortsAndBreaksTheCommunicator) {
   });
   expect_no_errors(errors);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+// The owner's stop (the interposer's ncclCommAbort from another thread)
+// ends a call waiting for a missing peer at once, not at the timeout: the
+// call aborts the communicator and fails saying why.
+TEST(NcclComm, TheOwnersStopEndsAWaitingCallAtOnce) {
+  std::atomic<bool> stop{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread owner([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    stop.store(true);
+  });
+  const auto errors = run_nccl_ranks(2, milliseconds(20000), [&](nccl::NcclComm& c) {
+    if (c.rank() == 1) return;  // never joins the collective
+    try {
+      c.allgatherv(payload_of(0, 10), kUnboundedPart);
+      ADD_FAILURE() << "allgatherv returned without its peer";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the communicator's owner aborts it"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_TRUE(c.aborted());
+  }, &stop);
+  owner.join();
+  expect_no_errors(errors);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
 TEST(NcclComm, CompressedAlgorithmsRunThroughACommunicatorOverNccl) {

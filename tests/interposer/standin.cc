@@ -24,7 +24,8 @@ const nccl::CudaDriverApi& standin_cuda() {
 }
 
 std::vector<std::string> run_nccl_ranks(int ranks, std::chrono::milliseconds timeout,
-                                        const std::function<void(nccl::NcclComm&)>& fn) {
+                                        const std::function<void(nccl::NcclComm&)>& fn,
+                                        const std::atomic<bool>* stop) {
   const nccl::NcclApi& api = standin_nccl();
   const nccl::CudaDriverApi& cuda = standin_cuda();
   using GetId = ncclResult_t (*)(ncclUniqueId*);
@@ -41,6 +42,7 @@ std::vector<std::string> run_nccl_ranks(int ranks, std::chrono::milliseconds tim
         if (api.CommInitRank(&comm, ranks, id, r) != ncclSuccess) throw std::runtime_error("ncclCommInitRank failed");
         nccl::NcclCommOptions o;
         o.timeout = timeout;
+        o.stop = stop;
         nccl::NcclComm nc(api, cuda, comm, o);
         try {
           fn(nc);

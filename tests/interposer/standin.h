@@ -2,6 +2,7 @@
 // the way the interposer does and running ranks as threads over them.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -27,7 +28,9 @@ const nccl::CudaDriverApi& standin_cuda();
 // Runs fn on `ranks` threads, each with an NcclComm over its own stand-in
 // communicator. Returns each rank's error message ("" when it succeeded).
 // The communicators are destroyed afterwards (unless the NcclComm aborted).
+// stop: NcclCommOptions::stop of every rank's NcclComm.
 std::vector<std::string> run_nccl_ranks(int ranks, std::chrono::milliseconds timeout,
-                                        const std::function<void(nccl::NcclComm&)>& fn);
+                                        const std::function<void(nccl::NcclComm&)>& fn,
+                                        const std::atomic<bool>* stop = nullptr);
 
 }  // namespace compcoll::testing

@@ -107,6 +107,7 @@ class NcclCall {
       if (q == CUDA_SUCCESS) return;
       if (q != CUDA_ERROR_NOT_READY) fail(std::string(what) + ": cuStreamQuery: " + c_.cuda_.describe(q), true);
       check_async(what);
+      check_stop(what);
       if (Clock::now() >= deadline_) timed_out(what);
       backoff(spins);
     }
@@ -132,6 +133,13 @@ class NcclCall {
     }
   }
 
+  // The owner asked for the communicator to be aborted (NcclCommOptions::stop).
+  void check_stop(const char* what) {
+    if (c_.stop_ != nullptr && c_.stop_->load(std::memory_order_acquire)) {
+      fail(std::string(what) + ": the communicator's owner aborts it (ncclCommAbort)", true);
+    }
+  }
+
   void check_async(const char* what) {
     ncclResult_t async = ncclSuccess;
     const ncclResult_t r = c_.nccl_.CommGetAsyncError(c_.comm_, &async);
@@ -147,6 +155,7 @@ class NcclCall {
       const ncclResult_t r = c_.nccl_.CommGetAsyncError(c_.comm_, &async);
       if (r != ncclSuccess) return r;
       if (async != ncclInProgress) return async;
+      check_stop(what);
       if (Clock::now() >= deadline_) timed_out(what);
       backoff(spins);
     }
@@ -185,7 +194,12 @@ class NcclCall {
 
 NcclComm::NcclComm(const NcclApi& nccl, const CudaDriverApi& cuda, ncclComm_t comm,
                    NcclCommOptions options)
-    : nccl_(nccl), cuda_(cuda), comm_(comm), timeout_(options.timeout), stream_(options.stream) {
+    : nccl_(nccl),
+      cuda_(cuda),
+      comm_(comm),
+      timeout_(options.timeout),
+      stop_(options.stop),
+      stream_(options.stream) {
   CC_CHECK(comm != nullptr, kInvalidArgument, "NcclComm over a null ncclComm_t");
   CC_CHECK(timeout_.count() > 0, kInvalidArgument, "NcclComm timeout must be positive");
   auto query = [&](ncclResult_t r, const char* what) {

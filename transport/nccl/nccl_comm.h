@@ -29,6 +29,7 @@
 // and leave the communicator usable. One thread uses a NcclComm at a time.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -42,6 +43,12 @@ struct NcclCommOptions {
   std::chrono::milliseconds timeout{30000};
   // Stream to run on; null: create one (non-blocking) on the comm's device.
   CUstream stream = nullptr;
+  // When set and true, a call's waits end at their next poll as a timeout
+  // would: the call aborts the communicator and fails. The owner sets it to
+  // abort a communicator a call of another thread may be waiting on (the
+  // NCCL interposer, when its program calls ncclCommAbort). Must outlive
+  // the NcclComm.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 class NcclComm final : public Comm {
@@ -99,6 +106,7 @@ class NcclComm final : public Comm {
   int device_ = 0;
   CUcontext ctx_ = nullptr;  // the comm's device's primary context, when we needed it
   std::chrono::milliseconds timeout_;
+  const std::atomic<bool>* stop_ = nullptr;
   CUstream stream_ = nullptr;
   CUstream own_stream_ = nullptr;
   CUdeviceptr arena_ = 0;
