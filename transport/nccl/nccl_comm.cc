@@ -235,11 +235,13 @@ void NcclComm::release_arena() {
   arena_bytes_ = 0;
 }
 
-CUdeviceptr NcclComm::arena(size_t bytes) {
+CUdeviceptr NcclComm::arena(NcclCall& call, size_t bytes) {
   bytes = std::max<size_t>(align_up(bytes), kAlign);
   if (bytes <= arena_bytes_) return arena_;
-  // Everything enqueued earlier has drained (every call waits), so the old
-  // arena is free to go.
+  // Our own work has drained (every call waits), but the stream may be the
+  // caller's, with its kernels ahead (the interposer's): cuMemFree would wait
+  // for them without a deadline, so they are waited for by the polled wait.
+  if (arena_ != 0) call.wait("the work ahead of growing the staging memory");
   release_arena();
   const size_t grown = std::max(bytes, arena_bytes_ + arena_bytes_ / 2);
   const CUresult r = cuda_.MemAlloc(&arena_, grown);
@@ -255,7 +257,7 @@ Gathered NcclComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
   const size_t R = size_t(size_);
   // Round 1: every rank's size. Layout: [my size][R sizes].
   const size_t sizes_at = kAlign;
-  CUdeviceptr d = arena(sizes_at + R * 8);
+  CUdeviceptr d = arena(call, sizes_at + R * 8);
   const uint64_t mine = send.size();
   std::vector<uint64_t> sizes(R);
   call.h2d(d, &mine, 8);
@@ -278,7 +280,7 @@ Gathered NcclComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
 
   // Round 2: payloads padded to the largest. Layout: [mine][R slots].
   const size_t slots_at = align_up(max);
-  d = arena(slots_at + R * max);
+  d = arena(call, slots_at + R * max);
   call.h2d(d, send.data(), send.size());
   call.nc(nccl_.AllGather(reinterpret_cast<void*>(d), reinterpret_cast<void*>(d + slots_at), max,
                           ncclUint8, comm_, stream_),
@@ -299,7 +301,7 @@ std::vector<Bytes> NcclComm::alltoallv(const std::vector<Bytes>& send, size_t ma
   std::vector<uint64_t> out_sizes(R), in_sizes(R, 0);
   for (size_t p = 0; p < R; ++p) out_sizes[p] = send[p].size();
   const size_t recv_at = align_up(R * 8);
-  CUdeviceptr d = arena(recv_at + R * 8);
+  CUdeviceptr d = arena(call, recv_at + R * 8);
   call.h2d(d, out_sizes.data(), R * 8);
   call.nc(nccl_.GroupStart(), "ncclGroupStart");
   for (size_t p = 0; p < R; ++p) {
@@ -329,7 +331,7 @@ std::vector<Bytes> NcclComm::alltoallv(const std::vector<Bytes>& send, size_t ma
   recv[rank_] = send[rank_];
   if (send_at[R] == 0 && recv_off[R] == 0) return recv;
   const size_t base = align_up(send_at[R]);
-  d = arena(base + recv_off[R]);
+  d = arena(call, base + recv_off[R]);
   for (size_t p = 0; p < R; ++p) {
     if (int(p) != rank_) call.h2d(d + send_at[p], send[p].data(), send[p].size());
   }
@@ -362,7 +364,7 @@ void NcclComm::allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   NcclCall call(*this, "allreduce");
   if (count == 0) return;
   const size_t bytes = count * dtype_size(dtype);
-  const CUdeviceptr d = arena(bytes);
+  const CUdeviceptr d = arena(call, bytes);
   call.h2d(d, buf, bytes);
   call.nc(nccl_.AllReduce(reinterpret_cast<void*>(d), reinterpret_cast<void*>(d), count, type, nop,
                           comm_, stream_),
@@ -378,7 +380,7 @@ void NcclComm::broadcast(void* buf, size_t bytes, int root) {
   CC_CHECK(buf != nullptr || bytes == 0, kInvalidArgument, who(), ": broadcast from a null buffer");
   NcclCall call(*this, "broadcast");
   if (bytes == 0) return;
-  const CUdeviceptr d = arena(bytes);
+  const CUdeviceptr d = arena(call, bytes);
   if (rank_ == root) call.h2d(d, buf, bytes);
   call.nc(nccl_.Broadcast(reinterpret_cast<void*>(d), reinterpret_cast<void*>(d), bytes, ncclUint8,
                           root, comm_, stream_),
@@ -391,7 +393,7 @@ void NcclComm::broadcast(void* buf, size_t bytes, int root) {
 
 void NcclComm::barrier() {
   NcclCall call(*this, "barrier");
-  const CUdeviceptr d = arena(sizeof(int32_t));
+  const CUdeviceptr d = arena(call, sizeof(int32_t));
   const int32_t one = 1;
   call.h2d(d, &one, sizeof one);
   call.nc(nccl_.AllReduce(reinterpret_cast<void*>(d), reinterpret_cast<void*>(d), 1, ncclInt32,

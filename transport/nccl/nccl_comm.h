@@ -39,6 +39,8 @@
 
 namespace compcoll::nccl {
 
+class NcclCall;  // one call's bookkeeping (nccl_comm.cc)
+
 struct NcclCommOptions {
   std::chrono::milliseconds timeout{30000};
   // Stream to run on; null: create one (non-blocking) on the comm's device.
@@ -95,7 +97,9 @@ class NcclComm final : public Comm {
  private:
   friend class NcclCall;
 
-  CUdeviceptr arena(size_t bytes);
+  // The staging arena, at least `bytes`; growing it first drains the stream
+  // by call's polled wait (freeing waits for the device's work).
+  CUdeviceptr arena(NcclCall& call, size_t bytes);
   void release_arena();
 
   const NcclApi& nccl_;
