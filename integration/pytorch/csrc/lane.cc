@@ -12,6 +12,12 @@
 
 namespace compcoll::torch_integration {
 
+namespace {
+// torch's default process-group timeout, for a lane whose group has not
+// told it one yet.
+constexpr std::chrono::milliseconds kDefaultBuildWait{30 * 60 * 1000};
+}  // namespace
+
 void without_gil(const std::function<void()>& fn) {
   if (Py_IsInitialized() && PyGILState_Check()) {
     PyThreadState* state = PyEval_SaveThread();
@@ -50,13 +56,24 @@ c10::intrusive_ptr<c10d::Backend> Lane::inner() {
   Factory factory;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    while (!inner_ && building_) {  // another thread is building it
+    // Another thread may be building it: wait, bounded by the group's
+    // timeout (torch's default when none was set yet), so a factory that
+    // never returns becomes an error naming the lane.
+    const auto limit = pending_timeout_.value_or(kDefaultBuildWait);
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!inner_ && building_) {
+      bool in_time = true;
       lock.unlock();
       without_gil([&] {
         std::unique_lock<std::mutex> l(mu_);
-        built_cv_.wait(l, [&] { return inner_ || !building_; });
+        in_time = built_cv_.wait_until(l, deadline, [&] { return inner_ || !building_; });
       });
       lock.lock();
+      if (!in_time && !inner_ && building_) {
+        CC_THROW_TIMEOUT(limit, "the inner backend for ", name_,
+                         " tensors was still being built by another thread after ",
+                         limit.count(), " ms (the group's timeout)");
+      }
     }
     if (inner_) return inner_;
     building_ = true;

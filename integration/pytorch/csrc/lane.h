@@ -65,9 +65,9 @@ class Lane {
   bool staged() const { return staged_; }
 
   // The inner backend; builds it on the first call (the factory runs
-  // without any lock held, so it may take the GIL; concurrent callers wait
-  // without the GIL). A failed build is reported to that caller and retried
-  // by the next one: building is not collective.
+  // without any lock held, so it may take the GIL; concurrent callers wait,
+  // without the GIL, up to the group's timeout). A failed build is reported
+  // to that caller and retried by the next one: building is not collective.
   c10::intrusive_ptr<c10d::Backend> inner();
   // The inner backend if it has been built, else null. Never builds it.
   c10::intrusive_ptr<c10d::Backend> built_inner() const;
