@@ -1,6 +1,15 @@
 // The C ABI: every entry point converts compcoll::Error (and anything else)
 // into a status code and a per-thread message. No exception crosses it.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
 #include <new>
+#include <optional>
+#include <set>
 #include <string>
 
 #include "compcoll/compcoll.h"
@@ -58,9 +67,64 @@ compcoll_status_t null_arg(const char* what) {
 bool valid_dtype(int d) { return d >= COMPCOLL_FLOAT32 && d <= COMPCOLL_INT8; }
 bool valid_op(int o) { return o >= COMPCOLL_SUM && o <= COMPCOLL_PROD; }
 
+// compcoll_comm_create's arguments replace these, so the environment's are
+// neither read nor checked: a framework making a communicator of its own
+// inside a launcher's job (torchrun's RANK and WORLD_SIZE, another
+// communicator's COMPCOLL_RENDEZVOUS) is not refused for them.
+compcoll::EnvLookup env_without_identity() {
+  return [env = compcoll::process_env()](const char* name) -> std::optional<std::string> {
+    for (const char* given : {"COMPCOLL_RENDEZVOUS", "COMPCOLL_RANK", "COMPCOLL_WORLD_SIZE",
+                              "RANK", "WORLD_SIZE"}) {
+      if (std::strcmp(name, given) == 0) return std::nullopt;
+    }
+    return env(name);
+  };
+}
+
+// Communicators created and not destroyed yet. At process exit each writes
+// what compcoll_comm_destroy would (COMPCOLL_STATS_FILE, the
+// COMPCOLL_STATE_DIR checkpoint): the stats contract is "at destruction or
+// exit", and a C program that returns from main without destroying its
+// communicator must not lose them. Leaked on purpose: the exit hook runs
+// after static destructors of objects made later than it was registered.
+struct LiveComms {
+  std::mutex mu;
+  std::set<compcoll_comm*> comms;
+  pid_t pid = getpid();  // a forked child's exit leaves the parent's files alone
+};
+LiveComms& live_comms() {
+  static LiveComms* live = new LiveComms;
+  return *live;
+}
+
+void finish_live_comms_at_exit() {
+  LiveComms& live = live_comms();
+  if (getpid() != live.pid) return;
+  std::lock_guard<std::mutex> lock(live.mu);
+  for (compcoll_comm* c : live.comms) {
+    // One still inside a call on another thread is left alone: finishing
+    // it would read what that call is writing.
+    if (c->impl->call_running()) continue;
+    try {
+      c->impl->finish();
+    } catch (...) {  // nothing may escape an exit hook; finish logs its own failures
+    }
+  }
+}
+
 compcoll_status_t create(const compcoll::Config& cfg, compcoll_comm_t** out) {
   return guarded([&] {
     auto c = new compcoll_comm{compcoll::Communicator::connect(cfg)};
+    static std::once_flag hook;
+    std::call_once(hook, [] {
+      live_comms();
+      std::atexit(finish_live_comms_at_exit);
+    });
+    {
+      LiveComms& live = live_comms();
+      std::lock_guard<std::mutex> lock(live.mu);
+      live.comms.insert(c);
+    }
     *out = c;
   });
 }
@@ -84,7 +148,7 @@ compcoll_status_t compcoll_comm_create(const char* rendezvous, int rank, int wor
   *comm = nullptr;
   compcoll::Config cfg;
   const compcoll_status_t s = guarded([&] {
-    cfg = compcoll::load_config();
+    cfg = compcoll::load_config(env_without_identity());
     CC_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, kInvalidArgument, "rank ", rank,
              " of world size ", world_size, " is out of range");
     cfg.rendezvous = rendezvous;
@@ -125,25 +189,27 @@ compcoll_status_t compcoll_comm_size(const compcoll_comm_t* comm, int* size) {
 
 compcoll_status_t compcoll_get_stats(const compcoll_comm_t* comm, compcoll_stats_t* stats) {
   if (!comm || !stats) return null_arg("comm or stats");
-  const compcoll::Stats& s = comm->impl->stats();
-  stats->calls = s.calls();
-  stats->compressed_calls = s.compressed_calls();
-  stats->dense_bytes = s.dense_bytes();
-  stats->wire_bytes = s.wire_bytes();
+  // As of the last finished call: another thread may be inside one.
+  const compcoll::Communicator::StatsSnapshot snap = comm->impl->stats_snapshot();
+  const compcoll::StatsCounters& s = snap.counters;
+  stats->calls = s.calls;
+  stats->compressed_calls = s.compressed_calls;
+  stats->dense_bytes = s.dense_bytes;
+  stats->wire_bytes = s.wire_bytes;
   stats->ratio = s.ratio();
-  stats->time_ms = s.total_ms();
-  stats->state_bytes = comm->impl->state_bytes();
+  stats->time_ms = s.ms;
+  stats->state_bytes = snap.state_bytes;
   return COMPCOLL_SUCCESS;
 }
 
 compcoll_status_t compcoll_get_steady_stats(const compcoll_comm_t* comm,
                                             compcoll_steady_stats_t* stats) {
   if (!comm || !stats) return null_arg("comm or stats");
-  const compcoll::Stats& s = comm->impl->stats();
-  stats->warmup_dense_calls = s.warmup_dense_calls();
-  stats->steady_calls = s.steady_calls();
-  stats->steady_dense_bytes = s.steady_dense_bytes();
-  stats->steady_wire_bytes = s.steady_wire_bytes();
+  const compcoll::StatsCounters s = comm->impl->stats_snapshot().counters;
+  stats->warmup_dense_calls = s.warmup_dense_calls;
+  stats->steady_calls = s.steady_calls;
+  stats->steady_dense_bytes = s.steady_dense_bytes;
+  stats->steady_wire_bytes = s.steady_wire_bytes;
   stats->steady_ratio = s.steady_ratio();
   return COMPCOLL_SUCCESS;
 }
@@ -152,6 +218,15 @@ compcoll_status_t compcoll_rescale_state(compcoll_comm_t* comm, double factor,
                                          size_t* rescaled) {
   if (!comm) return null_arg("comm");
   return guarded([&] {
+    // Checked as given: a finite double > 0 outside float's range is named
+    // as such, not as the 0 or inf it would narrow to.
+    CC_CHECK(std::isfinite(factor) && factor > 0.0, kInvalidArgument,
+             "the error-feedback state can only be rescaled by a finite factor > 0, got ", factor);
+    CC_CHECK(factor >= std::numeric_limits<float>::min() &&
+                 factor <= std::numeric_limits<float>::max(),
+             kInvalidArgument, "rescale factor ", factor, " is outside the range of float32 [",
+             std::numeric_limits<float>::min(), ", ", std::numeric_limits<float>::max(),
+             "] the state is kept in");
     const size_t n = comm->impl->rescale_state(static_cast<float>(factor));
     if (rescaled != nullptr) *rescaled = n;
   });
@@ -164,6 +239,11 @@ compcoll_status_t compcoll_set_loss_scaled(compcoll_comm_t* comm, int on) {
 
 compcoll_status_t compcoll_comm_destroy(compcoll_comm_t* comm) {
   if (!comm) return COMPCOLL_SUCCESS;
+  {
+    LiveComms& live = live_comms();
+    std::lock_guard<std::mutex> lock(live.mu);
+    live.comms.erase(comm);
+  }
   const compcoll_status_t s = guarded([&] { comm->impl->finish(); });
   delete comm;
   return s;

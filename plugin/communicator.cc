@@ -239,11 +239,6 @@ Bytes Communicator::save_state() {
   return serialize_state_file(f);
 }
 
-size_t Communicator::rescale_state(float factor) {
-  CC_CHECK(std::isfinite(factor) && factor > 0.0f, kInvalidArgument,
-           "the error-feedback state can only be rescaled by a finite factor > 0, got ", factor);
-  return states_.rescale(factor);
-}
 
 bool Communicator::adopt_optimizer_momentum(OptimizerMomentum taken) {
   if (taken.m == 0.0f) taken.moved = false;  // nothing taken has no kind
@@ -343,6 +338,7 @@ bool Communicator::load_state(std::span<const uint8_t> bytes) {
   for (StateFileEntry& e : f.entries) states_.put(e.key, std::move(e.owned), e.idle);
   log_.info("restored the error-feedback state of ", f.entries.size(), " tensors (",
             states_.memory_bytes() / 1e6, " MB), config hash ", std::hex, f.config_hash, std::dec);
+  refresh_stats_snapshot();
   return true;
 }
 
@@ -618,9 +614,11 @@ namespace {
 // anything; the running one is unaffected.
 class OneCallAtATime {
  public:
-  OneCallAtATime(std::atomic<bool>& in_call, int rank, size_t count) : in_call_(in_call) {
-    CC_CHECK(!in_call_.exchange(true), kInvalidArgument, "rank ", rank, ": an allreduce of ",
-             count, " elements entered this communicator while another of its calls was running "
+  // what: the refused call, as "an allreduce of 10 elements".
+  OneCallAtATime(std::atomic<bool>& in_call, int rank, const std::string& what)
+      : in_call_(in_call) {
+    CC_CHECK(!in_call_.exchange(true), kInvalidArgument, "rank ", rank, ": ", what,
+             " entered this communicator while another of its calls was running "
              "on another thread; a communicator's calls are collective and must come one at a "
              "time, in the same order on every rank (call it from one thread, or give each "
              "thread a communicator of its own)");
@@ -635,9 +633,33 @@ class OneCallAtATime {
 
 }  // namespace
 
+size_t Communicator::rescale_state(float factor) {
+  const OneCallAtATime one_call(in_call_, comm_->rank(), "rescale_state");
+  CC_CHECK(std::isfinite(factor) && factor > 0.0f, kInvalidArgument,
+           "the error-feedback state can only be rescaled by a finite factor > 0, got ", factor);
+  return states_.rescale(factor);
+}
+
+void Communicator::set_discard_nonfinite(bool on) {
+  const OneCallAtATime one_call(in_call_, comm_->rank(), "set_discard_nonfinite");
+  discard_nonfinite_ = on;
+}
+
+Communicator::StatsSnapshot Communicator::stats_snapshot() const {
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
+  return snapshot_;
+}
+
+void Communicator::refresh_stats_snapshot() {
+  const size_t bytes = state_bytes();
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
+  snapshot_ = StatsSnapshot{stats_.counters(), bytes};
+}
+
 void Communicator::run_call(const Route& route, void* buf, size_t count, DType dtype, ReduceOp op,
                             const char* key, bool algorithm_decides, const CallRunner& run) {
-  const OneCallAtATime one_call(in_call_, comm_->rank(), count);
+  const OneCallAtATime one_call(in_call_, comm_->rank(),
+                                detail::concat("an allreduce of ", count, " elements"));
   CC_CHECK(broken_.empty(), kTransport, "rank ", comm_->rank(),
            ": this communicator failed earlier and must be rebuilt; first error: ", broken_);
   CC_CHECK(buf != nullptr || count == 0, kInvalidArgument, "allreduce of ", count,
@@ -736,6 +758,7 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
   if (const size_t dropped = states_.tick()) {
     log_.info("evicted ", dropped, " error-feedback states unused for ", kEvictAfterCalls, " calls");
   }
+  refresh_stats_snapshot();
   log_.trace("allreduce ", skey_text, ": ", rec.wire_bytes, " B sent (dense ", rec.dense_bytes,
              " B), ", rec.ms, " ms");
 }

@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -91,10 +92,20 @@ class Communicator {
   // dropped, and logged at INFO).
   void merge_state(const std::string& from, const std::string& into);
 
+  // A call (run_call) is running on some thread.
+  bool call_running() const { return in_call_.load(); }
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
   const Config& config() const { return cfg_; }
   const Stats& stats() const { return stats_; }
+  // The counters and the state's bytes as of the last finished call. Any
+  // thread, while a call runs too (the C API's stats getters: a monitoring
+  // thread must not read what the running call writes).
+  struct StatsSnapshot {
+    StatsCounters counters;
+    size_t state_bytes = 0;
+  };
+  StatsSnapshot stats_snapshot() const;
   size_t state_entries() const { return states_.entries(); }
   // Every tensor's state, and the copy a loss-scaled call can be undone with.
   size_t state_bytes() const { return states_.memory_bytes() + undo_.memory_bytes(); }
@@ -121,6 +132,8 @@ class Communicator {
   // (compression/state_scale.h), so that what it holds is sent in the unit
   // the caller will divide by. Not collective: each rank's state is its own.
   // Returns how many states were rescaled; factor must be finite and > 0.
+  // Between calls: made while a call runs on another thread, it is refused
+  // and touches nothing (as a second call is).
   size_t rescale_state(float factor);
 
   // A loss scaler is in charge: a step whose reduced gradients hold a
@@ -133,7 +146,8 @@ class Communicator {
   // costs a copy of the state per compressed call. The device route keeps
   // its state in device memory and cannot undo a call, so with this on it
   // refuses every call (device_route_refusal says why) and they run staged.
-  void set_discard_nonfinite(bool on) { discard_nonfinite_ = on; }
+  // Between calls, as rescale_state.
+  void set_discard_nonfinite(bool on);
   uint64_t discarded_calls() const { return discarded_calls_; }
 
   // COMPCOLL_MOMENTUM_HANDOVER=auto: from the next call on, compressed
@@ -206,7 +220,12 @@ class Communicator {
   // allreduce_exact's calls by reason (a front end's few fixed reasons).
   std::map<std::string, uint64_t> exact_by_caller_;
   bool finished_ = false;
+  mutable std::mutex snapshot_mu_;  // guards snapshot_
+  StatsSnapshot snapshot_;          // stats_snapshot(); updated at the end of every call
 
+  // stats_snapshot's copy of stats_ and state_bytes(), taken on the thread
+  // that changed them.
+  void refresh_stats_snapshot();
   // Collective (creation): decides COMPCOLL_HIERARCHY and builds hier_.
   void setup_hierarchy();
   // At creation: COMPCOLL_CODEC_THREADS=auto becomes a number (config()

@@ -553,11 +553,27 @@ EnvLookup process_env() {
 
 Config load_config(const EnvLookup& env) {
   Config cfg;
+  // Where the rank and world size came from: a launcher's RANK/WORLD_SIZE
+  // when the COMPCOLL_ ones are unset, and an error names what was set.
+  std::string rank_from = "COMPCOLL_RANK", size_from = "COMPCOLL_WORLD_SIZE";
   for (const ConfigVar& var : kTable) {
+    const std::string name = var.name;
     std::optional<std::string> value = env(var.name);
-    if ((!value || value->empty()) && std::string(var.name) == "COMPCOLL_RANK") value = env("RANK");
-    if ((!value || value->empty()) && std::string(var.name) == "COMPCOLL_WORLD_SIZE") {
-      value = env("WORLD_SIZE");
+    const char* fallback = name == "COMPCOLL_RANK"         ? "RANK"
+                           : name == "COMPCOLL_WORLD_SIZE" ? "WORLD_SIZE"
+                                                           : nullptr;
+    if ((!value || value->empty()) && fallback != nullptr) {
+      value = env(fallback);
+      if (value && !value->empty()) {
+        (name == "COMPCOLL_RANK" ? rank_from : size_from) = fallback;
+        try {
+          var.apply(var, *value, cfg);
+        } catch (const Error& e) {
+          CC_THROW(kInvalidArgument, message_without_prefix(e), " (read from ", fallback,
+                   ", since ", name, " is unset)");
+        }
+        continue;
+      }
     }
     if (!value || value->empty()) {
       if (*var.default_value) var.apply(var, var.default_value, cfg);
@@ -566,7 +582,7 @@ Config load_config(const EnvLookup& env) {
     var.apply(var, *value, cfg);
   }
   CC_CHECK(cfg.rank < 0 || cfg.world_size < 0 || cfg.rank < cfg.world_size, kInvalidArgument,
-           "COMPCOLL_RANK=", cfg.rank, " is not below COMPCOLL_WORLD_SIZE=", cfg.world_size);
+           rank_from, "=", cfg.rank, " is not below ", size_from, "=", cfg.world_size);
   return cfg;
 }
 

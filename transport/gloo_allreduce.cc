@@ -24,11 +24,13 @@ void set_output(gloo::AllreduceOptions& opts, void* buf, size_t count) {
   opts.setOutput(static_cast<T*>(buf), count);
 }
 
+}  // namespace
+
 // What gloo::allreduce's ring (Gloo 2022, allreduce.cc) makes rank `rank`
 // send for `total` bytes: the buffer is cut into numSegments segments, P
 // chunks of numSegments/P segments each; reduce-scatter sends every chunk
 // but this rank's own, allgather every chunk but the previous rank's.
-uint64_t ring_bytes_sent(int rank, int size, size_t total, size_t elem) {
+uint64_t gloo_ring_bytes_sent(int rank, int size, size_t total, size_t elem) {
   const size_t p = static_cast<size_t>(size);
   const size_t max_segment =
       elem * std::max<size_t>(1, gloo::detail::AllreduceOptionsImpl::kMaxSegmentSize / elem);
@@ -44,8 +46,6 @@ uint64_t ring_bytes_sent(int rank, int size, size_t total, size_t elem) {
   const size_t r = static_cast<size_t>(rank);
   return 2 * static_cast<uint64_t>(total) - chunk(r) - chunk((r + p - 1) % p);
 }
-
-}  // namespace
 
 void GlooComm::allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   // Argument errors first: they leave the communicator usable.
@@ -80,7 +80,7 @@ void GlooComm::allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
     opts.setTimeout(call.remaining());
     gloo::allreduce(opts);
   });
-  note_sent(ring_bytes_sent(rank_, size_, count * elem, elem));
+  note_sent(gloo_ring_bytes_sent(rank_, size_, count * elem, elem));
 }
 
 }  // namespace compcoll

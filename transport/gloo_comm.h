@@ -34,6 +34,11 @@ class Context;
 
 namespace compcoll {
 
+// The bytes gloo::allreduce's ring sends from `rank` of `size` for a buffer
+// of `total` bytes of `elem`-byte elements (GlooComm::allreduce counts them;
+// the benchmark compares with them).
+uint64_t gloo_ring_bytes_sent(int rank, int size, size_t total, size_t elem);
+
 class GlooComm : public Comm {
  public:
   // context: a fully connected Gloo context (connectFullMesh done).

@@ -15,7 +15,9 @@
  * order, one at a time. A call made from another thread while one is
  * running on the same communicator fails at once with
  * COMPCOLL_INVALID_ARGUMENT and touches nothing (the running call goes on);
- * give each thread a communicator of its own instead.
+ * give each thread a communicator of its own instead. The stats getters are
+ * the exception: any thread may call them at any time, and they answer as
+ * of the last finished call.
  */
 #ifndef COMPCOLL_COMPCOLL_H_
 #define COMPCOLL_COMPCOLL_H_
@@ -111,8 +113,8 @@ COMPCOLL_API compcoll_status_t compcoll_get_steady_stats(const compcoll_comm_t* 
 
 /* Mixed precision. Under a loss scaler every gradient is S times the true
  * one, and so is what error feedback keeps for later. Both calls are this
- * rank's own (not collective) and go between allreduces, never during one
- * on another thread.
+ * rank's own (not collective) and go between allreduces: made during one
+ * on another thread, they are refused as above.
  * compcoll_rescale_state: the scale changed by factor (new S / old S; finite
  * and > 0): every error-feedback state is multiplied by it, so that what it
  * sends later is in the new unit. *rescaled (if not NULL) receives how many
@@ -128,8 +130,10 @@ COMPCOLL_API compcoll_status_t compcoll_rescale_state(compcoll_comm_t* comm, dou
 COMPCOLL_API compcoll_status_t compcoll_set_loss_scaled(compcoll_comm_t* comm, int on);
 
 /* Writes COMPCOLL_STATS_FILE and saves the COMPCOLL_STATE_DIR checkpoint
- * (if set), logs a summary, frees everything. A communicator that is never
- * destroyed saves neither. NULL is accepted. */
+ * (if set), logs a summary, frees everything. NULL is accepted. A
+ * communicator still alive when the process exits (exit() or a return from
+ * main) writes both then, unless a call of it is running on another thread;
+ * one whose process dies by a signal or _exit() writes neither. */
 COMPCOLL_API compcoll_status_t compcoll_comm_destroy(compcoll_comm_t* comm);
 
 COMPCOLL_API const char* compcoll_status_string(compcoll_status_t status);

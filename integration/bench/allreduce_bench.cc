@@ -80,7 +80,12 @@ int allreduce_main(int argc, char** argv, int first) {
   CC_CHECK(ranks_arg >= 1 && ranks_arg <= 1024, kInvalidArgument,
            "--ranks must be in [1, 1024], not ", ranks_arg);
   const int ranks = static_cast<int>(ranks_arg);
-  CC_CHECK(iters >= 1, kInvalidArgument, "--iters must be >= 1");
+  // Bounded as codec's: the ranks count them in an int, and a run that
+  // long is a typo, not a measurement.
+  CC_CHECK(iters >= 1 && iters <= 1000000, kInvalidArgument, "--iters must be in [1, 1000000], not ",
+           iters);
+  CC_CHECK(warmup >= 0 && warmup <= 1000000, kInvalidArgument,
+           "--warmup must be in [0, 1000000], not ", warmup);
   CC_CHECK(ranks_per_host >= 1, kInvalidArgument, "--ranks-per-host must be >= 1, not ",
            ranks_per_host);
   CC_CHECK(ranks % ranks_per_host == 0, kInvalidArgument, "--ranks ", ranks,
@@ -98,7 +103,7 @@ int allreduce_main(int argc, char** argv, int first) {
   CC_CHECK(hierarchical_modes <= 1, kInvalidArgument,
            "--hierarchy: at most one mode other than off (one hierarchy per run), got '", hierarchy,
            "'");
-  for (const auto& a : split_list(algos)) find_algorithm(a);  // reject unknown names up front
+  for (const auto& a : split_names("algo", algos)) find_algorithm(a);  // reject unknown names up front
   const Config cfg = load_config();                            // and bad COMPCOLL_* values
   if (!density.empty()) {  // and a bad --density, here once rather than in every rank's log
     try {

@@ -106,6 +106,18 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+std::vector<std::string> split_names(const std::string& flag, const std::string& s) {
+  std::vector<std::string> out = split_list(s);
+  CC_CHECK(!out.empty(), kInvalidArgument, "--", flag, ": no name given in '", s, "'");
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      CC_CHECK(out[i] != out[j], kInvalidArgument, "--", flag, ": '", out[i],
+               "' is given twice (each name gets one row)");
+    }
+  }
+  return out;
+}
+
 long long parse_count(const std::string& flag, const std::string& s) {
   char* end = nullptr;
   errno = 0;

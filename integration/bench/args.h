@@ -47,6 +47,9 @@ class Args {
 };
 
 std::vector<std::string> split_list(const std::string& s);
+// split_list for a flag that names things to run once each (--algo): an
+// empty list or a name given twice is an error naming the flag.
+std::vector<std::string> split_names(const std::string& flag, const std::string& s);
 // Parses counts like "25557032", "4K", "128M" (binary multiples).
 long long parse_count(const std::string& flag, const std::string& s);
 

@@ -324,8 +324,7 @@ int codec_main(int argc, char** argv, int first) {
   CC_CHECK(iters >= 1 && iters <= 1000000, kInvalidArgument,
            "--iters must be in [1, 1000000], not ", iters);
   o.iters = static_cast<int>(iters);
-  const std::vector<std::string> list = split_list(algos);
-  CC_CHECK(!list.empty(), kInvalidArgument, "--algo: no codec given");
+  const std::vector<std::string> list = split_names("algo", algos);
   validate_codecs(o, list);
   const std::vector<float> grad = make_gradient(o.dist, o.count, o.seed);
 

@@ -333,7 +333,7 @@ int project_main(int argc, char** argv, int first) {
                                              [](const std::string& m) { return m == "off"; }),
            kInvalidArgument, "--hierarchy ", hierarchy_s,
            ": a hierarchy needs hosts of several ranks; give --ranks-per-host N > 1");
-  const std::vector<Variant> variants = variants_of(split_list(algos), modes);
+  const std::vector<Variant> variants = variants_of(split_names("algo", algos), modes);
 
   ProjectionInputs in;
   in.count = static_cast<size_t>(count);

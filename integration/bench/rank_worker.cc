@@ -359,7 +359,9 @@ int worker_main(int argc, char** argv, int first) {
       r.cpu_ms = median_over_ranks(*comm, run.cpu, ReduceOp::kSum);
       r.dense_cpu_ms = dense_cpu_ms;
       r.wire_bytes = iters > 0 ? run.wire / iters : 0;
-      r.dense_wire_bytes = ring_allreduce_bytes(count * sizeof(float), ranks);
+      // What Gloo's ring sends from this rank, as the dense row's wire_bytes
+      // (a ring's share differs by rank at a few elements).
+      r.dense_wire_bytes = gloo_ring_bytes_sent(rank, ranks, count * sizeof(float), sizeof(float));
       r.decision = rows[a].algorithm ? rows[a].algorithm->last_decision() : "";
       double err = 0.0, run_err = 0.0;
       const double calls = iters + warmup;

@@ -180,6 +180,16 @@ TEST(BenchCli, ErrorsAreOneLineWithOnePrefixAndNothingOnStdout) {
       {"allreduce", "--density", "0", "--ranks", "2", "--count", "1K"},
       {"allreduce", "--link", "fast"},
       {"allreduce", "--rnaks", "2"},
+      // Counted in an int by the ranks: out of range is refused up front,
+      // not a crashed rank or a run of 2^31 calls.
+      {"allreduce", "--ranks", "1", "--count", "5", "--iters", "2147483648"},
+      {"allreduce", "--ranks", "1", "--count", "5", "--warmup", "4294967295"},
+      {"allreduce", "--ranks", "1", "--count", "5", "--warmup", "-1"},
+      // One row per name: none, or one twice, is a mistake in the list.
+      {"allreduce", "--algo", ",", "--ranks", "2", "--count", "5"},
+      {"allreduce", "--algo", "dense,dgc,dense", "--ranks", "2", "--count", "5"},
+      {"codec", "--algo", "dgc,dgc", "--count", "1K"},
+      {"project", "--algo", "dgc,,dgc", "--ranks", "4", "--link", "1gbit", "--count", "1M"},
   };
   for (const auto& args : cases) {
     const BenchRun r = bench(args, {}, milliseconds(20000));
@@ -207,6 +217,18 @@ TEST(BenchCli, ZeroElementsGiveARatioOfNotApplicable) {
   ASSERT_EQ(r.code, 0) << describe(table, r);
   EXPECT_NE(r.out.find(" n/a\n"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find(" 0.0\n"), std::string::npos) << r.out;
+}
+
+// The dense row sends what Gloo's ring sends: its ratio is 1 at any count,
+// also where a ring's share differs by rank (3 ranks, 1 and 5 elements).
+TEST(BenchCli, TheDenseRowsRatioIsOneAtEveryCount) {
+  for (const char* count : {"1", "5", "1000"}) {
+    const std::vector<std::string> args{"allreduce", "--ranks", "3", "--algo", "dense",
+                                        "--count", count, "--iters", "2", "--json"};
+    const BenchRun r = bench(args);
+    ASSERT_EQ(r.code, 0) << describe(args, r);
+    EXPECT_NE(r.out.find("\"ratio\": 1,"), std::string::npos) << describe(args, r);
+  }
 }
 
 // The codec table encodes with the library's settings for the environment

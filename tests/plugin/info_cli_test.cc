@@ -217,6 +217,19 @@ TEST(CommunicatorWarning, UnknownNamesAreWarnedOncePerProcess) {
   EXPECT_EQ(occurrences(clean.err, kAloneWarning), 1u) << clean.err;
 }
 
+// The stats contract is "at destruction or exit": a C program that returns
+// from main with its communicator alive still writes COMPCOLL_STATS_FILE,
+// with both calls; a child it forked, exiting first, writes nothing.
+TEST(CommunicatorExit, ACommunicatorAliveAtExitWritesItsStatsFileInItsOwnProcessOnly) {
+  TempDir dir;
+  const Output o = run({kTwoComms, dir.path(), "kept"},
+                       {"COMPCOLL_STATS_FILE=" + dir.path() + "/stats-0.json"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out, "child left no stats file\n") << o.err;
+  const std::string json = read_file(dir.path() + "/stats-0.json");
+  EXPECT_NE(json.find("\"calls\": 2,"), std::string::npos) << json;
+}
+
 // A misspelt name is said before the rendezvous, not after it: a misspelt
 // timeout matters most when the rendezvous is what never finishes.
 TEST(CommunicatorWarning, UnknownNamesAreWarnedEvenWhenTheRendezvousTimesOut) {

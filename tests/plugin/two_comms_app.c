@@ -5,9 +5,19 @@
  * communicator. Exit 0 on success, 1 with the error on stderr.
  * `two_comms_app DIR alone` instead creates rank 0 of a 2-rank communicator
  * that no other rank joins: its rendezvous must time out (COMPCOLL_TIMEOUT_MS)
- * with the error on stderr, exit 1. */
+ * with the error on stderr, exit 1.
+ * `two_comms_app DIR kept` creates one one-rank communicator, makes one
+ * allreduce, then forks a child that exit()s at once, waits for it, and
+ * returns from main without destroying the communicator: the exit hook must
+ * write COMPCOLL_STATS_FILE (calls 2: one before the fork, one after) in this
+ * process only, never in the child. It prints "child left no stats file"
+ * when the file was absent after the child's exit. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "compcoll/compcoll.h"
 
@@ -30,10 +40,35 @@ static int one_comm(const char* dir, const char* sub, int world_size) {
   return compcoll_comm_destroy(comm) == COMPCOLL_SUCCESS ? 0 : 1;
 }
 
+static int kept_comm(const char* dir) {
+  char rendezvous[4096];
+  snprintf(rendezvous, sizeof rendezvous, "file://%s/kept", dir);
+  compcoll_comm_t* comm = NULL;
+  float x[4] = {1, 2, 3, 4};
+  if (compcoll_comm_create(rendezvous, 0, 1, &comm) != COMPCOLL_SUCCESS ||
+      compcoll_allreduce(comm, x, 4, COMPCOLL_FLOAT32, COMPCOLL_SUM, NULL) != COMPCOLL_SUCCESS) {
+    fprintf(stderr, "two_comms_app: %s\n", compcoll_last_error());
+    return 1;
+  }
+  const pid_t child = fork();
+  if (child == 0) exit(0);  /* runs the exit hooks, in another process */
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child) return 1;
+  const char* stats = getenv("COMPCOLL_STATS_FILE");
+  struct stat st;
+  if (stats != NULL && stat(stats, &st) != 0) printf("child left no stats file\n");
+  if (compcoll_allreduce(comm, x, 4, COMPCOLL_FLOAT32, COMPCOLL_SUM, NULL) != COMPCOLL_SUCCESS) {
+    fprintf(stderr, "two_comms_app: %s\n", compcoll_last_error());
+    return 1;
+  }
+  return 0; /* no compcoll_comm_destroy: the exit hook writes the stats */
+}
+
 int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[2], "alone") == 0) return one_comm(argv[1], "alone", 2);
+  if (argc == 3 && strcmp(argv[2], "kept") == 0) return kept_comm(argv[1]);
   if (argc != 2) {
-    fprintf(stderr, "usage: two_comms_app DIR [alone]\n");
+    fprintf(stderr, "usage: two_comms_app DIR [alone|kept]\n");
     return 2;
   }
   if (one_comm(argv[1], "a", 1) != 0 || one_comm(argv[1], "b", 1) != 0) return 1;
