@@ -28,6 +28,47 @@ dist.destroy_process_group()
 """
 
 
+SETTLED_BEFORE_WAIT_RETURNS = """
+import json, torch, torch.distributed as dist
+from datetime import timedelta
+dist.init_process_group("gloo", timeout=timedelta(seconds=30))
+counts = {"future_pending": 0, "callback_not_run": 0, "value_raised": 0}
+for i in range(150):
+    # 20000 floats are compressed (COMPCOLL_MIN_ELEMS), 10 take the dense
+    # route, int64 is delegated: every kind of work the worker completes.
+    for x in (torch.full((20000,), float(i)), torch.full((10,), 1.0),
+              torch.ones(10, dtype=torch.int64)):
+        w = dist.all_reduce(x, async_op=True)
+        seen = []
+        def cb(fut, seen=seen):
+            seen.append(1)
+            return fut.value()
+        w.get_future().then(cb)
+        w.wait()
+        counts["future_pending"] += not w.get_future().done()
+        counts["callback_not_run"] += not seen
+        try:
+            w.get_future().value()
+        except RuntimeError:
+            counts["value_raised"] += 1
+backend = dist.group.WORLD._get_backend(torch.device("cpu")).name()
+print("RESULT", json.dumps({"counts": counts, "backend": backend}))
+dist.destroy_process_group()
+"""
+
+
+def test_a_works_future_and_its_callbacks_are_done_when_wait_returns():
+    """As with ProcessGroupGloo: once work.wait() returns, the work's future
+    is done (value() works) and the callbacks it ran inline have run, for a
+    compressed, a dense-route and a delegated allreduce."""
+    ranks = launch(["-c", SETTLED_BEFORE_WAIT_RETURNS], 2,
+                   env={"COMPCOLL_ALGO": "dgc", "COMPCOLL_MIN_ELEMS": "16384"}, timeout=240)
+    for r in ranks:
+        assert r.result["backend"] == "compcoll", r.result
+        assert r.result["counts"] == {"future_pending": 0, "callback_not_run": 0,
+                                      "value_raised": 0}, r.result
+
+
 def test_registry_algorithms_are_all_tested(compcoll_ext):
     """ALGOS here (and in test_hooks.py) is every registered algorithm."""
     names = {n.strip() for n in compcoll_ext.algorithm_names().split(",")}

@@ -18,6 +18,23 @@ std::vector<c10::Device> device_outputs(const std::vector<at::Tensor>& outputs) 
   return devices;
 }
 
+// The work whose future this thread is completing (markCompleted or
+// setError runs the future's callbacks inline), or null.
+thread_local const CompcollWork* t_completing = nullptr;
+
+// Marks the thread as completing `work` for the scope's life (nested: a
+// callback may complete another work).
+class CompletingScope {
+ public:
+  explicit CompletingScope(const CompcollWork* work) : prev_(t_completing) { t_completing = work; }
+  ~CompletingScope() { t_completing = prev_; }
+  CompletingScope(const CompletingScope&) = delete;
+  CompletingScope& operator=(const CompletingScope&) = delete;
+
+ private:
+  const CompcollWork* prev_;
+};
+
 }  // namespace
 
 CompcollWork::CompcollWork(int rank, c10d::OpType type, const char* profiling_title,
@@ -53,19 +70,40 @@ bool CompcollWork::complete_with(const c10::IValue& value, std::vector<at::Tenso
     std::lock_guard<std::mutex> lock(mutex_);
     outputs_ = std::move(outputs);
   }
-  // Work first, so that a future callback that waits on this work returns.
+  // The future first, then the work, as ProcessGroupGloo's works do: once
+  // wait() returns, the future is done and the callbacks it runs inline have
+  // run (a caller's wait(); get_future().value() must not find it pending).
+  // A callback that waits on this work meanwhile returns at once (wait()).
+  {
+    InheritedScope scope(context_);  // for the callbacks markCompleted runs
+    CompletingScope completing(this);
+    future_->markCompleted(value);
+  }
   finish();
-  InheritedScope scope(context_);  // for the callbacks markCompleted runs
-  future_->markCompleted(value);
   return true;
 }
 
 bool CompcollWork::fail(std::exception_ptr e) {
   if (!settle()) return false;
+  {
+    InheritedScope scope(context_);
+    CompletingScope completing(this);
+    error_ = e;
+    future_->setError(e);
+  }
   finish(e);
-  InheritedScope scope(context_);
-  future_->setError(e);
   return true;
+}
+
+bool CompcollWork::wait(std::chrono::milliseconds timeout) {
+  if (t_completing == this) {
+    // A callback of this work's own future, run while the future is being
+    // completed and before the work is: the outcome is known, and waiting
+    // for finish() on this thread would never return.
+    if (error_) std::rethrow_exception(error_);
+    return true;
+  }
+  return c10d::Work::wait(timeout);
 }
 
 void CompcollWork::set_inner(c10::intrusive_ptr<c10d::Work> inner) {

@@ -63,6 +63,9 @@ class CompcollWork final : public c10d::Work {
   // its own). Set at submission.
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ms_ = timeout.count(); }
 
+  // As c10d::Work's; a callback of this work's own future, run while it is
+  // being completed, gets the outcome at once (work.cc).
+  bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
   std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   int sourceRank() const override;
@@ -83,6 +86,7 @@ class CompcollWork final : public c10d::Work {
   std::atomic<int64_t> duration_us_{-1};  // set when a timed work settles
   std::atomic<int64_t> timeout_ms_{-1};   // set at submission
   std::function<void()> on_settle_;
+  std::exception_ptr error_;  // fail()'s, set before the future's callbacks run
   // Taken on the issuing thread at construction (issue_scope.h).
   const IssueContext context_;
 };
