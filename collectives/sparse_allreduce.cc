@@ -19,9 +19,7 @@ SparseAllreduce::SparseAllreduce(const char* name, std::unique_ptr<SparseCodec> 
       encoding_(encoding) {
   CC_CHECK(codec_ != nullptr, kInternal, name_, ": no codec");
   CC_CHECK(std::string(name_) != "sbc" || pattern_ != SparsePattern::kScatter, kInvalidArgument,
-           "COMPCOLL_SPARSE_PATTERN=scatter: sbc cannot use the scatter pattern (an owner's sum "
-           "of several ranks' binarised means is not binary; see docs/scaling.md); use "
-           "allgather or auto, or dgc/sdagc");
+           kSbcRefusesScatter);
   if (std::string(name_) == "sbc") pattern_ = SparsePattern::kAllgather;  // auto: its only pattern
 }
 

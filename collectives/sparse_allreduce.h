@@ -23,6 +23,13 @@
 
 namespace compcoll {
 
+// Why sbc refuses the scatter pattern: said by the algorithm and, before any
+// call, by the configuration (plugin/config.cc), so compcoll-info agrees.
+inline constexpr char kSbcRefusesScatter[] =
+    "COMPCOLL_SPARSE_PATTERN=scatter: sbc cannot use the scatter pattern (an owner's sum of "
+    "several ranks' binarised means is not binary; see docs/scaling.md); use allgather or auto, "
+    "or dgc/sdagc";
+
 class SparseAllreduce final : public Algorithm {
  public:
   // bytes_per_entry and density describe the payloads for the cost model;

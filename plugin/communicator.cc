@@ -139,6 +139,15 @@ void Communicator::check_stats_file() {
                                                    : stats_path(cfg_.stats_file, comm_->rank());
   agree_step_succeeded(*comm_, kStatsFileCannotBeWritten,
                        path.empty() ? "" : stats_file_problem(path), ErrorKind::kInvalidArgument);
+  // Every rank writing one file keeps only the last to finish: said, not
+  // refused (a stats file is not worth failing a job for).
+  static std::atomic<bool> said{false};
+  if (!cfg_.stats_file.empty() && comm_->size() > 1 && comm_->rank() == 0 &&
+      cfg_.stats_file.find("{rank}") == std::string::npos && !said.exchange(true)) {
+    log_.warn("COMPCOLL_STATS_FILE=", cfg_.stats_file, " has no {rank}: all ", comm_->size(),
+              " ranks write that one file and it keeps the last to finish; put {rank} in the "
+              "name for a file per rank (said once per process)");
+  }
 }
 
 void Communicator::release_state_claim() {

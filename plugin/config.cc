@@ -11,6 +11,7 @@
 
 #include "collectives/host_layout.h"
 #include "collectives/registry.h"
+#include "collectives/sparse_allreduce.h"
 #include "compcoll/error.h"
 
 namespace compcoll {
@@ -514,10 +515,15 @@ const ConfigVar kTable[] = {
      "tensor-parallel groups exact by itself (COMPCOLL_TORCH_SCOPE)"},
     {"COMPCOLL_NCCL_LIBRARY", VarType::kString, "libnccl.so.2", "a library name or path",
      "the real NCCL that the NCCL interposer (libcompcoll_nccl.so) loads and forwards to",
-     CC_APPLY { cfg.nccl_library = value; }},
+     CC_APPLY { cfg.nccl_library = value; }, "", nullptr,
+     bit(FrontEnd::kStandalone) | bit(FrontEnd::kTorchBackend),
+     "only the NCCL interposer loads NCCL itself; the PyTorch backend's cuda lane uses the NCCL "
+     "that torch loaded"},
     {"COMPCOLL_CUDA_LIBRARY", VarType::kString, "libcuda.so.1", "a library name or path",
      "the CUDA driver library the NCCL interposer loads",
-     CC_APPLY { cfg.cuda_library = value; }},
+     CC_APPLY { cfg.cuda_library = value; }, "", nullptr,
+     bit(FrontEnd::kStandalone) | bit(FrontEnd::kTorchBackend),
+     "only the NCCL interposer loads the CUDA driver itself"},
 };
 
 #undef CC_APPLY
@@ -548,6 +554,18 @@ EnvLookup process_env() {
     const char* v = std::getenv(name);
     if (v == nullptr) return std::nullopt;
     return std::string(v);
+  };
+}
+
+EnvLookup env_read_by(FrontEnd fe, EnvLookup env) {
+  return [fe, env = std::move(env)](const char* name) -> std::optional<std::string> {
+    std::string_view n = name;
+    if (n == "RANK") n = "COMPCOLL_RANK";  // a fallback goes with its variable
+    if (n == "WORLD_SIZE") n = "COMPCOLL_WORLD_SIZE";
+    for (const ConfigVar& var : kTable) {
+      if (n == var.name && (var.ignored_by & bit(fe)) != 0) return std::nullopt;
+    }
+    return env(name);
   };
 }
 
@@ -583,6 +601,11 @@ Config load_config(const EnvLookup& env) {
   }
   CC_CHECK(cfg.rank < 0 || cfg.world_size < 0 || cfg.rank < cfg.world_size, kInvalidArgument,
            rank_from, "=", cfg.rank, " is not below ", size_from, "=", cfg.world_size);
+  // Settings valid alone and refused together: here, so that compcoll-info
+  // refuses them as every front end's first compressed call would.
+  const bool sbc = cfg.algo == "sbc" || (cfg.algo == "auto" && cfg.params.auto_algo == "sbc");
+  CC_CHECK(!sbc || cfg.params.sparse_pattern != SparsePattern::kScatter, kInvalidArgument,
+           kSbcRefusesScatter);
   return cfg;
 }
 

@@ -136,6 +136,13 @@ std::span<const ConfigVar> config_table();
 using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
 EnvLookup process_env();
 
+// env without the variables that front end `fe` ignores (ConfigVar::
+// ignored_by; RANK and WORLD_SIZE go with COMPCOLL_RANK and
+// COMPCOLL_WORLD_SIZE): a front end that takes them from its framework
+// neither reads nor refuses them (inert_settings, on the whole environment,
+// says once that they change nothing).
+EnvLookup env_read_by(FrontEnd fe, EnvLookup env = process_env());
+
 // Parses every variable of the table. An empty value counts as unset.
 // COMPCOLL_RANK / COMPCOLL_WORLD_SIZE fall back to torchrun's RANK /
 // WORLD_SIZE.

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -196,7 +197,12 @@ Bytes read_binary_file(const std::string& path) {
 }
 
 bool write_binary_file_atomically(const std::string& path, std::span<const uint8_t> bytes) {
-  const std::string tmp = path + ".tmp";
+  // A name of this writer's own: ranks that share a path (a stats file
+  // without {rank}) or communicators of one process must not write into
+  // each other's temporary file (one would rename the other's away).
+  static std::atomic<uint64_t> writes{0};
+  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." +
+                          std::to_string(writes.fetch_add(1));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return false;

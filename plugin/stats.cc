@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "plugin/state_file.h"
 #include "plugin/writable_dir.h"
 
 namespace compcoll {
@@ -102,14 +103,9 @@ std::string stats_path(const std::string& pattern, int rank) {
 }
 
 bool write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f) return false;
-    f << text << "\n";
-    if (!f.flush()) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
+  const std::string line = text + "\n";
+  return write_binary_file_atomically(
+      path, {reinterpret_cast<const uint8_t*>(line.data()), line.size()});
 }
 
 std::string stats_file_problem(const std::string& path) {

@@ -42,8 +42,12 @@ def read_stats(tmp_path, n):
 def test_compcoll_algo_turns_gloo_into_compcoll(tmp_path):
     # Two settings the backend takes from the process group instead: each
     # rank says once that they change nothing.
+    # The variables the backend does not read are neither read nor refused,
+    # even with values other front ends would refuse (a rank outside the
+    # world, a rendezvous that is no address), and the interposer's library.
     env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_STATS_FILE": str(tmp_path / "stats{rank}.json"),
-           "COMPCOLL_TIMEOUT_MS": "5000", "COMPCOLL_IFACE": "lo"}
+           "COMPCOLL_TIMEOUT_MS": "5000", "COMPCOLL_IFACE": "lo", "COMPCOLL_RANK": "5",
+           "COMPCOLL_RENDEZVOUS": "/tmp/x", "COMPCOLL_NCCL_LIBRARY": "/nope.so"}
     ranks = launch([SCRIPT], 2, env=env)
     for r in ranks:
         assert r.result["backend"] == "gloo"  # what the script asked for and sees
@@ -51,7 +55,11 @@ def test_compcoll_algo_turns_gloo_into_compcoll(tmp_path):
         for said in ("COMPCOLL_TIMEOUT_MS=5000 changes nothing for the PyTorch backend's groups: "
                      "every operation's limit is the process group's timeout",
                      "COMPCOLL_IFACE=lo changes nothing for the PyTorch backend's groups: the "
-                     "process group gives"):
+                     "process group gives",
+                     "COMPCOLL_RANK=5 changes nothing for the PyTorch backend's groups",
+                     "COMPCOLL_RENDEZVOUS=/tmp/x changes nothing for the PyTorch backend's groups",
+                     "COMPCOLL_NCCL_LIBRARY=/nope.so changes nothing for the PyTorch backend's "
+                     "groups: only the NCCL interposer loads NCCL itself"):
             assert r.stderr.count(said) == 1, r.describe()
     for st in read_stats(tmp_path, 2):
         assert st["algo"] == "dgc" and st["compressed_calls"] > 0, st

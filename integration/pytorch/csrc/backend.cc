@@ -99,7 +99,7 @@ CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
     : c10d::Backend(inner->getRank(), inner->getSize()),
       inner_(std::move(inner)),
       timeout_(std::make_shared<GroupTimeout>(timeout)),
-      cfg_(load_config()),
+      cfg_(load_config(env_read_by(FrontEnd::kTorchBackend))),
       log_(cfg_.debug, inner_->getRank()),
       stats_id_(stats_id) {
   init();

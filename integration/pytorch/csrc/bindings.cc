@@ -368,7 +368,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_enter_owner", &compcoll::torch_integration::enter_owner, py::arg("owner"),
         "Around a DDP comm hook: what this thread issues is for that hook's model.");
   m.def("_exit_owner", &compcoll::torch_integration::exit_owner, py::arg("saved"));
-  m.def("validate_config", [] { compcoll::load_config(); },
+  m.def("validate_config",
+        [] { compcoll::load_config(compcoll::env_read_by(compcoll::FrontEnd::kTorchBackend)); },
         "Parses the COMPCOLL_* environment; raises naming the first bad variable.");
   m.def("reference_allreduce", &compcoll::torch_integration::reference_allreduce,
         py::arg("config"), py::arg("inputs"), py::arg("average") = false,
