@@ -21,6 +21,22 @@ register_compcoll()  group "torch.distributed.backends": torch runs it the
 import functools
 import os
 import sys
+import threading
+import time
+
+# The keys a compcoll rank sets on the group's store as it joins
+# (compcoll._join, which reads them from here: one spelling).
+JOINED = "compcoll_join/count"
+JOINED_RANK = "compcoll_join/rank/{}"
+GLOO_ANNOUNCES = "0/{}"  # torch's ProcessGroupGloo: device 0's context, rank p
+PEERS_PER_SCAN = 8  # the store serves every rank of the job
+# How long a rank building torch's own gloo waits, once a compcoll rank has
+# joined the same group, before it ends itself: past compcoll._join's grace
+# (3 s), so that the compcoll ranks name it first while its store still
+# serves them.
+PLAIN_RANK_ENDS_AFTER_SECONDS = 5.0
+WATCH_AFTER_SECONDS = 1.0
+WATCH_EVERY_SECONDS = 0.5
 
 
 def compression_requested(environ=os.environ):
@@ -54,7 +70,74 @@ def _gloo_group(creator, *args):
         _backend.install_gloo_hook()  # the next gloo groups go to compcoll directly
         return _backend.create_for_gloo(*args)
     _say_off("GLOO", args)
-    return creator(*args)
+    done = threading.Event()
+    try:
+        import compcoll_creators as creators
+
+        a = creators.creator_args(args)
+        if a.size > 1:
+            threading.Thread(target=_end_if_compcoll_ranks_join, args=(a, done),
+                             name="compcoll-plain-gloo-watch", daemon=True).start()
+    except Exception:  # noqa: BLE001 - a watch must never break a group's creation
+        pass
+    try:
+        return creator(*args)
+    finally:
+        done.set()
+
+
+def _end_if_compcoll_ranks_join(a, done):
+    """This rank builds torch's own gloo (COMPCOLL_ALGO unset or dense here)
+    while another rank joined the same group with compcoll: torch's
+    rendezvous would wait for it for the group's whole timeout (30 minutes
+    by default), since the compcoll ranks build their inner Gloo under other
+    keys. The compcoll ranks name this rank within seconds and fail
+    (compcoll._join); this one says why and ends, as nothing can interrupt
+    torch's rendezvous. Idle (no store traffic) when the group is built
+    within WATCH_AFTER_SECONDS, as it usually is."""
+    if done.wait(WATCH_AFTER_SECONDS):
+        return
+    # A peer that joined with compcoll and does not announce itself to
+    # torch's rendezvous, for PLAIN_RANK_ENDS_AFTER_SECONDS: not a stale key
+    # of an earlier group on a reused store (its rank announces, as this one).
+    try:
+        # A connection of its own: torch's rendezvous holds the group's store
+        # client while it waits for the peers, so a check on it would wait too.
+        store = a.store.clone()
+    except Exception:  # noqa: BLE001 - a store that cannot be cloned: no watch
+        return
+    suspects, start = {}, 0
+    while not done.wait(WATCH_EVERY_SECONDS):
+        try:
+            if not store.check([JOINED]):
+                continue
+            now = time.monotonic()
+            for i in range(min(a.size, PEERS_PER_SCAN)):
+                p = (start + i) % a.size
+                if p == a.rank:
+                    continue
+                if (store.check([JOINED_RANK.format(p)])
+                        and not store.check([GLOO_ANNOUNCES.format(p)])):
+                    suspects.setdefault(p, now)
+                else:
+                    suspects.pop(p, None)
+            start = (start + PEERS_PER_SCAN) % a.size
+            ranks = sorted(p for p, t in suspects.items()
+                           if now - t >= PLAIN_RANK_ENDS_AFTER_SECONDS)
+            if not ranks:
+                continue
+        except Exception:  # noqa: BLE001 - the store is gone: torch's rendezvous fails itself
+            return
+        if done.is_set():
+            return
+        print(f"compcoll: group '{a.group_name or 0}': rank {a.rank} is creating it as torch's "
+              f"own gloo (COMPCOLL_ALGO unset or dense here), while rank(s) {ranks} create it "
+              "with compcoll: COMPCOLL_ALGO (and the backend asked for) must be the same on "
+              "every rank (an environment that did not reach every node or process?); set it "
+              "alike everywhere, or unset it everywhere. Ending this process: torch's rendezvous "
+              f"would wait for them for the group's timeout ({a.timeout})",
+              file=sys.stderr, flush=True)
+        os._exit(1)
 
 
 def _nccl_group(name, creator, *args):

@@ -3,6 +3,7 @@
 `python -m compcoll.run`), and plain Gloo otherwise."""
 import json
 import os
+import time
 import re
 import shutil
 import sys
@@ -233,6 +234,23 @@ def test_a_rank_without_compcoll_algo_is_named_within_seconds(tmp_path):
         in first.get("error", ""), ranks[0].describe()
     assert first["seconds"] < 30, first
     assert "error" in ranks[1].result, ranks[1].describe()
+
+
+def test_a_rank_without_compcoll_algo_that_hosts_the_store_ends_within_seconds(tmp_path):
+    """The other way round: rank 0, which serves the store, lacks
+    COMPCOLL_ALGO and builds torch's own Gloo, whose rendezvous nothing can
+    interrupt. Rank 1 names rank 0 within seconds (while rank 0's store still
+    serves it), then rank 0 says why and ends instead of waiting out the
+    group's timeout (120 s here, 30 minutes by default)."""
+    started = time.monotonic()
+    ranks = launch([worker("group_or_error.py")], 2, check=False, timeout=100,
+                   rank_env=[{}, {"COMPCOLL_ALGO": "dgc"}])
+    assert time.monotonic() - started < 60, [r.describe() for r in ranks]
+    assert "rank 0 is creating it as torch's own gloo, without compcoll, while rank 1 creates " \
+        "it with compcoll" in ranks[1].result.get("error", ""), ranks[1].describe()
+    assert ranks[0].returncode == 1, ranks[0].describe()
+    assert "rank 0 is creating it as torch's own gloo (COMPCOLL_ALGO unset or dense here), " \
+        "while rank(s) [1] create it with compcoll" in ranks[0].stderr, ranks[0].describe()
 
 
 def test_launcher_where_autoload_is_off(tmp_path):

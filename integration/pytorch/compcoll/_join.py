@@ -20,15 +20,15 @@ earlier group lets this one through at once, as before this check existed.
 import os
 import time
 
-JOINED = "compcoll_join/count"
-JOINED_RANK = "compcoll_join/rank/{}"
-GLOO_ANNOUNCES = "0/{}"  # torch's ProcessGroupGloo: device 0's context, rank p
+# One spelling of the keys, shared with the watch of a rank building torch's
+# own gloo (compcoll_autoload._end_if_compcoll_ranks_join).
+from compcoll_autoload import GLOO_ANNOUNCES, JOINED, JOINED_RANK, PEERS_PER_SCAN
+
 GRACE_SECONDS = 3.0
 # The store serves every rank of the job: a join that completes at once (the
 # usual case) looks at no Gloo key, and a slow one looks at a few per scan.
 SCAN_AFTER_SECONDS = 0.5
 SCAN_EVERY_SECONDS = 0.25
-PEERS_PER_SCAN = 8
 MAX_PAUSE_SECONDS = 0.1
 
 
