@@ -432,7 +432,8 @@ const ConfigVar kTable[] = {
      "address the tcp device binds to (instead of COMPCOLL_IFACE)",
      CC_APPLY { cfg.hostname = value; }, "", nullptr, kFrameworkGivesIt},
     {"COMPCOLL_RENDEZVOUS", VarType::kString, "", "file://DIR|redis://HOST:PORT",
-     "where ranks meet: a shared directory or a Redis server",
+     "where ranks meet: a shared directory or a Redis server, fresh for each job (a "
+     "directory or database an earlier job met in is refused: its keys are still there)",
      CC_APPLY {
        if (value.rfind("file://", 0) != 0 && value.rfind("redis://", 0) != 0) {
          reject(var, value, "not a file:// or redis:// address");

@@ -197,9 +197,21 @@ std::string RendezvousStore::full(const std::string& key) const {
 }
 
 bool RendezvousStore::exists(const std::string& full_key) {
-  if (auto* p = dynamic_cast<Pollable*>(base_.get())) return p->has_keys({full_key});
-  if (auto* r = dynamic_cast<gloo::rendezvous::RedisStore*>(base_.get())) {
-    return r->check({full_key});
+  const bool redis = dynamic_cast<gloo::rendezvous::RedisStore*>(base_.get()) != nullptr;
+  try {
+    if (auto* p = dynamic_cast<Pollable*>(base_.get())) return p->has_keys({full_key});
+    if (redis) return static_cast<gloo::rendezvous::RedisStore*>(base_.get())->check({full_key});
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // Connected, yet no redis answer: another server on that port, or one
+    // that never replies (Gloo's socket timeout is the rendezvous limit).
+    if (redis) {
+      CC_THROW(kTransport, "rendezvous store: the redis:// server of COMPCOLL_RENDEZVOUS did not "
+               "answer as a redis-server (checking key '", full_key, "'; no reply within ",
+               limit_.count(), " ms, or a reply that is not redis's): ", e.what());
+    }
+    CC_THROW(kTransport, "rendezvous store: checking key '", full_key, "' failed: ", e.what());
   }
   try {
     base_->wait({full_key}, milliseconds(1));
@@ -214,10 +226,9 @@ void RendezvousStore::set(const std::string& key, const std::vector<char>& data)
   // A HashStore answers get() of a missing key with an empty value at once;
   // for the others exists() is a cheap poll.
   CC_CHECK(!exists(k), kInvalidArgument, "rendezvous key '", k,
-           "' already exists in the store: another communicator used the same "
-           "prefix '", prefix_, "' (give each communicator its own prefix or a "
-           "fresh directory/redis database), or two processes were started "
-           "with the same rank");
+           "' already exists in the store: an earlier job or communicator met in the same "
+           "place (give each job a fresh file:// directory or redis database, or remove the "
+           "old one's files), or two processes were started with the same rank");
   try {
     base_->set(k, data);
   } catch (const std::exception& e) {

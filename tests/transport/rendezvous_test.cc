@@ -1,8 +1,12 @@
 // Rendezvous: spec parsing, deadlines, and real multi-process runs over a
 // FileStore directory and a real redis-server on 127.0.0.1.
 #include <gloo/rendezvous/hash_store.h>
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <string>
@@ -225,6 +229,53 @@ TEST(Rendezvous, UnreachableRedisIsATransportError) {
     EXPECT_NE(std::string(e.what()).find(std::to_string(port)), std::string::npos) << e.what();
   }
   EXPECT_LT(ms_since(start), 3000);
+}
+
+// A listener on the redis:// port that is no redis-server: one that answers
+// something else (an HTTP server), one that never answers. Each is a
+// transport error naming the setting within the limit, not an internal one.
+TEST(Rendezvous, AServerThatIsNotRedisIsATransportErrorNamingTheSetting) {
+  for (const bool answers : {true, false}) {
+    const int listener = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(listener, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    socklen_t len = sizeof addr;
+    ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    ASSERT_EQ(listen(listener, 4), 0);
+    std::thread server([listener, answers] {
+      const int c = accept(listener, nullptr, nullptr);
+      if (c < 0) return;
+      if (answers) {
+        const char reply[] = "HTTP/1.0 400 Bad Request\r\n\r\n";
+        (void)!write(c, reply, sizeof reply - 1);
+      }
+      char buf[256];
+      while (read(c, buf, sizeof buf) > 0) {  // until the client gives up and closes
+      }
+      close(c);
+    });
+    const auto start = steady_clock::now();
+    try {
+      RendezvousStore store(
+          make_store("redis://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), milliseconds(800)),
+          "p", start + milliseconds(800), milliseconds(800));
+      store.set("k", {'1'});
+      ADD_FAILURE() << "a store that is not redis accepted a key";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kTransport) << e.what();
+      EXPECT_NE(std::string(e.what()).find("did not answer as a redis-server"), std::string::npos)
+          << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not a compcoll error: " << e.what();
+    }
+    EXPECT_LT(ms_since(start), 5000) << (answers ? "answering" : "silent");
+    shutdown(listener, SHUT_RDWR);
+    close(listener);
+    server.join();
+  }
 }
 
 }  // namespace
