@@ -101,7 +101,11 @@ COMPCOLL_API compcoll_status_t compcoll_comm_create(const char* rendezvous, int 
                                        compcoll_comm_t** comm);
 
 /* In-place allreduce of count elements. key names the tensor's
- * error-feedback state; NULL uses (buf, count, dtype). Collective. */
+ * error-feedback state; NULL uses (buf, count, dtype). Collective: every
+ * rank passes the same count, dtype and op. Ranks whose counts differ get
+ * COMPCOLL_MALFORMED_PAYLOAD from the sparse algorithms (dgc, sdagc, sbc)
+ * and onebit; on the exact dense path and csc, whose bytes go through
+ * Gloo's ring, Gloo aborts the process, as a plain Gloo allreduce does. */
 COMPCOLL_API compcoll_status_t compcoll_allreduce(compcoll_comm_t* comm, void* buf, size_t count,
                                      compcoll_dtype_t dtype, compcoll_op_t op, const char* key);
 
