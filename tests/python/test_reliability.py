@@ -160,6 +160,20 @@ def test_point_to_point_posted_behind_a_busy_worker_completes(nranks):
         assert max(res["seconds"]) < 10, res  # the timeout is 20 s
 
 
+def test_a_receive_queued_behind_a_busy_worker_times_from_its_wait_as_gloos():
+    """A receive posted while the worker is busy, matched 4.5 s later and
+    waited on after 6 s, in a group whose timeout is 3 s: Gloo's receive
+    counts its timeout from the wait, so it completes, and the group goes
+    on. compcoll's used to count it from the posting: the receive failed
+    and the group was unusable on both ranks."""
+    ranks = launch([worker("p2p_late_match.py")], 2, env={"COMPCOLL_ALGO": "dgc"},
+                   timeout=120)
+    for r in ranks:
+        assert r.result["backend"] == "compcoll", r.result
+        assert r.result.get("next") == [2.0] * 4, r.result
+    assert ranks[0].result.get("received") == [7.0] * 4, ranks[0].result
+
+
 def test_no_thread_of_the_backend_holds_the_callers_tensors():
     """While an operation is in flight, and after it, the caller's tensors
     carry no reference but their Python object's: the worker and the inner

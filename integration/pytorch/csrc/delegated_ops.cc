@@ -28,12 +28,10 @@ constexpr c10d::OpType kAllgatherIntoTensorCoalesced = c10d::OpType::COALESCED;
 constexpr c10d::OpType kReduceScatterTensorCoalesced = c10d::OpType::COALESCED;
 #endif
 
-// Gloo's send and receive works have no future: they complete only when
-// someone waits for them. Waited for on the worker, a receive would hold
-// the worker until its peer sends, while what is queued behind it (this
-// rank's own send to that peer, say) waits for the worker: two ranks that
-// each post a receive and then a send while their workers are busy would
-// deadlock, where plain Gloo completes. So a thread of its own waits, for
+// A collective whose inner work has no future (none of Gloo's today; its
+// send and receive works, which have none, are handed to their caller's
+// wait instead: work.h). Waited for on the worker, it would hold the worker
+// while what is queued behind it waits: so a thread of its own waits, for
 // at most the group's timeout (the watchdog bounds the work as well), and
 // the worker goes on issuing.
 void settle_when_done(c10::intrusive_ptr<c10d::Work> in, c10::intrusive_ptr<CompcollWork> work,
@@ -179,6 +177,8 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
     }, timeout);
     return work;
   }
+  // A send or receive: its caller's wait completes it (work.h, "handed").
+  if (!collective) work->expect_handover();
   worker_->submit(what, work, [&]() -> Worker::Task {
     return [work, inner, issue, group_timeout = timeout_]() mutable {
       c10::intrusive_ptr<c10d::Work> in;
@@ -198,6 +198,12 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::delegate(c10::Device device, c10
       } catch (const std::exception&) {
         future.reset();  // Gloo's send/recv works have no future
       }
+      if (!future && work->expects_handover()) {
+        work->complete_on_wait(std::move(in));  // the worker forgets it (finished_running)
+        DeferredRelease::keep(std::move(work));
+        return;
+      }
+      work->not_handed();
       if (future) {
         // Runs on the inner backend's thread, which must not drop the last
         // reference to this work either: it goes to DeferredRelease.

@@ -47,6 +47,10 @@ CompcollWork::CompcollWork(int rank, c10d::OpType type, const char* profiling_ti
 
 bool CompcollWork::settle() {
   if (settled_.exchange(true)) return false;
+  {
+    std::lock_guard<std::mutex> lock(handoff_mu_);  // a wait() for the issue ends
+  }
+  handoff_cv_.notify_all();
   if (timed_since_) {
     duration_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
                        std::chrono::steady_clock::now() - *timed_since_)
@@ -103,7 +107,47 @@ bool CompcollWork::wait(std::chrono::milliseconds timeout) {
     if (error_) std::rethrow_exception(error_);
     return true;
   }
+  if (handoff_.load() != Handoff::kNone) {
+    c10::intrusive_ptr<c10d::Work> in;
+    {
+      std::unique_lock<std::mutex> lock(handoff_mu_);
+      // Until the worker issues it, or it settles (failed before its issue,
+      // or by the watchdog, whose deadline bounds this wait).
+      handoff_cv_.wait(lock, [&] { return handoff_.load() != Handoff::kPending || settled_.load(); });
+      if (handoff_.load() == Handoff::kHanded && !inner_waiter_ && !settled_.load()) {
+        inner_waiter_ = true;
+        in = handed_;
+      }
+    }
+    if (in) {
+      try {
+        in->wait(timeout);  // the caller's timeout, from now: as Gloo's own work
+        complete();
+      } catch (const std::exception&) {
+        fail(std::current_exception());
+      }
+    }
+  }
   return c10d::Work::wait(timeout);
+}
+
+void CompcollWork::expect_handover() { handoff_ = Handoff::kPending; }
+
+void CompcollWork::complete_on_wait(c10::intrusive_ptr<c10d::Work> inner) {
+  {
+    std::lock_guard<std::mutex> lock(handoff_mu_);
+    handed_ = std::move(inner);
+    handoff_ = Handoff::kHanded;
+  }
+  handoff_cv_.notify_all();
+}
+
+void CompcollWork::not_handed() {
+  {
+    std::lock_guard<std::mutex> lock(handoff_mu_);
+    if (handoff_.load() == Handoff::kPending) handoff_ = Handoff::kNotHanded;
+  }
+  handoff_cv_.notify_all();
 }
 
 void CompcollWork::set_inner(c10::intrusive_ptr<c10d::Work> inner) {

@@ -28,7 +28,9 @@
 #include <atomic>
 #include <exception>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -52,6 +54,20 @@ class CompcollWork final : public c10d::Work {
   void on_settle(std::function<void()> fn) { on_settle_ = std::move(fn); }
   // For a delegated operation: the inner work, consulted by sourceRank().
   void set_inner(c10::intrusive_ptr<c10d::Work> inner);
+  // Point-to-point works queued behind a busy worker. Gloo's send and
+  // receive works have no future and complete when someone waits for them,
+  // their clock starting at that wait: a receive may be posted long before
+  // its match. Such a work, once the worker has issued it, is handed to its
+  // caller (complete_on_wait): wait() waits for the inner work with the
+  // caller's timeout and settles this one. Before it is issued, wait()
+  // waits for the issue (the worker's watchdog bounds that). A work whose
+  // inner one turns out to have a future, or that fails before it is
+  // issued, is settled as any other (not_handed).
+  void expect_handover();
+  void complete_on_wait(c10::intrusive_ptr<c10d::Work> inner);
+  void not_handed();
+  bool expects_handover() const { return handoff_.load() == Handoff::kPending; }
+  bool handed_to_caller() const { return handoff_.load() == Handoff::kHanded; }
   // Keeps x (what issued the operation, with the tensors it captured) as
   // long as this work, so that it goes where the work goes
   // (deferred_release.h), not with the worker's task.
@@ -87,6 +103,12 @@ class CompcollWork final : public c10d::Work {
   std::atomic<int64_t> timeout_ms_{-1};   // set at submission
   std::function<void()> on_settle_;
   std::exception_ptr error_;  // fail()'s, set before the future's callbacks run
+  enum class Handoff { kNone, kPending, kHanded, kNotHanded };
+  std::atomic<Handoff> handoff_{Handoff::kNone};
+  std::mutex handoff_mu_;  // guards handed_, inner_waiter_; with handoff_cv_
+  std::condition_variable handoff_cv_;
+  c10::intrusive_ptr<c10d::Work> handed_;
+  bool inner_waiter_ = false;  // a caller is waiting for handed_
   // Taken on the issuing thread at construction (issue_scope.h).
   const IssueContext context_;
 };

@@ -132,7 +132,15 @@ void Worker::run_task(uint64_t id, const Task& task) {
 void Worker::finished_running(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(id);
-  if (it != pending_.end()) it->second.state = Entry::kIssued;  // completes asynchronously
+  if (it == pending_.end()) return;
+  if (it->second.work->handed_to_caller()) {
+    // A send or receive its caller's wait completes, with the caller's
+    // timeout from that wait, as Gloo's own: not the worker's to bound.
+    pending_.erase(it);
+    std::erase_if(ephemeral_, [id](const auto& x) { return x.second == id; });
+    return;
+  }
+  it->second.state = Entry::kIssued;  // completes asynchronously
 }
 
 std::chrono::milliseconds Worker::submit(const std::string& what,
