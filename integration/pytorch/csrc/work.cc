@@ -112,8 +112,15 @@ bool CompcollWork::wait(std::chrono::milliseconds timeout) {
     {
       std::unique_lock<std::mutex> lock(handoff_mu_);
       // Until the worker issues it, or it settles (failed before its issue,
-      // or by the watchdog, whose deadline bounds this wait).
-      handoff_cv_.wait(lock, [&] { return handoff_.load() != Handoff::kPending || settled_.load(); });
+      // or by the watchdog, whose deadline bounds this wait), or the
+      // caller's own timeout passes (then c10d's wait says so, below).
+      const auto ready = [&] { return handoff_.load() != Handoff::kPending || settled_.load(); };
+      if (timeout == ::kNoTimeout) {
+        handoff_cv_.wait(lock, ready);
+      } else if (!handoff_cv_.wait_for(lock, timeout, ready)) {
+        lock.unlock();
+        return c10d::Work::wait(std::chrono::milliseconds(1));  // times out, as Gloo's would
+      }
       if (handoff_.load() == Handoff::kHanded && !inner_waiter_ && !settled_.load()) {
         inner_waiter_ = true;
         in = handed_;
