@@ -6,10 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <new>
 #include <optional>
-#include <set>
 #include <string>
 
 #include "compcoll/compcoll.h"
@@ -89,8 +89,9 @@ compcoll::EnvLookup env_without_identity() {
 // after static destructors of objects made later than it was registered.
 struct LiveComms {
   std::mutex mu;
-  std::set<compcoll_comm*> comms;
-  pid_t pid = getpid();  // a forked child's exit leaves the parent's files alone
+  // With the process that created each: a forked child's exit leaves its
+  // parent's communicators (and files) alone, and finishes its own.
+  std::map<compcoll_comm*, pid_t> comms;
 };
 LiveComms& live_comms() {
   static LiveComms* live = new LiveComms;
@@ -99,12 +100,13 @@ LiveComms& live_comms() {
 
 void finish_live_comms_at_exit() {
   LiveComms& live = live_comms();
-  if (getpid() != live.pid) return;
+  const pid_t self = getpid();
   std::lock_guard<std::mutex> lock(live.mu);
-  for (compcoll_comm* c : live.comms) {
-    // One still inside a call on another thread is left alone: finishing
-    // it would read what that call is writing.
-    if (c->impl->call_running()) continue;
+  for (const auto& [c, pid] : live.comms) {
+    // Takes the communicator's call slot and keeps it: one inside a call on
+    // another thread is left alone (finishing it would read what that call
+    // writes), and a call another thread starts later is refused.
+    if (pid != self || !c->impl->enter_final_call()) continue;
     try {
       c->impl->finish();
     } catch (...) {  // nothing may escape an exit hook; finish logs its own failures
@@ -123,7 +125,7 @@ compcoll_status_t create(const compcoll::Config& cfg, compcoll_comm_t** out) {
     {
       LiveComms& live = live_comms();
       std::lock_guard<std::mutex> lock(live.mu);
-      live.comms.insert(c);
+      live.comms.emplace(c, getpid());
     }
     *out = c;
   });

@@ -92,8 +92,10 @@ class Communicator {
   // dropped, and logged at INFO).
   void merge_state(const std::string& from, const std::string& into);
 
-  // A call (run_call) is running on some thread.
-  bool call_running() const { return in_call_.load(); }
+  // Takes the call slot for good unless a call is running (then false):
+  // from now on every call is refused as one made during another. For the
+  // C API's exit hook, which then finishes the communicator.
+  bool enter_final_call() { return !in_call_.exchange(true); }
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
   const Config& config() const { return cfg_; }

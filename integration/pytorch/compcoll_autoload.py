@@ -112,8 +112,10 @@ def _end_if_compcoll_ranks_join(a, done):
             if not store.check([JOINED]):
                 continue
             now = time.monotonic()
-            for i in range(min(a.size, PEERS_PER_SCAN)):
-                p = (start + i) % a.size
+            # Every suspect is checked again each round (a peer that has
+            # announced since is cleared), and PEERS_PER_SCAN more are looked at.
+            fresh = {(start + i) % a.size for i in range(min(a.size, PEERS_PER_SCAN))}
+            for p in sorted(fresh | set(suspects)):
                 if p == a.rank:
                     continue
                 if (store.check([JOINED_RANK.format(p)])

@@ -219,7 +219,8 @@ TEST(CommunicatorWarning, UnknownNamesAreWarnedOncePerProcess) {
 
 // The stats contract is "at destruction or exit": a C program that returns
 // from main with its communicator alive still writes COMPCOLL_STATS_FILE,
-// with both calls; a child it forked, exiting first, writes nothing.
+// with both calls; a child it forked writes its own communicator's, not
+// its parent's.
 TEST(CommunicatorExit, ACommunicatorAliveAtExitWritesItsStatsFileInItsOwnProcessOnly) {
   TempDir dir;
   const Output o = run({kTwoComms, dir.path(), "kept"},
@@ -228,6 +229,8 @@ TEST(CommunicatorExit, ACommunicatorAliveAtExitWritesItsStatsFileInItsOwnProcess
   EXPECT_EQ(o.out, "child left no stats file\n") << o.err;
   const std::string json = read_file(dir.path() + "/stats-0.json");
   EXPECT_NE(json.find("\"calls\": 2,"), std::string::npos) << json;
+  const std::string child = read_file(dir.path() + "/child-stats.json");
+  EXPECT_NE(child.find("\"calls\": 1,"), std::string::npos) << "the child's own: " << child;
 }
 
 // A misspelt name is said before the rendezvous, not after it: a misspelt

@@ -7,10 +7,11 @@
  * that no other rank joins: its rendezvous must time out (COMPCOLL_TIMEOUT_MS)
  * with the error on stderr, exit 1.
  * `two_comms_app DIR kept` creates one one-rank communicator, makes one
- * allreduce, then forks a child that exit()s at once, waits for it, and
- * returns from main without destroying the communicator: the exit hook must
- * write COMPCOLL_STATS_FILE (calls 2: one before the fork, one after) in this
- * process only, never in the child. It prints "child left no stats file"
+ * allreduce, then forks a child that makes a communicator of its own and
+ * exit()s, waits for it, and returns from main without destroying the
+ * communicator: the exit hooks must write COMPCOLL_STATS_FILE (calls 2: one
+ * before the fork, one after) in this process only, and the child's own
+ * (DIR/child-stats.json) in the child. It prints "child left no stats file"
  * when the file was absent after the child's exit. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,9 +52,25 @@ static int kept_comm(const char* dir) {
     return 1;
   }
   const pid_t child = fork();
-  if (child == 0) exit(0);  /* runs the exit hooks, in another process */
+  if (child == 0) {
+    /* A communicator of the child's own, alive at its exit(): its stats
+     * are written (by the child's exit hook), its parent's are not. */
+    char child_rendezvous[4096], child_stats[4096];
+    compcoll_comm_t* own = NULL;
+    snprintf(child_rendezvous, sizeof child_rendezvous, "file://%s/child", dir);
+    snprintf(child_stats, sizeof child_stats, "%s/child-stats.json", dir);
+    setenv("COMPCOLL_STATS_FILE", child_stats, 1);
+    if (compcoll_comm_create(child_rendezvous, 0, 1, &own) != COMPCOLL_SUCCESS ||
+        compcoll_allreduce(own, x, 4, COMPCOLL_FLOAT32, COMPCOLL_SUM, NULL) != COMPCOLL_SUCCESS) {
+      exit(3);
+    }
+    exit(0); /* runs the exit hooks, in another process */
+  }
   int status = 0;
-  if (child < 0 || waitpid(child, &status, 0) != child) return 1;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0) {
+    return 1;
+  }
   const char* stats = getenv("COMPCOLL_STATS_FILE");
   struct stat st;
   if (stats != NULL && stat(stats, &st) != 0) printf("child left no stats file\n");

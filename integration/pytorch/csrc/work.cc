@@ -2,6 +2,8 @@
 
 #include <ATen/core/jit_type.h>
 
+#include <algorithm>
+
 #include "integration/pytorch/csrc/issue_scope.h"
 
 namespace compcoll::torch_integration {
@@ -78,10 +80,15 @@ bool CompcollWork::complete_with(const c10::IValue& value, std::vector<at::Tenso
   // wait() returns, the future is done and the callbacks it runs inline have
   // run (a caller's wait(); get_future().value() must not find it pending).
   // A callback that waits on this work meanwhile returns at once (wait()).
-  {
+  try {
     InheritedScope scope(context_);  // for the callbacks markCompleted runs
     CompletingScope completing(this);
     future_->markCompleted(value);
+  } catch (...) {
+    // A callback threw (or the future refused the value): the work still
+    // ends, with that error, or its waiters would wait for ever.
+    finish(std::current_exception());
+    throw;
   }
   finish();
   return true;
@@ -89,11 +96,14 @@ bool CompcollWork::complete_with(const c10::IValue& value, std::vector<at::Tenso
 
 bool CompcollWork::fail(std::exception_ptr e) {
   if (!settle()) return false;
-  {
+  error_ = e;
+  try {
     InheritedScope scope(context_);
     CompletingScope completing(this);
-    error_ = e;
     future_->setError(e);
+  } catch (...) {
+    finish(e);  // as complete_with: the work ends whatever a callback did
+    throw;
   }
   finish(e);
   return true;
@@ -108,6 +118,7 @@ bool CompcollWork::wait(std::chrono::milliseconds timeout) {
     return true;
   }
   if (handoff_.load() != Handoff::kNone) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     c10::intrusive_ptr<c10d::Work> in;
     {
       std::unique_lock<std::mutex> lock(handoff_mu_);
@@ -128,7 +139,15 @@ bool CompcollWork::wait(std::chrono::milliseconds timeout) {
     }
     if (in) {
       try {
-        in->wait(timeout);  // the caller's timeout, from now: as Gloo's own work
+        // What is left of the caller's timeout, counted from this wait's
+        // start: as Gloo's own work.
+        std::chrono::milliseconds left = timeout;
+        if (timeout != ::kNoTimeout) {
+          left = std::max(std::chrono::milliseconds(1),
+                          std::chrono::ceil<std::chrono::milliseconds>(
+                              deadline - std::chrono::steady_clock::now()));
+        }
+        in->wait(left);
         complete();
       } catch (const std::exception&) {
         fail(std::current_exception());
