@@ -137,6 +137,30 @@ TEST(NcclComm, APartAboveTheBoundIsRefusedAndAborts) {
   }
 }
 
+// A peer's abort ends this rank's pending NCCL work early: its stream
+// drains, but over buffers that hold no result. That is a failure NCCL
+// reports asynchronously, never a call that returns (it returned the
+// buffers as they were, and a compressed allreduce summed them).
+TEST(NcclComm, APeersAbortFailsTheCallInsteadOfReturningUnfilledBuffers) {
+  const auto errors = run_nccl_ranks(2, milliseconds(5000), [&](nccl::NcclComm& c) {
+    // Rank 0 refuses rank 1's oversized part and aborts; rank 1 waits for
+    // the payloads that never come.
+    const size_t bytes = c.rank() == 1 ? 5000 : 10;
+    const size_t bound = c.rank() == 1 ? kUnboundedPart : 100;
+    try {
+      c.allgatherv(payload_of(c.rank(), bytes), bound);
+      ADD_FAILURE() << "rank " << c.rank() << " returned although rank 0 aborted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kTransport) << e.what();
+      if (c.rank() == 1) {
+        EXPECT_NE(std::string(e.what()).find("asynchronous NCCL error"), std::string::npos)
+            << e.what();
+      }
+    }
+  });
+  expect_no_errors(errors);
+}
+
 TEST(NcclComm, AMissingPeerTimesOutAbortsAndBreaksTheCommunicator) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto errors = run_nccl_ranks(2, milliseconds(300), [&](nccl::NcclComm& c) {

@@ -100,11 +100,17 @@ class NcclCall {
   }
 
   // Polls until the stream has drained, NCCL reports an asynchronous error,
-  // or the deadline passes (then the communicator is aborted).
+  // or the deadline passes (then the communicator is aborted). A drained
+  // stream is success only if NCCL has no asynchronous error either: a
+  // failed or aborted NCCL operation may end its kernels early, and the
+  // stream then drains over buffers that hold no result.
   void wait(const char* what) {
     for (int spins = 0;; ++spins) {
       const CUresult q = c_.cuda_.StreamQuery(c_.stream_);
-      if (q == CUDA_SUCCESS) return;
+      if (q == CUDA_SUCCESS) {
+        check_async(what);
+        return;
+      }
       if (q != CUDA_ERROR_NOT_READY) fail(std::string(what) + ": cuStreamQuery: " + c_.cuda_.describe(q), true);
       check_async(what);
       check_stop(what);
