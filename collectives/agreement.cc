@@ -42,12 +42,28 @@ void ensure_agreement(Comm& comm, const std::string& description) {
   CC_CHECK_LE(description.size(), kMaxAgreementBytes, kInvalidArgument,
               "the configuration description is ", description.size(), " bytes, more than ",
               kMaxAgreementBytes);
+  // Tagged on the wire only (the description, and so its hash, is as
+  // given): a rank at another step of setting up the communicator sends
+  // something else here, and is named instead of being parsed as settings.
+  const std::string mine = std::string(kAgreementTag) + description;
   const Gathered all = comm.allgatherv(
-      {reinterpret_cast<const uint8_t*>(description.data()), description.size()},
-      kMaxAgreementBytes);
+      {reinterpret_cast<const uint8_t*>(mine.data()), mine.size()},
+      kAgreementTag.size() + kMaxAgreementBytes);
+  std::ostringstream absent;
+  for (int r = 0; r < all.parts(); ++r) {
+    const auto p = all.part(r);
+    const std::string_view got(reinterpret_cast<const char*>(p.data()), p.size());
+    if (got.rfind(kAgreementTag, 0) != 0) absent << (absent.tellp() > 0 ? ", " : "") << r;
+  }
+  CC_CHECK(absent.tellp() == 0, kMismatch, "rank(s) ", absent.str(),
+           " did not take part in the agreement on the compression configuration (seen by rank ",
+           comm.rank(), "): they were at another step of setting up the communicator, which "
+           "happens when a setting that decides those steps (COMPCOLL_NCCL_COMMS, say) differs "
+           "between ranks; set the same COMPCOLL_* values everywhere");
   const auto part = [&](int r) {
     const auto p = all.part(r);
-    return std::string_view(reinterpret_cast<const char*>(p.data()), p.size());
+    return std::string_view(reinterpret_cast<const char*>(p.data()), p.size())
+        .substr(kAgreementTag.size());
   };
   const auto reference = parse(part(0));
   std::ostringstream diff;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "collectives/comm.h"
 #include "compcoll/error.h"
@@ -19,6 +20,12 @@ namespace compcoll {
 // and so are peers announcing longer ones: the configuration is a few
 // hundred bytes.
 constexpr size_t kMaxAgreementBytes = 64 * 1024;
+// What every part of the exchange starts with on the wire. Another exchange
+// a rank may run at the same point (the interposer's host ids) accepts
+// parts of kMaxSetupPartBytes, so that it can name a rank that is here
+// instead of refusing its part as oversized.
+constexpr std::string_view kAgreementTag = "compcoll:agreement:";
+constexpr size_t kMaxSetupPartBytes = kAgreementTag.size() + kMaxAgreementBytes;
 void ensure_agreement(Comm& comm, const std::string& description);
 
 // Collective: every rank says whether its part of a setup step worked

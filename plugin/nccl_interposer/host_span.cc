@@ -1,10 +1,12 @@
 #include "plugin/nccl_interposer/host_span.h"
 
+#include <algorithm>
 #include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "collectives/agreement.h"
 #include "compcoll/error.h"
 #include "transport/shm_host.h"
 
@@ -18,9 +20,12 @@ HostSpan exchange_host_span(Comm& comm, const std::string& host_id_override) {
   CC_CHECK(!id.empty() && id.size() <= kMaxHostIdBytes, kInvalidArgument,
            "COMPCOLL_HOST_ID must be 1 to ", kMaxHostIdBytes, " bytes");
   const std::string mine = std::string(kTag) + id;
+  // Bounded by what any setup step sends, not by a host id: a rank at the
+  // configuration agreement instead is then named below, not refused as
+  // sending an oversized part.
   const Gathered parts = comm.allgatherv(
       std::span(reinterpret_cast<const uint8_t*>(mine.data()), mine.size()),
-      kTag.size() + kMaxHostIdBytes);
+      std::max(kTag.size() + kMaxHostIdBytes, kMaxSetupPartBytes));
   std::vector<std::string> ids;
   for (int r = 0; r < parts.parts(); ++r) {
     const std::span<const uint8_t> bytes = parts.part(r);

@@ -3,6 +3,8 @@
 // id per rank, as COMPCOLL_HOST_ID gives one per process).
 #include <gtest/gtest.h>
 
+#include "collectives/agreement.h"
+
 #include <span>
 #include <string>
 
@@ -39,18 +41,22 @@ TEST(NcclHostSpan, RanksOnSeveralHostsSpanThemAndRanksOnOneDoNot) {
   }
 }
 
-TEST(NcclHostSpan, ARankOutsideTheExchangeIsNamed) {
+TEST(NcclHostSpan, ARankOutsideTheExchangeIsNamedAndItNamesTheOthers) {
   // Rank 2 runs with COMPCOLL_NCCL_COMMS=all: its first collective is its
-  // Communicator's (here: any other allgatherv), not the host ids.
+  // Communicator's agreement on the configuration (a real description is a
+  // few hundred bytes, more than a host id), not the host ids. Each side
+  // names the other instead of refusing its part as oversized or parsing
+  // it as something it is not.
   std::vector<std::string> seen(3);
+  std::string description;
+  for (int i = 0; description.size() < 600; ++i) description += "setting" + std::to_string(i) + "=1;";
   const auto errors = testing::run_nccl_ranks(3, kTimeout, [&](nccl::NcclComm& c) {
-    if (c.rank() == 2) {
-      const std::string other = "the Communicator's agreement";
-      c.allgatherv(std::span(reinterpret_cast<const uint8_t*>(other.data()), other.size()), 4096);
-      return;
-    }
     try {
-      exchange_host_span(c, "node-0");
+      if (c.rank() == 2) {
+        ensure_agreement(c, description);
+      } else {
+        exchange_host_span(c, "node-0");
+      }
     } catch (const Error& e) {
       seen[size_t(c.rank())] = e.what();
     }
@@ -61,6 +67,10 @@ TEST(NcclHostSpan, ARankOutsideTheExchangeIsNamed) {
               std::string::npos) << seen[size_t(r)];
     EXPECT_NE(seen[size_t(r)].find("must be the same on every rank"), std::string::npos);
   }
+  EXPECT_NE(seen[2].find("rank(s) 0, 1 did not take part in the agreement on the compression "
+                         "configuration"),
+            std::string::npos) << seen[2];
+  EXPECT_NE(seen[2].find("COMPCOLL_NCCL_COMMS"), std::string::npos) << seen[2];
 }
 
 }  // namespace
