@@ -28,12 +28,14 @@ constexpr size_t kMaxLoggedShapes = 1024;
 }  // namespace
 
 CommEntry::CommEntry(const Runtime& rt, ncclComm_t comm, int id, int parent, int origin_rank,
-                     std::string lineage)
+                     std::string lineage, int root_ordinal)
     : rt_(rt),
       comm_(comm),
       id_(id),
       parent_(parent),
       lineage_(std::move(lineage)),
+      root_ordinal_(root_ordinal),
+      lineage_decided_(parent >= 0),
       log_(rt.config->debug, -1) {
   snap_.id = id;
   snap_.parent = parent;
@@ -60,8 +62,27 @@ void CommEntry::refresh_identity() {
   log_.set_rank(rank);
 }
 
+std::string CommEntry::lineage() {
+  refresh_identity();
+  std::lock_guard<std::mutex> lk(snap_mu_);
+  if (!lineage_decided_ && snap_.rank >= 0) {
+    if (rt_.launcher != nullptr) {
+      lineage_ = root_state_tag(*rt_.launcher, snap_.rank, snap_.size, root_ordinal_);
+    }
+    lineage_decided_ = true;
+  }
+  return lineage_;
+}
+
 std::string CommEntry::next_child_lineage() {
-  return lineage_ + (lineage_.empty() ? "" : ".") + "split" + std::to_string(children_++);
+  const std::string mine = lineage();
+  return mine + (mine.empty() ? "" : ".") + "split" + std::to_string(children_++);
+}
+
+std::string CommEntry::state_tag() {
+  std::string tag = lineage();
+  if (parent_ >= 0) tag += "-origin" + std::to_string(origin_rank());
+  return tag;
 }
 
 int CommEntry::origin_rank() {
@@ -150,7 +171,7 @@ void CommEntry::ensure_communicator(CUstream stream) {
     cfg.owner_stats_path = stats_path(cfg.stats_file, origin);
   }
   cfg.stats_file.clear();
-  cfg.state_tag = lineage_;
+  cfg.state_tag = state_tag();
   try {
     // Collective: every rank makes the same first eligible call.
     communicator_ = std::make_unique<Communicator>(std::make_unique<LentComm>(*transport_), cfg);

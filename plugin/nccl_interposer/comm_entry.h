@@ -32,6 +32,7 @@
 #include "plugin/communicator.h"
 #include "plugin/logging.h"
 #include "plugin/nccl_interposer/buffer_keys.h"
+#include "plugin/nccl_interposer/launcher_identity.h"
 #include "plugin/stats.h"
 #include "transport/nccl/nccl_comm.h"
 
@@ -65,16 +66,19 @@ struct Runtime {
   void (*cuda_runtime_started)() = nullptr;
   // Set once a loss scaler is in charge (Interposer::note_loss_scaled):
   // Communicators made after that undo calls with a non-finite result too.
-  const std::atomic<bool>* loss_scaled = nullptr;
+  const std::atomic<bool>* loss_scaled = nullptr;  // Which process of the job this is (launcher_identity.h): names the
+  // COMPCOLL_STATE_DIR files of roots that are not the world.
+  const LauncherIdentity* launcher = nullptr;
 };
 
 class CommEntry {
  public:
-  // origin_rank: the parent's origin for a split child, -1 for a root (its
-  // own rank, once known). lineage: "" for a root, next_child_lineage() of
-  // the parent for a child.
+  // origin_rank: the parent's origin for a split child; for a root, the
+  // launcher's rank of this process, or -1 (its own rank, once known).
+  // lineage: next_child_lineage() of the parent for a child. root_ordinal:
+  // for a root, how many roots this process made before it (-1 for a child).
   CommEntry(const Runtime& rt, ncclComm_t comm, int id, int parent, int origin_rank,
-            std::string lineage = "");
+            std::string lineage = "", int root_ordinal = -1);
   ~CommEntry();
 
   CommEntry(const CommEntry&) = delete;
@@ -85,10 +89,17 @@ class CommEntry {
   int origin_rank();
   // The name of this communicator's next split (or shrunk) child in its
   // COMPCOLL_STATE_DIR file: "split0", "split1", then "split0.split0" for a
-  // grandchild. Splits are collective and ordered, so a restarted program's
-  // children get the same names whatever their ids or handles, and a child
-  // as large as its parent does not collide with it in one file.
+  // grandchild, after the root's tag (root_state_tag) when it has one.
+  // Splits are collective and ordered, so a restarted program's children
+  // get the same names whatever their ids or handles, and a child as large
+  // as its parent does not collide with it in one file. The file of a child
+  // also names its origin rank (state_tag()): children of one split in
+  // different processes have the same lineage and may have the same rank
+  // and size (pairs {0,1} and {2,3}: both "rank 0 of 2").
   std::string next_child_lineage();
+  // What names this communicator's COMPCOLL_STATE_DIR file beside its rank
+  // and size: unique in the job, the same in every run of the program.
+  std::string state_tag();
   // True once NcclComm aborted the NCCL communicator (timeout, async error):
   // the handle is gone and must not reach NCCL again.
   bool aborted() const;
@@ -156,13 +167,18 @@ class CommEntry {
   std::string staging_reason(const void* send, const void* recv, size_t count, DType dtype,
                              ReduceOp op);
   void refresh_identity();  // rank and size, once NCCL can say
+  std::string lineage();    // see lineage_
   void publish();           // copies the Communicator's stats into snap_
 
   Runtime rt_;
   ncclComm_t comm_;
   int id_;
   int parent_;
-  const std::string lineage_;
+  // A child's, as given; a root's, root_state_tag() once its rank is known
+  // (lineage_decided_; guarded by snap_mu_).
+  std::string lineage_;
+  const int root_ordinal_;
+  bool lineage_decided_ = false;
   std::atomic<int> children_{0};
   Logger log_;
 

@@ -83,6 +83,7 @@ Interposer& Interposer::get() {
 }
 
 Interposer::Interposer() : log_(LogLevel::kWarn, -1) {
+  launcher_ = launcher_identity();
   try {
     settings_ = load_settings();
     log_ = Logger(settings_.config.debug, -1);
@@ -172,10 +173,15 @@ int Interposer::group_depth() { return t_group_depth; }
 std::shared_ptr<CommEntry> Interposer::add_entry(ncclComm_t comm, int parent_id, int origin_rank,
                                                  std::string lineage) {
   Runtime rt{&*nccl_, cuda_ ? &*cuda_ : nullptr, &settings_.config, &at_exit_before_cuda_runtime,
-             &loss_scaled_};
+             &loss_scaled_, &launcher_};
   std::lock_guard<std::mutex> lk(mu_);
   const int id = next_id_++;
-  auto entry = std::make_shared<CommEntry>(rt, comm, id, parent_id, origin_rank, std::move(lineage));
+  const bool root = parent_id < 0;
+  // A process's roots are one process's: named (stats file, checkpoint) by
+  // the launcher's rank when there is one (launcher_identity.h).
+  if (root && launcher_.known()) origin_rank = launcher_.rank;
+  auto entry = std::make_shared<CommEntry>(rt, comm, id, parent_id, origin_rank, std::move(lineage),
+                                           root ? roots_++ : -1);
   auto& slot = live_[comm];
   // A handle we still track was destroyed behind our back (an entry point we
   // do not wrap) and its address reused: the old entry's state is not this

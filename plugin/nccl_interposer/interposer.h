@@ -37,6 +37,7 @@
 #include "collectives/algorithm.h"
 #include "plugin/logging.h"
 #include "plugin/nccl_interposer/comm_entry.h"
+#include "plugin/nccl_interposer/launcher_identity.h"
 #include "plugin/nccl_interposer/settings.h"
 #include "transport/nccl/nccl_api.h"
 
@@ -112,6 +113,7 @@ class Interposer {
   void warn_if_no_communicator_spans_hosts(const std::vector<CommSnapshot>& comms);
 
   Settings settings_;
+  LauncherIdentity launcher_;  // which process of the job (launcher_identity.h)
   std::string config_error_;  // non-empty: a COMPCOLL_* value was rejected
   std::optional<nccl::NcclApi> nccl_;
   std::string nccl_error_;
@@ -128,6 +130,7 @@ class Interposer {
   std::map<ncclComm_t, std::shared_ptr<CommEntry>> live_;
   std::vector<CommSnapshot> finished_;
   int next_id_ = 0;
+  int roots_ = 0;  // root communicators registered: the next root's ordinal
   std::mutex stats_mu_;  // serialises stats file writes
 };
 

@@ -466,8 +466,8 @@ TEST_F(Interposer, StateDirGivesASplitChildItsOwnFile) {
     EXPECT_EQ(restored, run_no == 0 ? 0u : 4u) << r.output;  // parent and child, two ranks
   }
   for (const char* name : {"compcoll-state-rank0-of2.bin", "compcoll-state-rank1-of2.bin",
-                           "compcoll-state-split0-rank0-of2.bin",
-                           "compcoll-state-split0-rank1-of2.bin"}) {
+                           "compcoll-state-split0-origin0-rank0-of2.bin",
+                           "compcoll-state-split0-origin1-rank1-of2.bin"}) {
     EXPECT_TRUE(std::filesystem::exists(dir_ + "/state/" + name)) << name;
   }
 }
