@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include "collectives/dispatch.h"
 #include "collectives/momentum_handover.h"
@@ -64,6 +65,32 @@ OpInfo op_info(ncclRedOp_t op) {
 
 void at_exit() { Interposer::get().finish_at_exit(); }
 
+std::optional<std::string> algo_in_environment() { return process_env()("COMPCOLL_ALGO"); }
+
+// COMPCOLL_ALGO asks for compression (any value but unset, empty or dense,
+// a bad one included: that is an error to report, not a pass-through).
+bool compression_requested() {
+  const std::optional<std::string> algo = algo_in_environment();
+  return algo && !algo->empty() && *algo != "dense";
+}
+
+std::string unset_or_dense() {
+  const std::optional<std::string> algo = algo_in_environment();
+  return algo && !algo->empty() ? *algo : "unset";
+}
+
+// What the interposer reads when compression is off: which NCCL and CUDA
+// driver to load, and how much to say.
+EnvLookup only_pass_through_settings(EnvLookup env) {
+  return [env = std::move(env)](const char* name) -> std::optional<std::string> {
+    const std::string_view n(name);
+    if (n == "COMPCOLL_NCCL_LIBRARY" || n == "COMPCOLL_CUDA_LIBRARY" || n == "COMPCOLL_DEBUG") {
+      return env(name);
+    }
+    return std::nullopt;
+  };
+}
+
 // The CUDA runtime a device route started tears itself down at exit, in a
 // handler registered when it started; handlers run last-registered first,
 // so at_exit is registered again after it, to copy device-resident states
@@ -89,7 +116,22 @@ Interposer::Interposer() : log_(LogLevel::kWarn, -1) {
     log_ = Logger(settings_.config.debug, -1);
   } catch (const std::exception& e) {
     config_error_ = e.what();
-    log_.warn("NCCL interposer: ", config_error_);
+    if (!compression_requested()) {
+      // Off: every call passes through, and a bad value of a setting that
+      // would change nothing must not fail the program's NCCL. The settings
+      // it still reads (which library to forward to) are loaded alone; the
+      // rest are named below as changing nothing, the bad one among them.
+      const std::string ignored = config_error_;
+      config_error_.clear();
+      try {
+        settings_ = load_settings(only_pass_through_settings(process_env()));
+        log_ = Logger(settings_.config.debug, -1);
+        log_.info("NCCL interposer: ", ignored, "; ignored: COMPCOLL_ALGO is ", unset_or_dense());
+      } catch (const std::exception& e2) {
+        config_error_ = e2.what();
+      }
+    }
+    if (!config_error_.empty()) log_.warn("NCCL interposer: ", config_error_);
   }
   try {
     nccl_.emplace(nccl::load_nccl(settings_.nccl_library, reinterpret_cast<const void*>(&self_marker)));
@@ -98,8 +140,10 @@ Interposer::Interposer() : log_(LogLevel::kWarn, -1) {
     log_.warn("NCCL interposer: ", nccl_error_);
   }
   if (!config_error_.empty() || !nccl_ || !settings_.config.compression_enabled()) {
-    if (nccl_) log_.info("NCCL interposer: COMPCOLL_ALGO is ", settings_.config.algo,
-                         "; every call passes through to ", nccl_->path);
+    if (nccl_ && config_error_.empty()) {
+      log_.info("NCCL interposer: COMPCOLL_ALGO is ", unset_or_dense(),
+                "; every call passes through to ", nccl_->path);
+    }
     if (config_error_.empty() && !settings_.config.compression_enabled()) {
       // Preloaded, and given settings, but not COMPCOLL_ALGO: not a silent no-op.
       const std::string unread = settings_unread_while_off_in_environment(

@@ -127,6 +127,25 @@ TEST_F(Interposer, WithoutCompcollAlgoEveryCallIsForwardedUnchanged) {
   EXPECT_EQ(said[0].find("COMPCOLL_NCCL_LIBRARY"), std::string::npos) << r.output;
 }
 
+// Off means off: a bad value of a setting that would change nothing is
+// named with the others that change nothing, and never fails the program's
+// NCCL (the library paths, which the pass-through reads, still count).
+TEST_F(Interposer, WithoutCompcollAlgoABadValueOfAnotherSettingPassesThrough) {
+  for (const char* algo : {"", "dense"}) {
+    auto e = env();
+    if (*algo) e["COMPCOLL_ALGO"] = algo;
+    e["COMPCOLL_DENSITY"] = "bogus";
+    const AppRun r = run({"--ranks", "2", "--exact"}, e);
+    EXPECT_RAN_OK(r);
+    EXPECT_EQ(received_allreduces().size(), 2u * 11u) << r.output;
+    const auto said = lines_after(r.output, "compcoll WARN");
+    ASSERT_EQ(said.size(), 1u) << r.output;
+    EXPECT_NE(said[0].find("COMPCOLL_DENSITY=bogus"), std::string::npos) << r.output;
+    EXPECT_NE(said[0].find("change nothing"), std::string::npos) << r.output;
+    std::filesystem::remove(log_path());
+  }
+}
+
 TEST_F(Interposer, PreloadedWithoutAnySettingSaysNothing) {
   auto e = env();
   e.erase("COMPCOLL_WARMUP_STEPS");
