@@ -278,6 +278,7 @@ void CommEntry::publish() {
 
 void CommEntry::finish() {
   std::lock_guard<std::mutex> lk(call_mu_);
+  if (transport_ && transport_->aborted()) aborted_ = true;
   publish();
   communicator_.reset();  // its device-resident states first, then the route
   device_.reset();

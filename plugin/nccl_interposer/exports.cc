@@ -172,6 +172,7 @@ CC_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, n
   return entry("ncclCommSplit", [&] {
     Interposer& ip = Interposer::get();
     const auto fn = need(ip.real().CommSplit, "ncclCommSplit");
+    ip.check_not_aborted_by_us(comm, "ncclCommSplit");
     const ncclResult_t r = fn(comm, color, key, newcomm, config);
     if (created(r) && newcomm != nullptr) ip.register_child(*newcomm, comm);  // null: NOCOLOR
     return r;
@@ -188,6 +189,7 @@ CC_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksLis
   return entry("ncclCommShrink", [&] {
     Interposer& ip = Interposer::get();
     const auto fn = need(ip.real().CommShrink, "ncclCommShrink");
+    ip.check_not_aborted_by_us(comm, "ncclCommShrink");
     const ncclResult_t r = fn(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
     if (created(r) && newcomm != nullptr) ip.register_child(*newcomm, comm);
     return r;

@@ -296,6 +296,14 @@ bool Interposer::aborted_by_us(ncclComm_t comm) {
   return e && e->aborted();
 }
 
+void Interposer::check_not_aborted_by_us(ncclComm_t comm, const char* call) {
+  if (!enabled_) return;
+  const auto e = find(comm);
+  CC_CHECK(!e || !e->aborted(), kTransport, call, " on comm ", e ? e->id() : -1,
+           ", which compcoll aborted after an earlier failure (the handle is gone); abort or "
+           "destroy it and build a new one");
+}
+
 ncclResult_t Interposer::destroy(ncclComm_t comm, bool abort) {
   const nccl::NcclApi& nccl = real();
   std::shared_ptr<CommEntry> e;
@@ -310,13 +318,15 @@ ncclResult_t Interposer::destroy(ncclComm_t comm, bool abort) {
   bool already_aborted = false;
   std::optional<ncclResult_t> aborted_now;
   if (e) {
-    already_aborted = e->aborted();
-    if (abort && !already_aborted) {
+    if (abort && !e->aborted()) {
       // The abort before the device memory is freed (CommEntry::abort_then_finish).
       aborted_now = e->abort_then_finish([&] { return nccl.CommAbort(comm); });
     } else {
       e->finish();
     }
+    // Asked only now: a call of another thread that finish() waited for may
+    // have aborted the communicator meanwhile, and the handle is then gone.
+    already_aborted = !aborted_now && e->aborted();
     const CommSnapshot s = e->snapshot();
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -355,9 +365,8 @@ ncclResult_t Interposer::allreduce(const void* send, void* recv, size_t count,
                                    cudaStream_t stream) {
   const nccl::NcclApi& nccl = real();
   if (!enabled_) return nccl.AllReduce(send, recv, count, dtype, op, comm, stream);
+  check_not_aborted_by_us(comm, "ncclAllReduce");
   const auto entry = find_or_add(comm);
-  CC_CHECK(!entry->aborted(), kTransport, "ncclAllReduce on comm ", entry->id(),
-           ", which compcoll aborted after an earlier failure; abort or destroy it and build a new one");
   std::optional<std::string> why = forward_reason(count, dtype, op, stream);
   if (!why) {
     std::string refused = entry->scope_refusal(reinterpret_cast<CUstream>(stream));

@@ -65,6 +65,9 @@ class Interposer {
   // then calls the real function unless we aborted the communicator already.
   ncclResult_t destroy(ncclComm_t comm, bool abort);
   // Whether the interposer aborted comm after a timeout (the handle is gone).
+  // Throws kTransport naming call when compcoll aborted comm (its handle
+  // is gone and must not reach NCCL).
+  void check_not_aborted_by_us(ncclComm_t comm, const char* call);
   bool aborted_by_us(ncclComm_t comm);
 
   ncclResult_t allreduce(const void* send, void* recv, size_t count, ncclDataType_t dtype,
