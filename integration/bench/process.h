@@ -1,6 +1,7 @@
 // Child processes for the benchmark's local ranks: spawn with output to a
 // log file, wait with a deadline, kill what is left. Nothing outlives the
-// parent's wait_all: every child is reaped.
+// parent's wait_all: every child is reaped; and a rank dies with the parent
+// killed by SIGKILL (the worker sets PR_SET_PDEATHSIG, rank_worker.cc).
 #pragma once
 
 #include <sys/types.h>

@@ -7,7 +7,11 @@
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
 
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -116,6 +120,13 @@ void gloo_allreduce(GlooComm& comm, float* buf, size_t n) {
 }  // namespace
 
 int worker_main(int argc, char** argv, int first) {
+  // A rank dies with the benchmark that started it: a parent killed by
+  // SIGKILL runs no handler, and its ranks would run on to their deadline.
+  // (The parent spawns ranks from its main thread, whose exit is the
+  // process's.) A parent already gone before the prctl: stop at once.
+  const pid_t parent = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (parent == 1 || getppid() != parent) return 1;
   Args args(argc, argv, first);
   const int rank = static_cast<int>(args.integer("rank", 0, "this rank"));
   const int ranks = static_cast<int>(args.integer("ranks", 1, "number of ranks"));
