@@ -81,6 +81,22 @@ CC_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, 
   });
 }
 
+// Never compressed; wrapped only so that a program whose gradients travel
+// as reduce-scatters (FSDP, ZeRO) is told so instead of compressing nothing
+// in silence.
+CC_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
+                                              size_t recvcount, ncclDataType_t datatype,
+                                              ncclRedOp_t op, ncclComm_t comm,
+                                              cudaStream_t stream) {
+  if (reentered()) {
+    return forward(real().ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+  }
+  return entry("ncclReduceScatter", [&] {
+    return Interposer::get().reduce_scatter(sendbuff, recvbuff, recvcount, datatype, op, comm,
+                                            stream);
+  });
+}
+
 CC_NCCL_EXPORT ncclResult_t ncclGroupStart() {
   if (reentered()) return forward(real().GroupStart);
   return entry("ncclGroupStart", [] {

@@ -392,6 +392,31 @@ ncclResult_t Interposer::allreduce(const void* send, void* recv, size_t count,
   return ncclSuccess;
 }
 
+ncclResult_t Interposer::reduce_scatter(const void* send, void* recv, size_t recvcount,
+                                        ncclDataType_t dtype, ncclRedOp_t op, ncclComm_t comm,
+                                        cudaStream_t stream) {
+  const nccl::NcclApi& nccl = real();
+  if (enabled_) {
+    check_not_aborted_by_us(comm, "ncclReduceScatter");
+    const TypeInfo t = type_info(dtype);
+    const OpInfo o = op_info(op);
+    const bool gradient_like = (dtype == ncclFloat16 || dtype == ncclFloat32 ||
+                                dtype == ncclBfloat16 || dtype == ncclFloat64) &&
+                               o.known && (o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg);
+    int ranks = 1;
+    if (gradient_like && nccl.CommCount(comm, &ranks) == ncclSuccess &&
+        recvcount * static_cast<size_t>(std::max(ranks, 1)) >= settings_.config.min_elems &&
+        !reduce_scatter_said_.exchange(true)) {
+      log_.warn("ncclReduceScatter of ", recvcount, " x ", t.name, " ", o.name, " per rank goes to ",
+                "NCCL uncompressed, as will every reduce-scatter: COMPCOLL_ALGO=",
+                settings_.config.algo, " compresses ncclAllReduce only, and sharded training (FSDP, "
+                "ZeRO-2/3) sums its gradients with reduce-scatters, so little or nothing of it is "
+                "compressed (docs/gpu.md; said once per process)");
+    }
+  }
+  return nccl.ReduceScatter(send, recv, recvcount, dtype, op, comm, stream);
+}
+
 void Interposer::write_stats(int origin_rank) {
   std::vector<std::shared_ptr<CommEntry>> live;
   std::vector<CommSnapshot> comms;

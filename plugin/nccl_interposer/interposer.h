@@ -65,13 +65,18 @@ class Interposer {
   // then calls the real function unless we aborted the communicator already.
   ncclResult_t destroy(ncclComm_t comm, bool abort);
   // Whether the interposer aborted comm after a timeout (the handle is gone).
+  bool aborted_by_us(ncclComm_t comm);
   // Throws kTransport naming call when compcoll aborted comm (its handle
   // is gone and must not reach NCCL).
   void check_not_aborted_by_us(ncclComm_t comm, const char* call);
-  bool aborted_by_us(ncclComm_t comm);
 
   ncclResult_t allreduce(const void* send, void* recv, size_t count, ncclDataType_t dtype,
                          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+  // Forwarded untouched; a floating-point SUM/AVG of at least
+  // COMPCOLL_MIN_ELEMS elements in all is said at WARN, once per process, to
+  // go uncompressed (sharded training's gradients travel this way).
+  ncclResult_t reduce_scatter(const void* send, void* recv, size_t recvcount, ncclDataType_t dtype,
+                              ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 
   // Mixed precision, told by the compcoll Python package's torch.amp.GradScaler
   // wrappers (exports.cc: compcoll_nccl_loss_scale_changed and
@@ -126,6 +131,7 @@ class Interposer {
   bool enabled_ = false;
   std::atomic<bool> exited_{false};  // finish_at_exit ran
   std::atomic<bool> loss_scaled_{false};      // note_loss_scaled
+  std::atomic<bool> reduce_scatter_said_{false};  // reduce_scatter's WARN, once
   std::atomic<uint64_t> loss_scale_changes_{0};  // loss_scale_changed calls
   Logger log_;
 

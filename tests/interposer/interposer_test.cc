@@ -146,6 +146,32 @@ TEST_F(Interposer, WithoutCompcollAlgoABadValueOfAnotherSettingPassesThrough) {
   }
 }
 
+// Sharded training sums its gradients with reduce-scatters, which compcoll
+// does not compress: said once at WARN, not a silent no-op; the calls reach
+// NCCL untouched and exact.
+TEST_F(Interposer, AReduceScatterOfGradientsIsSaidToGoUncompressedOnce) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  const AppRun r = run({"--ranks", "2", "--reduce-scatter"}, e);
+  EXPECT_RAN_OK(r);
+  EXPECT_EQ(lines_after(read_text(log_path()), "ncclReduceScatter ").size(), 2u)
+      << "one reduce-scatter per rank reaches NCCL";
+  // (The app's forwarded allreduces are said too, each for its own reason.)
+  size_t said = 0;
+  for (const auto& line : lines_after(r.output, "compcoll WARN")) {
+    if (line.find("ncclReduceScatter") == std::string::npos) continue;
+    ++said;
+    EXPECT_NE(line.find("ncclReduceScatter of 10000 x float sum per rank goes to NCCL uncompressed"),
+              std::string::npos) << line;
+  }
+  EXPECT_EQ(said, 1u) << r.output;
+  // Without COMPCOLL_ALGO: nothing to say.
+  std::filesystem::remove(log_path());
+  const AppRun off = run({"--ranks", "2", "--reduce-scatter"}, env());
+  EXPECT_RAN_OK(off);
+  EXPECT_EQ(off.output.find("ncclReduceScatter"), std::string::npos) << off.output;
+}
+
 TEST_F(Interposer, PreloadedWithoutAnySettingSaysNothing) {
   auto e = env();
   e.erase("COMPCOLL_WARMUP_STEPS");

@@ -62,6 +62,7 @@ struct Options {
   int stall_rank = -1;
   bool stall_forwarded = false;  // the stalled call is one the interposer forwards
   bool exact = false;
+  bool reduce_scatter = false;  // other_collectives also runs a reduce-scatter of count elements
   bool expect_init_failure = false;
   bool no_destroy = false;  // leave the communicators to process exit
   bool fp32_avg = false;    // one more fp32 call: AVG, out of place (b -> c)
@@ -430,6 +431,29 @@ class Rank {
         if (ag[r * n + i] != value(r, 300, i)) throw std::runtime_error("allgather is wrong");
       }
     }
+    if (o_.reduce_scatter) reduce_scatter_phase();
+  }
+
+  // A reduce-scatter of count float sums (sharded training's gradients):
+  // forwarded, and exact.
+  void reduce_scatter_phase() {
+    const size_t per_rank = o_.count / static_cast<size_t>(o_.ranks);
+    const size_t n = per_rank * static_cast<size_t>(o_.ranks);
+    std::vector<float> h(n);
+    for (size_t i = 0; i < n; ++i) h[i] = static_cast<float>((rank_ + 1) * ((i % 97) + 1));
+    put(a_, h);
+    nc(ncclReduceScatter(reinterpret_cast<void*>(a_), reinterpret_cast<void*>(b_), per_rank,
+                         ncclFloat32, ncclSum, comm_, s_),
+       "ncclReduceScatter");
+    sync();
+    const auto got = get<float>(b_, per_rank);
+    const int rank_sum = o_.ranks * (o_.ranks + 1) / 2;
+    for (size_t i = 0; i < per_rank; ++i) {
+      const size_t at = static_cast<size_t>(rank_) * per_rank + i;
+      if (got[i] != static_cast<float>(rank_sum * static_cast<int>((at % 97) + 1))) {
+        throw std::runtime_error("reduce-scatter is wrong");
+      }
+    }
   }
 
   // The same device buffer through the parent and a split child: with
@@ -479,6 +503,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--stall-rank") o.stall_rank = std::stoi(next());
     else if (a == "--stall-forwarded") o.stall_forwarded = true;
     else if (a == "--exact") o.exact = true;
+    else if (a == "--reduce-scatter") o.reduce_scatter = true;
     else if (a == "--fp32-avg") o.fp32_avg = true;
     else if (a == "--expect-init-failure") o.expect_init_failure = true;
     else if (a == "--no-destroy") o.no_destroy = true;

@@ -99,6 +99,7 @@ NcclApi load_nccl(const std::string& path, const void* self) {
     bind(a.handle, path, "ncclCommInitRank", a.CommInitRank, true);
     bind(a.handle, path, "ncclCommInitAll", a.CommInitAll, true);
     bind(a.handle, path, "ncclCommDestroy", a.CommDestroy, true);
+    bind(a.handle, path, "ncclReduceScatter", a.ReduceScatter, true);
     bind(a.handle, path, "ncclGetLastError", a.GetLastError, false);
     bind(a.handle, path, "ncclCommInitRankConfig", a.CommInitRankConfig, false);
     bind(a.handle, path, "ncclCommSplit", a.CommSplit, false);
