@@ -197,7 +197,10 @@ void Communicator::load_state_dir() {
     } else {
       try {
         outcome = load_state(read_binary_file(state_path_)) ? 1 : 0;
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {
+        // Any failure (a directory where the file should be, say) is this
+        // rank's outcome, told to the others below: never an exception that
+        // skips the exchange and leaves them waiting.
         error = e.what();
         outcome = -1;
       }
@@ -216,6 +219,30 @@ void Communicator::load_state_dir() {
     CC_THROW(kInvalidArgument, "COMPCOLL_STATE_DIR: another rank's checkpoint is unreadable (its "
              "error names the file); remove it or the directory to start fresh");
   }
+  if (all == 1) {
+    // Checkpoints saved together at the end of one run have one clock (the
+    // ranks make the same calls). Different clocks mean the files are of
+    // different points: a rank failed or was killed and kept an older file
+    // while the others saved, or files of different runs are mixed. Each
+    // rank's residual is then of another step, and under a momentum
+    // hand-over the replicas' parameters would drift apart in silence.
+    // (A clock counts calls: far below 2^63, so int64 holds it.)
+    int64_t lo = static_cast<int64_t>(states_.clock()), hi = lo;
+    comm_->allreduce(&lo, 1, DType::kInt64, ReduceOp::kMin);
+    comm_->allreduce(&hi, 1, DType::kInt64, ReduceOp::kMax);
+    if (lo != hi) {
+      states_.clear();
+      states_.set_clock(0);
+      adopt_optimizer_momentum({});
+      if (rank() == 0) {
+        log_.warn("COMPCOLL_STATE_DIR ", cfg_.state_dir, ": the ranks' checkpoints were saved at "
+                  "different points (after ", lo, " to ", hi, " calls: a rank failed or was killed "
+                  "before the others saved, or files of different runs are mixed): every rank "
+                  "starts fresh");
+      }
+      return;
+    }
+  }
   if (all == 0 && outcome == 1) {
     states_.clear();
     states_.set_clock(0);
@@ -224,7 +251,7 @@ void Communicator::load_state_dir() {
   }
 }
 
-Bytes Communicator::save_state() {
+Bytes Communicator::save_state(size_t* saved_entries) {
   states_.bring_to_host();  // device-resident residuals are saved as host ones
   StateFile f;
   f.description = state_description();
@@ -245,6 +272,7 @@ Bytes Communicator::save_state() {
     log_.info("checkpoint leaves out ", skipped, " error-feedback states keyed by buffer address "
               "(valid in this process only; pass explicit keys to keep them)");
   }
+  if (saved_entries != nullptr) *saved_entries = f.entries.size();
   return serialize_state_file(f);
 }
 
@@ -460,16 +488,17 @@ void Communicator::finish() {
       std::error_code ec;
       std::filesystem::create_directories(cfg_.state_dir, ec);
       Bytes bytes;
+      size_t saved = 0;
       std::string failed;
       try {
-        bytes = save_state();  // copies device-resident states back, which can fail
+        bytes = save_state(&saved);  // copies device-resident states back, which can fail
       } catch (const std::exception& e) {
         failed = e.what();
       }
       if (!failed.empty()) {
         log_.warn("COMPCOLL_STATE_DIR: not saving ", state_path_, ": ", failed);
       } else if (write_binary_file_atomically(state_path_, bytes)) {
-        log_.info("COMPCOLL_STATE_DIR: saved ", states_.entries(), " error-feedback states to ",
+        log_.info("COMPCOLL_STATE_DIR: saved ", saved, " error-feedback states to ",
                   state_path_, " (", bytes.size(), " bytes)");
       } else {
         log_.warn("COMPCOLL_STATE_DIR: cannot write ", state_path_);

@@ -125,7 +125,7 @@ class Communicator {
   // the store as it was and returns false. Bytes that are not an intact
   // state file throw kInvalidArgument.
   // Device-resident states (allreduce_device) come back to host memory first.
-  Bytes save_state();
+  Bytes save_state(size_t* saved_entries = nullptr);  // how many it holds, when asked
   bool load_state(std::span<const uint8_t> bytes);
 
   // The caller's gradients change unit from the next call on: a loss scale

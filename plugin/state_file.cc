@@ -189,6 +189,9 @@ StateFile parse_state_file(std::span<const uint8_t> bytes) {
 }
 
 Bytes read_binary_file(const std::string& path) {
+  std::error_code ec;
+  CC_CHECK(!std::filesystem::is_directory(path, ec), kInvalidArgument, "compcoll state file ", path,
+           " is a directory");
   std::ifstream in(path, std::ios::binary);
   CC_CHECK(in.good(), kInvalidArgument, "cannot open compcoll state file ", path);
   Bytes b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

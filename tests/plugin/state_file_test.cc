@@ -318,6 +318,44 @@ TEST(StateCheckpoint, StateDirSavesAtDestructionAndLoadsAtCreation) {
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
   });
+  // A directory where rank 1's file should be: the same, named as such (it
+  // escaped as a stream error once, and rank 0 was left waiting).
+  std::filesystem::remove(dir + "/compcoll-state-rank1-of2.bin");
+  std::filesystem::create_directories(dir + "/compcoll-state-rank1-of2.bin");
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    try {
+      Communicator cc(std::make_unique<LentComm>(comm), with_dir);
+      ADD_FAILURE() << "rank " << comm.rank() << " accepted a directory as a checkpoint";
+    } catch (const Error& e) {
+      const std::string want = comm.rank() == 1 ? "compcoll-state-rank1-of2.bin is a directory"
+                                                : "another rank";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  });
+  std::filesystem::remove_all(dir);
+}
+
+// Files of one run's end have one clock. A rank that failed kept its older
+// file while the other saved: restoring both would give each rank a
+// residual of another step (replicas drift apart under a momentum
+// hand-over), so every rank starts fresh, and says why.
+TEST(StateCheckpoint, CheckpointsSavedAtDifferentPointsAreNotRestored) {
+  const std::string dir = ::testing::TempDir() + "compcoll-state-dir-clocks";
+  std::filesystem::remove_all(dir);
+  Config cfg = algo_config("dgc");
+  cfg.state_dir = dir;
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    steps(cc, 0, 3);
+  });
+  const std::string rank1 = dir + "/compcoll-state-rank1-of2.bin";
+  StateFile f = parse_state_file(read_binary_file(rank1));
+  f.clock += 2;  // as if rank 1 had saved two calls later
+  ASSERT_TRUE(write_binary_file_atomically(rank1, serialize_state_file(f)));
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    EXPECT_EQ(cc.state_entries(), 0u) << "rank " << comm.rank();
+  });
   std::filesystem::remove_all(dir);
 }
 

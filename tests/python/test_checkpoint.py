@@ -156,3 +156,16 @@ def test_device_lane_keeps_its_own_state_file(tmp_path):
     assert f"compcoll-state-rank0-of{RANKS}.bin" in files, files
     again = launch(["-c", code], RANKS, env=env)
     assert "restored the error-feedback state of 1 tensors" in again[0].stderr, again[0].stderr
+
+
+def test_a_checkpoint_with_compression_off_holds_no_state_and_says_so(tmp_path):
+    # The same script as a dense baseline (COMPCOLL_ALGO unset): its
+    # checkpoints must not fail for want of compcoll; it is said once.
+    run(tmp_path, "ck", 0, 2, {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DENSITY": "0.01"}, explicit=True)
+    off = run(tmp_path, "ck", 2, 4, {}, explicit=True)  # loads the compressed run's dict
+    assert off[0].result["restored"] == {"cpu": False}, off[0].result["restored"]
+    said = [line for line in off[0].stderr.splitlines() if "compcoll WARN" in line]
+    assert any("load_state_dict" in line and "lanes cpu) is not used" in line for line in said), said
+    assert sum("compcoll.state_dict" in line for line in said) == 1, said
+    again = run(tmp_path, "ck", 4, 5, {}, explicit=True)  # loads the dense run's (empty) dict
+    assert again[0].result["restored"] == {}, again[0].result["restored"]

@@ -13,18 +13,47 @@ configuration hash); otherwise the state starts fresh and an INFO line
 (COMPCOLL_DEBUG=INFO) says why. A malformed checkpoint is an error.
 See docs/pytorch.md ("Checkpoints").
 """
+import threading
+
+import torch.distributed as dist
+
 from compcoll import _C
-from compcoll._backend import _require
+from compcoll._backend import backend_of
 
 _FORMAT = "compcoll-state"
 _VERSION = 1
+
+_said = set()
+_said_lock = threading.Lock()
+
+
+def _say_once(key, group, message):
+    """A WARN line once per process, by the group's rank 0: the same script
+    runs with compcoll off (a dense baseline), and a checkpoint at every
+    epoch must not repeat it."""
+    with _said_lock:
+        if key in _said:
+            return
+        _said.add(key)
+    rank = dist.get_rank(group)
+    if rank == 0:
+        _C.warn(rank, message)
+
+
+_OFF = ("the process group has no compcoll backend (COMPCOLL_ALGO unset, empty or dense, or a "
+        "backend other than \"gloo\"/\"compcoll\"), so there is no error-feedback state")
 
 
 def state_dict(group=None):
     """This rank's error-feedback state of group (default: the default group),
     taken after every operation submitted so far, as a dict that torch.save
-    can store: {"format", "version", "algo", "lanes": {lane: bytes}}."""
-    b = _require(group)
+    can store: {"format", "version", "algo", "lanes": {lane: bytes}}. On a
+    group compcoll does not serve (the same script with compression off) it
+    holds no lanes, and that is said once: a checkpoint never fails for it."""
+    b = backend_of(group)
+    if b is None:
+        _say_once("state_dict", group, f"compcoll.state_dict: {_OFF}; the dict holds none")
+        return {"format": _FORMAT, "version": _VERSION, "algo": None, "lanes": {}}
     return {"format": _FORMAT, "version": _VERSION, "algo": _C.algo(b), "lanes": _C.save_state(b)}
 
 
@@ -32,7 +61,8 @@ def load_state_dict(group, state_dict):
     """Restores what state_dict() returned (on the same rank) into group's
     backend (None: the default group), before any operation submitted after
     this call. Returns {lane: True if its state was restored, False if it
-    started fresh (another rank, size or configuration; INFO says which)}."""
+    started fresh (another rank, size or configuration; INFO says which)};
+    on a group compcoll does not serve, every lane is False (said once)."""
     if not isinstance(state_dict, dict) or state_dict.get("format") != _FORMAT:
         raise ValueError("compcoll.load_state_dict: not a compcoll.state_dict() result "
                          f"(got {type(state_dict).__name__})")
@@ -43,4 +73,13 @@ def load_state_dict(group, state_dict):
     if not isinstance(lanes, dict) or not all(
             isinstance(k, str) and isinstance(v, (bytes, bytearray)) for k, v in lanes.items()):
         raise ValueError("compcoll.load_state_dict: 'lanes' must map lane names to bytes")
-    return _C.load_state(_require(group), {k: bytes(v) for k, v in lanes.items()})
+    b = backend_of(group)
+    if b is None:
+        # Compression off now: nothing to restore into. A checkpoint of a
+        # compressed run is said to go unused; one of an uncompressed run
+        # (no lanes) matches.
+        if lanes:
+            _say_once("load_state_dict", group, f"compcoll.load_state_dict: {_OFF}: the checkpoint's "
+                      f"state (lanes {', '.join(sorted(lanes))}) is not used")
+        return {k: False for k in lanes}
+    return _C.load_state(b, {k: bytes(v) for k, v in lanes.items()})
