@@ -18,15 +18,54 @@ its signature, name and result are unchanged; DDP's built-in C++ hooks
 (`_register_builtin_comm_hook`) have no Python call to wrap and keep the
 shared keys (docs/pytorch.md, "Error-feedback keys").
 
+A hook that compresses gradients itself (PowerSGD's two hooks: low-rank
+factors with their own error feedback) gets an owner marked as such
+(csrc/issue_scope.h, kSelfCompressingOwner): everything it issues, and its
+callbacks, take the exact route. Compressing its factors again zeroes whole
+factors, and its orthogonalization then turns them into NaN at the next
+step. Said once at WARN when such a hook is registered: COMPCOLL_ALGO
+changes nothing for that model.
+
 Wrapped once per process, when the first compcoll group is built (DDP
 needs its process group before a hook can be registered).
 """
 import functools
 import itertools
 
+import torch.distributed as dist
+
 from compcoll import _C
 
 _owners = itertools.count(1)  # 0: calls outside any wrapped hook
+_SELF_COMPRESSING = 1 << 62  # csrc/issue_scope.h: kSelfCompressingOwner
+_SELF_COMPRESSING_HOOKS = ("powerSGD_hook", "batched_powerSGD_hook")
+_said_self_compressing = set()
+
+
+def _compresses_itself(hook):
+    """PowerSGD's hooks, also behind functools.partial."""
+    fn = hook.func if isinstance(hook, functools.partial) else hook
+    return (getattr(fn, "__name__", "") in _SELF_COMPRESSING_HOOKS
+            and "ddp_comm_hooks" in getattr(fn, "__module__", ""))
+
+
+def _say_self_compressing(hook, state):
+    fn = hook.func if isinstance(hook, functools.partial) else hook
+    name = fn.__name__
+    if name in _said_self_compressing:
+        return
+    _said_self_compressing.add(name)
+    group = getattr(state, "process_group", None)
+    try:
+        rank = dist.get_rank(group)
+    except (RuntimeError, ValueError):
+        rank = 0
+    if rank == 0:
+        _C.warn(rank, f"DDP comm hook {name} compresses the gradients itself (low-rank factors "
+                      "with an error feedback of its own): compcoll sends what it issues exactly, "
+                      "so COMPCOLL_ALGO changes nothing for that model (compressing its factors "
+                      "again zeroes whole factors and turns PowerSGD's orthogonalization into "
+                      "NaN); said once per process")
 
 
 def _owned(hook, owner):
@@ -45,7 +84,11 @@ def _registering(register_comm_hook):
     @functools.wraps(register_comm_hook)
     def wrapper(self, state, hook):
         if callable(hook) and not hasattr(hook, "__compcoll_owner__"):
-            hook = _owned(hook, next(_owners))
+            owner = next(_owners)
+            if _compresses_itself(hook):
+                owner |= _SELF_COMPRESSING
+                _say_self_compressing(hook, state)
+            hook = _owned(hook, owner)
         return register_comm_hook(self, state, hook)
     wrapper.__compcoll_owners__ = True
     return wrapper

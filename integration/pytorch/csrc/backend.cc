@@ -47,6 +47,8 @@ constexpr const char* kOutsideBackward =
     "issued outside a backward pass, COMPCOLL_TORCH_SCOPE=backward";
 constexpr const char* kTensorParallel =
     "a tensor-parallel group's: activations, not gradient sums";
+constexpr const char* kSelfCompressingHook =
+    "issued by a DDP comm hook that compresses gradients itself (PowerSGD)";
 
 // The worker's part of a candidate: reduce (host, or t in place), copy a
 // staged result back into t, complete work. Owns what it touches (see
@@ -310,7 +312,12 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
   bool compress = cfg_.compression_enabled() && static_cast<size_t>(t.numel()) >= cfg_.min_elems;
   // Set when the call takes the exact dense route whatever the algorithm.
   const char* exact_reason = nullptr;
-  if (compress && tensor_parallel()) {
+  if (compress && owner_compresses_itself(current_owner())) {
+    // PowerSGD's factors, or its plain allreduces: said once at
+    // registration (compcoll/_ddp_hooks.py), exact here under every scope.
+    compress = false;
+    exact_reason = kSelfCompressingHook;
+  } else if (compress && tensor_parallel()) {
     // Activations or their gradients: exact under every scope, and said
     // once at INFO, since it is right (mark_tensor_parallel).
     compress = false;

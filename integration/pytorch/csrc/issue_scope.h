@@ -54,6 +54,17 @@ Scope current_scope();
 // turns on one slot, each carrying the other's residual into its gradient.
 uint64_t current_owner();
 
+// An owner with this bit set is a hook that compresses gradients itself
+// (PowerSGD: low-rank factors with an error feedback of its own). What it
+// issues, and its callbacks, take the exact route under every
+// COMPCOLL_TORCH_SCOPE: sparsifying its factors zeroes whole columns, and
+// PowerSGD's orthogonalization then divides 0 by 0 (NaN from the next step
+// on). compcoll/_ddp_hooks.py sets it.
+inline constexpr uint64_t kSelfCompressingOwner = uint64_t{1} << 62;
+inline bool owner_compresses_itself(uint64_t owner) {
+  return (owner & kSelfCompressingOwner) != 0;
+}
+
 // What an operation carries to its callbacks, taken when it is issued.
 struct IssueContext {
   Scope scope = kOutside;
