@@ -23,6 +23,17 @@ def test_sgd_momentum_is_taken_over_on_every_rank():
         assert "masking at densities <= 0.02" in r.stderr, r.stderr
 
 
+def test_an_optimizer_one_rank_steps_before_training_is_not_followed_and_never_hangs():
+    """Rank 0 alone fits a probe model (SGD momentum 0.5) before DDP
+    training: the agreement waits until the group has compressed something,
+    so the probe's step is no collective the other rank never joins (it
+    hung until the group's timeout, 30 minutes by default), and the
+    training optimizer's momentum is the one taken over."""
+    ranks = run("--opt", "sgd:0.9", "--rank0-probe", "sgd:0.5")
+    for r in ranks:
+        assert abs(r.result["momentum"] - 0.9) < 1e-6, r.describe()
+
+
 def test_zero_redundancy_optimizer_is_looked_through():
     """torch's ZeroRedundancyOptimizer steps an SGD or Adam of its own on each
     rank's shard: that one is taken over, as without ZeRO, and the wrapper

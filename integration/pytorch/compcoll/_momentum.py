@@ -172,8 +172,13 @@ def _pre_step(optimizer, args, kwargs):
     global _proposal, _warned_second
     if wrapped_optimizer(optimizer) is not None:
         return  # the inner optimizer's step comes through this hook too, and decides
+    pending = _C.momentum_agreement_pending()
     with _lock:
-        if optimizer not in _seen:
+        mine = None
+        if optimizer not in _seen and (pending or _proposal is not None):
+            # Seen only once a group awaits the agreement (it compressed
+            # something): an optimizer stepped before that (a probe model of
+            # one rank, fitted before training) is not the one followed.
             _seen.add(optimizer)
             mine = proposal_of(optimizer)
             if _proposal is None:
@@ -186,7 +191,7 @@ def _pre_step(optimizer, args, kwargs):
                     "gradients get the first one's treatment; set COMPCOLL_MOMENTUM_HANDOVER=0 "
                     "for no hand-over", _proposal[0], type(optimizer).__name__, mine[0],
                     mine[2] or ("Adam" if mine[1] else "SGD"))
-        proposal = _proposal
+        proposal = _proposal or mine or proposal_of(optimizer)
     moved_now = _C.agree_optimizer_momentum(proposal[0], proposal[1], proposal[2])
     with _lock:
         _follow(optimizer, moved_now)

@@ -216,6 +216,16 @@ PYBIND11_MODULE(_C, m) {
       },
       py::call_guard<py::gil_scoped_release>());
   m.def(
+      "momentum_agreement_pending",
+      [] {
+        for (auto& b : CompcollBackend::live()) {
+          if (b->awaits_optimizer_momentum()) return true;
+        }
+        return false;
+      },
+      "Whether a live group awaits the agreement on the optimizer's momentum (it has compressed "
+      "something and not agreed yet): the optimizer stepped now is the one it follows.");
+  m.def(
       "agree_optimizer_momentum",
       [](std::optional<float> proposal, bool moved, const std::string& why) {
         // Every live group that awaits it, in creation order (the same on

@@ -24,9 +24,16 @@
 
 namespace compcoll::torch_integration {
 
+// Only once the group has compressed something: the momentum handed over is
+// that of the gradients it compressed, and until then its ranks may step
+// optimizers that are not its own, on some ranks only (a probe model fitted
+// on rank 0 before training, another group's model), which must not turn
+// into a collective the other ranks never join. DDP's first backward pass
+// submits its buckets on every rank before any rank's first step.
 bool CompcollBackend::awaits_optimizer_momentum() const {
   return !momentum_agreed_.load() && !finished_.load() &&
-         takes_optimizer_momentum(cfg_.algo, cfg_.params);
+         takes_optimizer_momentum(cfg_.algo, cfg_.params) &&
+         compressible_candidates_.load() > 0;
 }
 
 namespace {

@@ -12,6 +12,7 @@ one its state_dict() holds, "beta1_after": the live one at a step after
 destroy_process_group, "losses": [...], "params": sha256 of the model's
 parameters}."""
 import argparse
+import datetime
 import hashlib
 import json
 
@@ -49,11 +50,24 @@ def main():
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--accumulate", type=int, default=1)
     p.add_argument("--reload", type=int, default=-1)
+    p.add_argument("--rank0-probe", default="",
+                   help="rank 0 alone first fits a local model with this optimizer")
     args = p.parse_args()
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
     rank = dist.get_rank()
+    if args.rank0_probe and rank == 0:
+        # A probe (a learning-rate finder, say) no other rank steps.
+        probe = nn.Linear(8, 1)
+        popt = make(args.rank0_probe, probe.parameters())
+        for _ in range(3):
+            popt.zero_grad()
+            probe(torch.randn(4, 8)).pow(2).mean().backward()
+            popt.step()
+        dist.barrier()
+    elif args.rank0_probe:
+        dist.barrier()
     torch.manual_seed(0)
     model = DDP(nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 10)))
     name = args.opt_rank1 if (rank == 1 and args.opt_rank1) else args.opt
