@@ -231,9 +231,7 @@ void Communicator::load_state_dir() {
     comm_->allreduce(&lo, 1, DType::kInt64, ReduceOp::kMin);
     comm_->allreduce(&hi, 1, DType::kInt64, ReduceOp::kMax);
     if (lo != hi) {
-      states_.clear();
-      states_.set_clock(0);
-      adopt_optimizer_momentum({});
+      start_fresh();
       if (rank() == 0) {
         log_.warn("COMPCOLL_STATE_DIR ", cfg_.state_dir, ": the ranks' checkpoints were saved at "
                   "different points (after ", lo, " to ", hi, " calls: a rank failed or was killed "
@@ -244,11 +242,17 @@ void Communicator::load_state_dir() {
     }
   }
   if (all == 0 && outcome == 1) {
-    states_.clear();
-    states_.set_clock(0);
-    adopt_optimizer_momentum({});
+    start_fresh();
     log_.info("COMPCOLL_STATE_DIR: another rank has no usable checkpoint: every rank starts fresh");
   }
+}
+
+// What a rank restored is dropped again: every rank starts as if there had
+// been no checkpoint.
+void Communicator::start_fresh() {
+  states_.clear();
+  states_.set_clock(0);
+  adopt_optimizer_momentum({});
 }
 
 Bytes Communicator::save_state(size_t* saved_entries) {

@@ -187,6 +187,7 @@ class Communicator {
   std::string state_file_path();
   void check_stats_file();
   void load_state_dir();
+  void start_fresh();  // drops a restored checkpoint (load_state_dir)
   void release_state_claim();  // lets another communicator of this process use state_path_
   // The description that checkpoints carry: the agreement's, without
   // whether COMPCOLL_STATE_DIR is set (a state_dict checkpoint and a state

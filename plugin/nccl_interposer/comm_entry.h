@@ -66,7 +66,8 @@ struct Runtime {
   void (*cuda_runtime_started)() = nullptr;
   // Set once a loss scaler is in charge (Interposer::note_loss_scaled):
   // Communicators made after that undo calls with a non-finite result too.
-  const std::atomic<bool>* loss_scaled = nullptr;  // Which process of the job this is (launcher_identity.h): names the
+  const std::atomic<bool>* loss_scaled = nullptr;
+  // Which process of the job this is (launcher_identity.h): names the
   // COMPCOLL_STATE_DIR files of roots that are not the world.
   const LauncherIdentity* launcher = nullptr;
 };

@@ -46,6 +46,11 @@ TypeInfo type_info(ncclDataType_t t) {
   }
 }
 
+// What a gradient may be (float64 included: said, not compressed).
+bool is_floating(ncclDataType_t t) {
+  return t == ncclFloat16 || t == ncclFloat32 || t == ncclFloat64 || t == ncclBfloat16;
+}
+
 struct OpInfo {
   bool known;
   ReduceOp op;
@@ -74,7 +79,8 @@ bool compression_requested() {
   return algo && !algo->empty() && *algo != "dense";
 }
 
-std::string unset_or_dense() {
+// COMPCOLL_ALGO as the environment has it, or "unset", for messages.
+std::string algo_as_set() {
   const std::optional<std::string> algo = algo_in_environment();
   return algo && !algo->empty() ? *algo : "unset";
 }
@@ -126,7 +132,7 @@ Interposer::Interposer() : log_(LogLevel::kWarn, -1) {
       try {
         settings_ = load_settings(only_pass_through_settings(process_env()));
         log_ = Logger(settings_.config.debug, -1);
-        log_.info("NCCL interposer: ", ignored, "; ignored: COMPCOLL_ALGO is ", unset_or_dense());
+        log_.info("NCCL interposer: ", ignored, "; ignored: COMPCOLL_ALGO is ", algo_as_set());
       } catch (const std::exception& e2) {
         config_error_ = e2.what();
       }
@@ -141,7 +147,7 @@ Interposer::Interposer() : log_(LogLevel::kWarn, -1) {
   }
   if (!config_error_.empty() || !nccl_ || !settings_.config.compression_enabled()) {
     if (nccl_ && config_error_.empty()) {
-      log_.info("NCCL interposer: COMPCOLL_ALGO is ", unset_or_dense(),
+      log_.info("NCCL interposer: COMPCOLL_ALGO is ", algo_as_set(),
                 "; every call passes through to ", nccl_->path);
     }
     if (config_error_.empty() && !settings_.config.compression_enabled()) {
@@ -375,8 +381,7 @@ ncclResult_t Interposer::allreduce(const void* send, void* recv, size_t count,
   if (why) {
     const TypeInfo t = type_info(dtype);
     const OpInfo o = op_info(op);
-    const bool floating = dtype == ncclFloat16 || dtype == ncclFloat32 || dtype == ncclFloat64 ||
-                          dtype == ncclBfloat16;
+    const bool floating = is_floating(dtype);
     // Not on a communicator COMPCOLL_NCCL_COMMS leaves to NCCL (decided at
     // this call or an earlier one): nothing of it would be compressed,
     // whatever its dtype or group.
@@ -400,9 +405,8 @@ ncclResult_t Interposer::reduce_scatter(const void* send, void* recv, size_t rec
     check_not_aborted_by_us(comm, "ncclReduceScatter");
     const TypeInfo t = type_info(dtype);
     const OpInfo o = op_info(op);
-    const bool gradient_like = (dtype == ncclFloat16 || dtype == ncclFloat32 ||
-                                dtype == ncclBfloat16 || dtype == ncclFloat64) &&
-                               o.known && (o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg);
+    const bool gradient_like =
+        is_floating(dtype) && o.known && (o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg);
     int ranks = 1;
     if (gradient_like && nccl.CommCount(comm, &ranks) == ncclSuccess &&
         recvcount * static_cast<size_t>(std::max(ranks, 1)) >= settings_.config.min_elems &&

@@ -1,7 +1,6 @@
 #include "plugin/nccl_interposer/launcher_identity.h"
 
 #include <charconv>
-#include <climits>
 #include <optional>
 
 namespace compcoll::interposer {

@@ -13,31 +13,19 @@ configuration hash); otherwise the state starts fresh and an INFO line
 (COMPCOLL_DEBUG=INFO) says why. A malformed checkpoint is an error.
 See docs/pytorch.md ("Checkpoints").
 """
-import threading
-
 import torch.distributed as dist
 
-from compcoll import _C
+from compcoll import _C, _notices
 from compcoll._backend import backend_of
 
 _FORMAT = "compcoll-state"
 _VERSION = 1
 
-_said = set()
-_said_lock = threading.Lock()
-
-
 def _say_once(key, group, message):
     """A WARN line once per process, by the group's rank 0: the same script
     runs with compcoll off (a dense baseline), and a checkpoint at every
     epoch must not repeat it."""
-    with _said_lock:
-        if key in _said:
-            return
-        _said.add(key)
-    rank = dist.get_rank(group)
-    if rank == 0:
-        _C.warn(rank, message)
+    _notices._once("checkpoint:" + key, dist.get_rank(group), lambda: message)
 
 
 _OFF = ("the process group has no compcoll backend (COMPCOLL_ALGO unset, empty or dense, or a "

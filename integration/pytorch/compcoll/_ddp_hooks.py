@@ -34,38 +34,33 @@ import itertools
 
 import torch.distributed as dist
 
-from compcoll import _C
+from compcoll import _C, _notices
 
 _owners = itertools.count(1)  # 0: calls outside any wrapped hook
 _SELF_COMPRESSING = 1 << 62  # csrc/issue_scope.h: kSelfCompressingOwner
 _SELF_COMPRESSING_HOOKS = ("powerSGD_hook", "batched_powerSGD_hook")
-_said_self_compressing = set()
 
 
-def _compresses_itself(hook):
-    """PowerSGD's hooks, also behind functools.partial."""
+def _self_compressing_name(hook):
+    """The name of PowerSGD's hook behind `hook` (also behind
+    functools.partial), or None for any other hook."""
     fn = hook.func if isinstance(hook, functools.partial) else hook
-    return (getattr(fn, "__name__", "") in _SELF_COMPRESSING_HOOKS
-            and "ddp_comm_hooks" in getattr(fn, "__module__", ""))
+    name = getattr(fn, "__name__", "")
+    if name in _SELF_COMPRESSING_HOOKS and "ddp_comm_hooks" in getattr(fn, "__module__", ""):
+        return name
+    return None
 
 
-def _say_self_compressing(hook, state):
-    fn = hook.func if isinstance(hook, functools.partial) else hook
-    name = fn.__name__
-    if name in _said_self_compressing:
-        return
-    _said_self_compressing.add(name)
-    group = getattr(state, "process_group", None)
+def _say_self_compressing(name, state):
     try:
-        rank = dist.get_rank(group)
+        rank = dist.get_rank(getattr(state, "process_group", None))
     except (RuntimeError, ValueError):
         rank = 0
-    if rank == 0:
-        _C.warn(rank, f"DDP comm hook {name} compresses the gradients itself (low-rank factors "
-                      "with an error feedback of its own): compcoll sends what it issues exactly, "
-                      "so COMPCOLL_ALGO changes nothing for that model (compressing its factors "
-                      "again zeroes whole factors and turns PowerSGD's orthogonalization into "
-                      "NaN); said once per process")
+    _notices._once("self-compressing hook:" + name, rank, lambda: (
+        f"DDP comm hook {name} compresses the gradients itself (low-rank factors with an error "
+        "feedback of its own): compcoll sends what it issues exactly, so COMPCOLL_ALGO changes "
+        "nothing for that model (compressing its factors again zeroes whole factors and turns "
+        "PowerSGD's orthogonalization into NaN); said once per process"))
 
 
 def _owned(hook, owner):
@@ -85,9 +80,10 @@ def _registering(register_comm_hook):
     def wrapper(self, state, hook):
         if callable(hook) and not hasattr(hook, "__compcoll_owner__"):
             owner = next(_owners)
-            if _compresses_itself(hook):
+            name = _self_compressing_name(hook)
+            if name is not None:
                 owner |= _SELF_COMPRESSING
-                _say_self_compressing(hook, state)
+                _say_self_compressing(name, state)
             hook = _owned(hook, owner)
         return register_comm_hook(self, state, hook)
     wrapper.__compcoll_owners__ = True

@@ -174,7 +174,6 @@ def _pre_step(optimizer, args, kwargs):
         return  # the inner optimizer's step comes through this hook too, and decides
     pending = _C.momentum_agreement_pending()
     with _lock:
-        mine = None
         if optimizer not in _seen and (pending or _proposal is not None):
             # Seen only once a group awaits the agreement (it compressed
             # something): an optimizer stepped before that (a probe model of
@@ -191,7 +190,9 @@ def _pre_step(optimizer, args, kwargs):
                     "gradients get the first one's treatment; set COMPCOLL_MOMENTUM_HANDOVER=0 "
                     "for no hand-over", _proposal[0], type(optimizer).__name__, mine[0],
                     mine[2] or ("Adam" if mine[1] else "SGD"))
-        proposal = _proposal or mine or proposal_of(optimizer)
+        # Before any group awaits the agreement nothing is fixed yet: this
+        # optimizer's own proposal (no group takes it up).
+        proposal = _proposal or proposal_of(optimizer)
     moved_now = _C.agree_optimizer_momentum(proposal[0], proposal[1], proposal[2])
     with _lock:
         _follow(optimizer, moved_now)
