@@ -405,7 +405,7 @@ HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
     // rank would lead a host of one, which is the flat algorithm plus a
     // local step that moves nothing. Run flat, and say so (WARN, once per
     // process): the setting changes nothing here.
-    out.inert = true;
+    out.warn = true;
     out.why = detail::concat("COMPCOLL_HIERARCHY=", cfg.hierarchy,
                              " changes nothing: every host has one rank (", layout.describe(),
                              "), so there is no local step; ", cfg.algo,
@@ -454,20 +454,35 @@ HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {
   if (!h.sharded_fallback().empty()) {
     // shards asked for and not possible here: it runs as host would, so the
     // setting changes nothing beyond host (WARN, once per process).
-    out.inert = true;
+    out.warn = true;
     fallback = detail::concat("; one leader per host, not slices: ", h.sharded_fallback(),
                               ", so COMPCOLL_HIERARCHY=shards runs as host would");
   }
+  std::string alone;
+  if (hosts == 1) {
+    // Set explicitly with every rank on one host (auto stays off there): the
+    // local reduce already sums the world, and the one leader then compresses
+    // for no peer. It still runs (as a one-rank world does, it previews
+    // compression's effect on training), but never without a word: it saves
+    // nothing and changes the results, and the ratio it reports is traffic
+    // that never existed (WARN, once per process).
+    out.warn = true;
+    alone = detail::concat("; every rank shares one host, so the local reduce is the whole "
+                           "allreduce and the one leader's ", cfg.algo,
+                           " crosses no link: it saves nothing and changes the results, and "
+                           "its compression ratio counts traffic that is not sent "
+                           "(COMPCOLL_HIERARCHY=auto keeps one host flat)");
+  }
   out.why = detail::concat("host hierarchy on (COMPCOLL_HIERARCHY=", cfg.hierarchy, "): ",
-                           described, "; this rank ", role, fallback, cores, undetected);
+                           described, "; this rank ", role, fallback, alone, cores, undetected);
   return out;
 }
 
 void Communicator::setup_hierarchy() {
   HierarchyChoice choice = choose_hierarchy(*comm_, cfg_);
   hier_ = std::move(choice.hierarchy);
-  static std::atomic<bool> said_inert{false};
-  if (choice.inert && !said_inert.exchange(true)) {
+  static std::atomic<bool> said_warning{false};
+  if (choice.warn && !said_warning.exchange(true)) {
     log_.warn(choice.why, " (said once per process)");
   } else if (!choice.why.empty()) {
     log_.info(choice.why);

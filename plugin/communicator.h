@@ -246,11 +246,13 @@ class Communicator {
 struct HierarchyChoice {
   std::unique_ptr<Hierarchy> hierarchy;
   std::string why;
-  // COMPCOLL_HIERARCHY asked for a hierarchy that would change nothing
-  // (every host has one rank), or for shards that run as host would (the
-  // transport cannot connect slices, or a host has one rank): `why` says so
-  // at WARN.
-  bool inert = false;
+  // `why` is said at WARN, once per process: COMPCOLL_HIERARCHY asked for a
+  // hierarchy that would change nothing (every host has one rank), for
+  // shards that run as host would (the transport cannot connect slices, or a
+  // host has one rank), or for one where every rank shares one host (the
+  // local reduce is the whole allreduce and the lone leader's compression
+  // crosses no link).
+  bool warn = false;
 };
 HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg);
 

@@ -351,10 +351,29 @@ TEST(ShardedHierarchy, AHostOfOneRankFallsBackToOneLeaderPerHost) {
       const HierarchyChoice choice = choose_hierarchy(
           comm, config_for("dgc", {{"COMPCOLL_HIERARCHY", mode},
                                    {"COMPCOLL_HOST_ID", host_label(l.host_of[r])}}));
-      EXPECT_EQ(choice.inert, std::string(mode) == "shards") << choice.why;
+      EXPECT_EQ(choice.warn, std::string(mode) == "shards") << choice.why;
     });
   }
   for (int r = 0; r < 3; ++r) EXPECT_TRUE(same_bits(got[r], ref[r])) << r;
+}
+
+// COMPCOLL_HIERARCHY=host with every rank on one host: the local reduce is
+// the whole allreduce, and the lone leader compresses for no peer. It runs
+// (a preview, like a one-rank world), but said at WARN; two hosts are not.
+TEST(Hierarchy, EveryRankOnOneHostIsSaidAtWarn) {
+  for (const Layout& l : {blocks({3}), blocks({2, 1})}) {
+    const int P = int(l.host_of.size());
+    testing::run_gloo_ranks(P, [&](Comm& comm) {
+      const HierarchyChoice choice = choose_hierarchy(
+          comm, config_for("dgc", {{"COMPCOLL_HIERARCHY", "host"},
+                                   {"COMPCOLL_HOST_ID", host_label(l.host_of[comm.rank()])}}));
+      ASSERT_NE(choice.hierarchy, nullptr) << l.name;
+      const bool one_host = l.name == blocks({3}).name;
+      EXPECT_EQ(choice.warn, one_host) << l.name << ": " << choice.why;
+      EXPECT_EQ(choice.why.find("every rank shares one host") != std::string::npos, one_host)
+          << choice.why;
+    });
+  }
 }
 
 // dgc's SUM and AVG of the same gradients behind the hierarchy `mode` on

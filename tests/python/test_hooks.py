@@ -279,3 +279,24 @@ def test_powersgd_factors_are_never_compressed_again(algo):
     said = [ln for ln in ranks[0].stderr.splitlines()
             if ln.startswith("compcoll WARN") and "powerSGD_hook compresses the gradients itself" in ln]
     assert len(said) == 1, ranks[0].stderr
+
+
+@pytest.mark.parametrize("hook", ["QUANTIZE_PER_TENSOR", "QUANTIZE_PER_CHANNEL"])
+def test_a_quantization_hook_is_said_to_leave_nothing_to_compress(hook):
+    """DDP's quantization hooks reduce gradients with all_gather of 8-bit
+    values and issue no allreduce: under COMPCOLL_ALGO nothing is compressed,
+    which was said nowhere (the end-of-job notice counts allreduce calls, and
+    there were none). Now rank 0 says once at WARN, naming the hook, and the
+    model still trains the same on every rank."""
+    ranks = launch([worker("quantization_hook.py")], 2,
+                   env={"COMPCOLL_ALGO": "dgc", "TEST_HOOK": hook}, timeout=180)
+    for r in ranks:
+        res = r.result
+        assert res["identical"] and len(res["losses"]) == 4, (r.rank, res)
+        assert res["compressed_calls"] == 0, (r.rank, res)
+    name = {"QUANTIZE_PER_TENSOR": "quantization_pertensor_hook",
+            "QUANTIZE_PER_CHANNEL": "quantization_perchannel_hook"}[hook]
+    for r in ranks:
+        said = [ln for ln in r.stderr.splitlines()
+                if ln.startswith("compcoll WARN") and f"DDP comm hook {name} reduces" in ln]
+        assert len(said) == (1 if r.rank == 0 else 0), r.stderr

@@ -26,6 +26,12 @@ factors, and its orthogonalization then turns them into NaN at the next
 step. Said once at WARN when such a hook is registered: COMPCOLL_ALGO
 changes nothing for that model.
 
+A hook that reduces gradients without allreduce (DDP's quantization hooks:
+all_gather of their own 8-bit values) gives compcoll nothing to compress,
+since compcoll compresses allreduce only: said once at WARN when such a hook
+is registered, or the user who set COMPCOLL_ALGO would never hear that it
+changed nothing.
+
 Wrapped once per process, when the first compcoll group is built (DDP
 needs its process group before a hook can be registered).
 """
@@ -37,30 +43,47 @@ import torch.distributed as dist
 from compcoll import _C, _notices
 
 _owners = itertools.count(1)  # 0: calls outside any wrapped hook
+# torch's own hooks that compcoll must treat apart, by name (their module
+# is torch.distributed.algorithms.ddp_comm_hooks.*), with what is said once
+# at WARN when one is registered.
 _SELF_COMPRESSING = 1 << 62  # csrc/issue_scope.h: kSelfCompressingOwner
 _SELF_COMPRESSING_HOOKS = ("powerSGD_hook", "batched_powerSGD_hook")
+_GATHERING_HOOKS = ("quantization_pertensor_hook", "quantization_perchannel_hook")
 
 
-def _self_compressing_name(hook):
-    """The name of PowerSGD's hook behind `hook` (also behind
-    functools.partial), or None for any other hook."""
+def _torch_hook_name(hook):
+    """The name of torch's DDP comm hook behind `hook` (also behind
+    functools.partial, as DDPCommHookType registers them), or None for a
+    hook of any other module."""
     fn = hook.func if isinstance(hook, functools.partial) else hook
-    name = getattr(fn, "__name__", "")
-    if name in _SELF_COMPRESSING_HOOKS and "ddp_comm_hooks" in getattr(fn, "__module__", ""):
-        return name
-    return None
+    if "ddp_comm_hooks" not in getattr(fn, "__module__", ""):
+        return None
+    return getattr(fn, "__name__", None)
+
+
+def _say_once(name, state, text):
+    group = state if isinstance(state, dist.ProcessGroup) else getattr(state, "process_group", None)
+    try:
+        rank = dist.get_rank(group)
+    except (RuntimeError, ValueError):
+        rank = 0
+    _notices._once("ddp comm hook:" + name, rank, lambda: text)
 
 
 def _say_self_compressing(name, state):
-    try:
-        rank = dist.get_rank(getattr(state, "process_group", None))
-    except (RuntimeError, ValueError):
-        rank = 0
-    _notices._once("self-compressing hook:" + name, rank, lambda: (
+    _say_once(name, state, (
         f"DDP comm hook {name} compresses the gradients itself (low-rank factors with an error "
         "feedback of its own): compcoll sends what it issues exactly, so COMPCOLL_ALGO changes "
         "nothing for that model (compressing its factors again zeroes whole factors and turns "
         "PowerSGD's orthogonalization into NaN); said once per process"))
+
+
+def _say_gathering(name, state):
+    _say_once(name, state, (
+        f"DDP comm hook {name} reduces the gradients with all_gather of its own 8-bit values and "
+        "issues no allreduce, and compcoll compresses allreduce only: COMPCOLL_ALGO changes "
+        "nothing for that model (its gathers go through as they are; without the hook, DDP's "
+        "allreduce is compressed); said once per process"))
 
 
 def _owned(hook, owner):
@@ -80,10 +103,12 @@ def _registering(register_comm_hook):
     def wrapper(self, state, hook):
         if callable(hook) and not hasattr(hook, "__compcoll_owner__"):
             owner = next(_owners)
-            name = _self_compressing_name(hook)
-            if name is not None:
+            name = _torch_hook_name(hook)
+            if name in _SELF_COMPRESSING_HOOKS:
                 owner |= _SELF_COMPRESSING
                 _say_self_compressing(name, state)
+            elif name in _GATHERING_HOOKS:
+                _say_gathering(name, state)
             hook = _owned(hook, owner)
         return register_comm_hook(self, state, hook)
     wrapper.__compcoll_owners__ = True
