@@ -202,7 +202,8 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_MOMENTUM", VarType::kDouble, "0", "[0, 1)",
      "momentum correction factor (dgc, sdagc, sbc, csc); it replaces the optimizer's momentum, "
      "so set the optimizer's momentum to 0 when you set this (or keep it equal and set "
-     "COMPCOLL_MOMENTUM_HANDOVER=1)",
+     "COMPCOLL_MOMENTUM_HANDOVER=1); the PyTorch backend says once at WARN when the optimizer "
+     "does not fit (docs/pytorch.md)",
      CC_APPLY { cfg.params.momentum = static_cast<float>(double_in_range(var, value, 0.0, 1.0, false)); },
      "dgc,sdagc,sbc,csc"},
     {"COMPCOLL_NESTEROV", VarType::kBool, "0", "0|1", "Nesterov form of the momentum correction",

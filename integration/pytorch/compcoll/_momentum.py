@@ -39,6 +39,13 @@ compcoll runs as configured; the reason is logged once on group rank 0. The
 first optimizer a process steps decides; a later one of the same kind and
 momentum is treated alike, one with other settings is reported once, at
 WARNING.
+
+With COMPCOLL_MOMENTUM=m set (nothing is taken over), the first optimizer
+stepped once a group compressed under it is checked once per process
+(check_configured_momentum): an optimizer with a momentum of its own
+applies the momentum a second time, and COMPCOLL_MOMENTUM_HANDOVER=1 hands
+s_t - m*s_(t-1) to an optimizer that must be SGD with momentum m to turn it
+into DGC's update. Both are said at WARNING; nothing else changes.
 """
 import logging
 import math
@@ -58,6 +65,7 @@ _seen = weakref.WeakSet()
 _moved = weakref.WeakKeyDictionary()  # optimizer -> the script's beta1, while compcoll applies it
 _hooked = weakref.WeakSet()
 _warned_second = False
+_checked_configured = False
 
 
 def sgd_momentum(optimizer):
@@ -167,11 +175,81 @@ def wrapped_optimizer(optimizer):
     return inner if isinstance(inner, torch.optim.Optimizer) and inner is not optimizer else None
 
 
+def _optimizer_momentum(optimizer):
+    """(kind, m): SGD's momentum or Adam's beta1 as the script set it (one
+    value over the groups: the first group's), or (None, 0.0) for other
+    optimizers, whose momentum compcoll cannot tell."""
+    name = type(optimizer).__name__
+    groups = optimizer.param_groups
+    if type(optimizer) is torch.optim.SGD:
+        return name, float(groups[0].get("momentum", 0.0))
+    if type(optimizer) in (torch.optim.Adam, torch.optim.AdamW):
+        original = _moved.get(optimizer)
+        return name, original if original is not None else float(groups[0]["betas"][0])
+    return None, 0.0
+
+
+def configured_momentum_notice(optimizer, m, handed_over):
+    """What is wrong with stepping `optimizer` under COMPCOLL_MOMENTUM=m
+    (handed_over: COMPCOLL_MOMENTUM_HANDOVER=1), or None when nothing is."""
+    kind, own = _optimizer_momentum(optimizer)
+    if kind is None:
+        return None
+    if handed_over:
+        sgd_m, why = sgd_momentum(optimizer)
+        if sgd_m > 0.0 and math.isclose(sgd_m, m, rel_tol=1e-6):
+            return None
+        what = why if not sgd_m > 0.0 else f"SGD with momentum {sgd_m}"
+        return (f"COMPCOLL_MOMENTUM_HANDOVER=1 hands the optimizer s_t - {m:g}*s_(t-1), which "
+                f"is DGC's update only under torch.optim.SGD with momentum {m:g} (no dampening, "
+                f"not Nesterov), but {what}: the parameters do not move as DGC's momentum "
+                "correction would (with no momentum in the optimizer the momentum is cancelled). "
+                f"Set the optimizer's momentum to {m:g}, or COMPCOLL_MOMENTUM_HANDOVER=0 with the "
+                "optimizer's momentum at 0")
+    if not own > 0.0:
+        return None
+    fix = ("set the optimizer's momentum to 0, or keep it equal to COMPCOLL_MOMENTUM and set "
+           "COMPCOLL_MOMENTUM_HANDOVER=1, or unset COMPCOLL_MOMENTUM and let "
+           "COMPCOLL_MOMENTUM_HANDOVER=auto take the optimizer's over"
+           if kind == "SGD" else
+           "set the optimizer's beta1 to 0, or unset COMPCOLL_MOMENTUM and let "
+           "COMPCOLL_MOMENTUM_HANDOVER=auto move the optimizer's beta1 into compcoll")
+    return (f"COMPCOLL_MOMENTUM={m:g} applies DGC's momentum correction to the gradients "
+            f"compcoll compresses, and {kind} runs a momentum of its own ({own:g}) on top: the "
+            "momentum is applied twice and the steps are larger and later than either alone "
+            f"would make them; {fix}")
+
+
+def check_configured_momentum(optimizer):
+    """Once per process, at the first step after a group compressed under
+    COMPCOLL_MOMENTUM: says at WARNING on rank 0 what configured_momentum_notice
+    finds. Local (no collective): every rank runs the same script."""
+    global _checked_configured
+    if _checked_configured:
+        return
+    configured = _C.configured_momentum()
+    if configured is None:
+        return  # nothing compressed under a configured momentum yet
+    _checked_configured = True
+    text = configured_momentum_notice(optimizer, *configured)
+    if text is not None and _global_rank() == 0:
+        _C.warn(0, text + " (said once per process)")
+
+
+def _global_rank():
+    try:
+        return torch.distributed.get_rank()
+    except (RuntimeError, ValueError):
+        return 0
+
+
 def _pre_step(optimizer, args, kwargs):
     del args, kwargs
     global _proposal, _warned_second
     if wrapped_optimizer(optimizer) is not None:
         return  # the inner optimizer's step comes through this hook too, and decides
+    with _lock:
+        check_configured_momentum(optimizer)
     pending = _C.momentum_agreement_pending()
     with _lock:
         if optimizer not in _seen and (pending or _proposal is not None):

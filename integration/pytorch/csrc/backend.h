@@ -94,6 +94,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <utility>
 #include <set>
 #include <memory>
 #include <string>
@@ -299,6 +300,13 @@ class CompcollBackend final : public c10d::Backend {
                                              const std::string& why);
   // What the group has taken (m 0: nothing, or turned off again).
   OptimizerMomentum optimizer_momentum() const;
+  // A momentum correction set in the configuration (COMPCOLL_MOMENTUM > 0)
+  // that applies to what this group has compressed so far, with whether it
+  // is handed over (COMPCOLL_MOMENTUM_HANDOVER=1), else nullopt. Python
+  // checks it against the optimizer once (compcoll/_momentum.py): the
+  // momentum applied twice, or handed to an optimizer that does not run it,
+  // is otherwise silent.
+  std::optional<std::pair<float, bool>> configured_momentum() const;  // (m, handed over)
   // At every optimizer step after the agreement, until it has decided: the
   // hand-over needs exactly one allreduce of each gradient buffer per
   // optimizer step (DDP; no_sync() accumulation). Over one whole step it

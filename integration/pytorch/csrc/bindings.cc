@@ -226,6 +226,18 @@ PYBIND11_MODULE(_C, m) {
       "Whether a live group awaits the agreement on the optimizer's momentum (it has compressed "
       "something and not agreed yet): the optimizer stepped now is the one it follows.");
   m.def(
+      "configured_momentum",
+      []() -> py::object {
+        for (auto& b : CompcollBackend::live()) {
+          if (const auto c = b->configured_momentum()) {
+            return py::make_tuple(c->first, c->second);
+          }
+        }
+        return py::none();
+      },
+      "(m, handed_over) of COMPCOLL_MOMENTUM where a live group has compressed something under "
+      "it (handed_over: COMPCOLL_MOMENTUM_HANDOVER=1), else None.");
+  m.def(
       "agree_optimizer_momentum",
       [](std::optional<float> proposal, bool moved, const std::string& why) {
         // Every live group that awaits it, in creation order (the same on

@@ -71,6 +71,14 @@ OptimizerMomentum CompcollBackend::optimizer_momentum() const {
   return optimizer_momentum_.load();
 }
 
+std::optional<std::pair<float, bool>> CompcollBackend::configured_momentum() const {
+  if (cfg_.params.momentum == 0.0f || !has_momentum_correction(cfg_.algo) ||
+      compressible_candidates_.load() == 0) {
+    return std::nullopt;
+  }
+  return std::make_pair(cfg_.params.momentum, cfg_.params.momentum_handover);
+}
+
 OptimizerMomentum CompcollBackend::agree_optimizer_momentum(
     std::optional<OptimizerMomentum> proposal, const std::string& why) {
   std::lock_guard<std::mutex> lock(momentum_mu_);
