@@ -300,3 +300,22 @@ def test_a_quantization_hook_is_said_to_leave_nothing_to_compress(hook):
         said = [ln for ln in r.stderr.splitlines()
                 if ln.startswith("compcoll WARN") and f"DDP comm hook {name} reduces" in ln]
         assert len(said) == (1 if r.rank == 0 else 0), r.stderr
+
+
+def test_hierarchical_model_averager_subgroups_are_not_warned_about():
+    """HierarchicalModelAverager beside compressed DDP: its subgroups carry
+    only the averaging of parameters (values, after the optimizer step,
+    exact), and rank 0 warned for each one that gradients might be going
+    uncompressed ("set COMPCOLL_TORCH_SCOPE=all"), although the world group
+    compressed DDP's gradients. Now that is an INFO line, and the replicas
+    stay the same bits."""
+    ranks = launch([worker("hierarchical_averager.py")], 4, env={"COMPCOLL_ALGO": "dgc"},
+                   timeout=240)
+    for r in ranks:
+        res = r.result
+        assert res["compressed_calls"] > 0, res
+        # DDP keeps the replicas equal, and averaging equal values keeps them so
+        assert all(s["same"] for s in res["steps"]), (r.rank, res)
+        assert res["averaging_calls"] > 0, res
+        assert not [ln for ln in r.stderr.splitlines() if ln.startswith("compcoll WARN")], \
+            r.describe()

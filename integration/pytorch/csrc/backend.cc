@@ -331,13 +331,17 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     compress = false;
     exact_reason = kOutsideBackward;
     if (getRank() == 0) {
-      // A warning only where nothing of this group was compressed before:
-      // beside DDP's compressed buckets, an allreduce outside backward is
-      // values (model averaging), and exact is right.
-      const bool group_compresses = compressible_candidates_.load() > 0;
+      // A warning only where no gradient was compressed before, in this
+      // group or another of the process: beside DDP's compressed buckets,
+      // an allreduce outside backward is values (model averaging, also over
+      // subgroups that carry no gradients), and exact is right.
+      using Where = UncompressedNotes::GradientsCompressed;
+      const Where where = compressible_candidates_.load() > 0 ? Where::kInThisGroup
+                          : compressible_candidates_in_process() > 0 ? Where::kInAnotherGroup
+                                                                     : Where::kNowhere;
       const std::string note =
-          uncompressed_notes_.first_outside_backward(t.numel(), opts.reduceOp, group_compresses);
-      if (!note.empty() && group_compresses) {
+          uncompressed_notes_.first_outside_backward(t.numel(), opts.reduceOp, where);
+      if (!note.empty() && where != Where::kNowhere) {
         log_.info("group '", getGroupUid(), "': ", note);
       } else if (!note.empty()) {
         log_.warn("group '", getGroupUid(), "': ", note);

@@ -89,7 +89,7 @@ bool UncompressedNotes::first_time(const std::string& key) {
 }
 
 std::string UncompressedNotes::first_outside_backward(int64_t numel, const c10d::ReduceOp& op,
-                                                      bool group_compresses) {
+                                                      GradientsCompressed gradients_compressed) {
   if (!first_time("outside backward")) return {};
   const std::string what =
       call_label(op, numel) +
@@ -100,11 +100,16 @@ std::string UncompressedNotes::first_outside_backward(int64_t numel, const c10d:
   const std::string remedy =
       "set COMPCOLL_TORCH_SCOPE=all on every rank, or issue them in compcoll.gradient_scope(). "
       "Said once per group (docs/pytorch.md, \"Which allreduces are compressed\")";
-  if (group_compresses) {
+  if (gradients_compressed != GradientsCompressed::kNowhere) {
     return what +
-           "This group already compresses the allreduces issued in backward, so these are "
-           "taken as values (periodic model averaging, say), for which exact is right. If they "
-           "are gradients reduced by a loop of your own, " + remedy;
+           (gradients_compressed == GradientsCompressed::kInThisGroup
+                ? "This group already compresses the allreduces issued in backward, so these "
+                  "are taken as values (periodic model averaging, say), "
+                : "Another compcoll group of this process already compresses the allreduces "
+                  "issued in backward, so these are taken as values (model averaging over a "
+                  "subgroup, as HierarchicalModelAverager's, say), ") +
+           "for which exact is right. If they are gradients reduced by a loop of your own, " +
+           remedy;
   }
   return what +
          "If these are gradients (a loop of your own that allreduces .grad after backward()), " +

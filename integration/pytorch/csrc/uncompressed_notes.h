@@ -28,12 +28,15 @@ class UncompressedNotes {
                            size_t min_elems, c10::DeviceType lane, const char* inner);
   // The same for a call compcoll could compress but that was issued outside
   // a backward pass (COMPCOLL_TORCH_SCOPE=backward, issue_scope.h), once.
-  // group_compresses: the group has compressed allreduces issued in backward
-  // before (DDP's buckets), so this one is most likely values (periodic model
-  // averaging, an evaluation result) and exact is right: the note says so,
-  // for an INFO line rather than a warning.
+  // gradients_compressed: this group, or another compcoll group of the
+  // process, has compressed allreduces issued in backward before (DDP's
+  // buckets), so this one is most likely values (periodic model averaging,
+  // hierarchical averaging over subgroups that carry no gradients, an
+  // evaluation result) and exact is right: the note says so, for an INFO
+  // line rather than a warning.
+  enum class GradientsCompressed { kNowhere, kInThisGroup, kInAnotherGroup };
   std::string first_outside_backward(int64_t numel, const c10d::ReduceOp& op,
-                                     bool group_compresses);
+                                     GradientsCompressed gradients_compressed);
   // The same for one of a tensor-parallel group (mark_tensor_parallel),
   // which is exact by design: an INFO line, once.
   std::string first_tensor_parallel(int64_t numel, const c10d::ReduceOp& op);
