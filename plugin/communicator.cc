@@ -69,7 +69,7 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
       comm_(std::move(comm)),
       algo_(make_algorithm(cfg.algo, cfg.params)),
       states_(kEvictAfterCalls),
-      log_(cfg.debug, comm_ ? comm_->rank() : -1) {
+      log_(cfg.debug, comm_ ? comm_->rank() : -1, cfg.log_group) {
   CC_CHECK(comm_ != nullptr, kInvalidArgument, "a communicator needs a transport");
   // A misspelt COMPCOLL_* name is otherwise silently ignored (once per process).
   for (const std::string& w : unknown_variable_warnings_once()) log_.warn(w);

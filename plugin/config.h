@@ -61,6 +61,9 @@ struct Config {
   // Not a variable: names this communicator's state file when one process
   // holds several (the PyTorch backend's lanes).
   std::string state_tag;
+  // Not a variable: the group a communicator's log lines name beside its
+  // rank (the PyTorch backend's subgroups); empty for the job's world.
+  std::string log_group;
   // COMPCOLL_DEVICE_CODECS=on: the NCCL interposer runs the GPU codecs on
   // device memory where it can (not agreed on: the same bits either way).
   bool device_codecs = false;

@@ -14,8 +14,11 @@ void Logger::write(LogLevel l, const std::string& msg) const {
   if (rank_ < 0) {
     std::fprintf(stderr, "compcoll %s [pid %d] %s\n", tag, static_cast<int>(::getpid()),
                  msg.c_str());
-  } else {
+  } else if (group_.empty()) {
     std::fprintf(stderr, "compcoll %s [rank %d] %s\n", tag, rank_, msg.c_str());
+  } else {
+    std::fprintf(stderr, "compcoll %s [rank %d, group '%s'] %s\n", tag, rank_, group_.c_str(),
+                 msg.c_str());
   }
 }
 

@@ -241,9 +241,11 @@ def test_post_local_sgd_compresses_its_gradients_and_averages_exactly():
     after the optimizer step and is exact, so every averaging step leaves
     every rank with the same bits, and between them the subgroups drift
     apart. A clean run: the averager's exact allreduce is expected beside
-    compressed DDP, so nothing is said at WARN."""
+    compressed DDP, so nothing is said at WARN; the subgroups' log lines
+    name their group beside their rank."""
     start, period, steps = 3, 2, 8  # workers/post_local_sgd.py
-    ranks = launch([worker("post_local_sgd.py")], 4, env={"COMPCOLL_ALGO": "dgc"}, timeout=240)
+    ranks = launch([worker("post_local_sgd.py")], 4,
+                   env={"COMPCOLL_ALGO": "dgc", "COMPCOLL_DEBUG": "INFO"}, timeout=240)
     for r in ranks:
         res = r.result
         assert res["finite"] and len(res["steps"]) == steps, res
@@ -260,6 +262,13 @@ def test_post_local_sgd_compresses_its_gradients_and_averages_exactly():
         assert s["world_calls"] == start + (steps - start + 1) // period, s
         assert not [ln for ln in r.stderr.splitlines() if ln.startswith("compcoll WARN")], \
             r.describe()
+        # A subgroup's communicator names its group beside its rank in the
+        # subgroup; the world's does not.
+        created = [ln for ln in r.stderr.splitlines() if "communicator of " in ln]
+        assert any(ln.startswith(f"compcoll INFO [rank {r.rank % 2}, group '") and
+                   "communicator of 2 ranks" in ln for ln in created), created
+        assert any(ln.startswith(f"compcoll INFO [rank {r.rank}] communicator of 4 ranks")
+                   for ln in created), created
 
 
 @pytest.mark.parametrize("algo", ["dgc", "csc"])

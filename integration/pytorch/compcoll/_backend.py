@@ -135,6 +135,13 @@ def _state_tag(group_name):
     return "group-" + re.sub(r"[^A-Za-z0-9_.]", "_", str(group_name))[:64]
 
 
+def _log_group(group_name):
+    """What a group's log lines name beside their rank: nothing for the
+    default group (its ranks are the job's), its torch name for the others
+    (whose ranks are their own)."""
+    return "" if group_name is None or str(group_name) in ("", "0") else str(group_name)
+
+
 def _build(args, device_lane):
     """The backend for either calling convention of Backend.register_backend;
     device_lane: whether cuda tensors may get their own (NCCL) lane."""
@@ -174,7 +181,8 @@ def _build_group(args, device_lane):
                                       global_ranks)
     stats_rank, stats_world = _global_identity(rank, size, global_ranks)
     backend = _C.create_backend(inner, timeout, lane, factory, stats_rank, stats_world,
-                                _state_tag(group_name), _children(device_lane))
+                                _state_tag(group_name), _children(device_lane),
+                                _log_group(group_name))
     _install_exit_hooks()
     _momentum.install()
     _ddp_join.install()

@@ -97,7 +97,8 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
 
 CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
                                  std::chrono::milliseconds timeout, DeviceLaneSpec device_lane,
-                                 StatsIdentity stats_id, std::string state_tag)
+                                 StatsIdentity stats_id, std::string state_tag,
+                                 std::string log_group)
     : c10d::Backend(inner->getRank(), inner->getSize()),
       inner_(std::move(inner)),
       timeout_(std::make_shared<GroupTimeout>(timeout)),
@@ -120,6 +121,7 @@ CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
     lane_cfg.owner_stats_path = stats_path(cfg_.stats_file, stats_id_.rank);
   }
   lane_cfg.stats_file.clear();
+  lane_cfg.log_group = std::move(log_group);
   lane_cfg_ = std::make_shared<const Config>(std::move(lane_cfg));
   host_ = std::make_shared<Lane>("cpu", c10::DeviceType::CPU, inner_);
   host_->ensure_comm(*lane_cfg_, timeout_, std::nullopt);
@@ -161,9 +163,11 @@ std::vector<c10::intrusive_ptr<CompcollBackend>> CompcollBackend::live() {
 
 c10::intrusive_ptr<CompcollBackend> CompcollBackend::create(
     c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
-    DeviceLaneSpec device_lane, StatsIdentity stats_id, std::string state_tag) {
+    DeviceLaneSpec device_lane, StatsIdentity stats_id, std::string state_tag,
+    std::string log_group) {
   auto b = c10::make_intrusive<CompcollBackend>(std::move(inner), timeout, std::move(device_lane),
-                                                stats_id, std::move(state_tag));
+                                                stats_id, std::move(state_tag),
+                                                std::move(log_group));
   std::lock_guard<std::mutex> lock(registry_mutex());
   registry().emplace_back(b);
   return b;

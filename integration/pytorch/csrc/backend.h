@@ -143,9 +143,11 @@ class CompcollBackend final : public c10d::Backend {
   // and every queued operation settles within it (setTimeout() changes it
   // for the operations submitted after). state_tag: names the group's
   // COMPCOLL_STATE_DIR files ("" for the default group; see _backend.py).
+  // log_group: the group its communicators' log lines name beside their
+  // rank ("" for the default group, whose ranks are the job's).
   CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
                   DeviceLaneSpec device_lane = {}, StatsIdentity stats_id = {},
-                  std::string state_tag = {});
+                  std::string state_tag = {}, std::string log_group = {});
   ~CompcollBackend() override;
 
   const std::string getBackendName() const override { return "compcoll"; }
@@ -323,7 +325,8 @@ class CompcollBackend final : public c10d::Backend {
                                                     std::chrono::milliseconds timeout,
                                                     DeviceLaneSpec device_lane = {},
                                                     StatsIdentity stats_id = {},
-                                                    std::string state_tag = {});
+                                                    std::string state_tag = {},
+                                                    std::string log_group = {});
   // Every live backend of this process (for the exit hook).
   static std::vector<c10::intrusive_ptr<CompcollBackend>> live();
 

@@ -156,7 +156,7 @@ PYBIND11_MODULE(_C, m) {
       [](const c10::intrusive_ptr<c10d::Backend>& inner, std::chrono::milliseconds timeout,
          std::optional<std::string> device_lane, std::optional<py::function> device_factory,
          int stats_rank, int stats_world_size, std::string state_tag,
-         std::optional<py::function> child) {
+         std::optional<py::function> child, std::string log_group) {
         DeviceLaneSpec spec;
         if (device_lane) {
           TORCH_CHECK(device_factory, "compcoll: a device lane needs a device_factory");
@@ -178,13 +178,14 @@ PYBIND11_MODULE(_C, m) {
         py::gil_scoped_release nogil;  // collective: other threads may need the GIL meanwhile
         auto backend = CompcollBackend::create(inner, timeout, std::move(spec),
                                                StatsIdentity{stats_rank, stats_world_size},
-                                               std::move(state_tag));
+                                               std::move(state_tag), std::move(log_group));
         backend->set_child_factory(std::move(children));
         return c10::intrusive_ptr<c10d::Backend>(backend);
       },
       py::arg("inner"), py::arg("timeout"), py::arg("device_lane") = py::none(),
       py::arg("device_factory") = py::none(), py::arg("stats_rank") = -1,
       py::arg("stats_world_size") = -1, py::arg("state_tag") = "", py::arg("child") = py::none(),
+      py::arg("log_group") = "",
       "Wraps an inner (Gloo) backend; collective: every rank of the group calls it. "
       "device_lane ('cuda', or 'staged_cpu' for tests) with device_factory (a callable "
       "returning the inner backend for those tensors, called on their first operation) "
@@ -192,7 +193,8 @@ PYBIND11_MODULE(_C, m) {
       "global rank and world size, for COMPCOLL_STATS_FILE (default: the group's). state_tag: "
       "names the group's COMPCOLL_STATE_DIR files ('' for the default group). child: "
       "child(store, rank, size, timeout, group_name) -> the backend of a group split or merged "
-      "from this one (split_group, merge_remote_group); without it the group cannot do either.");
+      "from this one (split_group, merge_remote_group); without it the group cannot do either. "
+      "log_group: the group its log lines name beside their rank ('' for the default group).");
 
   m.def("is_compcoll", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return static_cast<bool>(c10::dynamic_intrusive_pointer_cast<CompcollBackend>(b));
