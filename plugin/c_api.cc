@@ -146,10 +146,12 @@ compcoll_status_t compcoll_comm_create_from_env(compcoll_comm_t** comm) {
 compcoll_status_t compcoll_comm_create(const char* rendezvous, int rank, int world_size,
                                        compcoll_comm_t** comm) {
   if (!comm) return null_arg("comm");
+  *comm = nullptr;  // on every failure, as compcoll_comm_create_from_env
   if (!rendezvous) return null_arg("rendezvous");
-  *comm = nullptr;
   compcoll::Config cfg;
   const compcoll_status_t s = guarded([&] {
+    CC_CHECK(*rendezvous != '\0', kInvalidArgument,
+             "compcoll_comm_create: the rendezvous is empty (file://DIR or redis://HOST:PORT)");
     cfg = compcoll::load_config(env_without_identity());
     CC_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, kInvalidArgument, "rank ", rank,
              " of world size ", world_size, " is out of range");
@@ -180,12 +182,14 @@ compcoll_status_t compcoll_allreduce(compcoll_comm_t* comm, void* buf, size_t co
 compcoll_status_t compcoll_comm_rank(const compcoll_comm_t* comm, int* rank) {
   if (!comm || !rank) return null_arg("comm or rank");
   *rank = comm->impl->rank();
+  g_last_error.clear();
   return COMPCOLL_SUCCESS;
 }
 
 compcoll_status_t compcoll_comm_size(const compcoll_comm_t* comm, int* size) {
   if (!comm || !size) return null_arg("comm or size");
   *size = comm->impl->size();
+  g_last_error.clear();
   return COMPCOLL_SUCCESS;
 }
 
@@ -201,6 +205,7 @@ compcoll_status_t compcoll_get_stats(const compcoll_comm_t* comm, compcoll_stats
   stats->ratio = s.ratio();
   stats->time_ms = s.ms;
   stats->state_bytes = snap.state_bytes;
+  g_last_error.clear();
   return COMPCOLL_SUCCESS;
 }
 
@@ -213,6 +218,7 @@ compcoll_status_t compcoll_get_steady_stats(const compcoll_comm_t* comm,
   stats->steady_dense_bytes = s.steady_dense_bytes;
   stats->steady_wire_bytes = s.steady_wire_bytes;
   stats->steady_ratio = s.steady_ratio();
+  g_last_error.clear();
   return COMPCOLL_SUCCESS;
 }
 
@@ -240,7 +246,19 @@ compcoll_status_t compcoll_set_loss_scaled(compcoll_comm_t* comm, int on) {
 }
 
 compcoll_status_t compcoll_comm_destroy(compcoll_comm_t* comm) {
-  if (!comm) return COMPCOLL_SUCCESS;
+  if (!comm) {
+    g_last_error.clear();
+    return COMPCOLL_SUCCESS;
+  }
+  // Takes the call slot and keeps it: freeing the communicator under a call
+  // running on another thread crashed that call. Refused at once instead,
+  // as any call made during another one is; nothing is freed.
+  if (!comm->impl->enter_final_call()) {
+    g_last_error =
+        "compcoll: compcoll_comm_destroy entered while a call of this communicator was running "
+        "on another thread; nothing was freed: destroy it once that call has returned";
+    return COMPCOLL_INVALID_ARGUMENT;
+  }
   {
     LiveComms& live = live_comms();
     std::lock_guard<std::mutex> lock(live.mu);

@@ -690,8 +690,14 @@ class OneCallAtATime {
 
 }  // namespace
 
+void Communicator::check_not_broken() const {
+  CC_CHECK(broken_.empty(), kTransport, "rank ", comm_->rank(),
+           ": this communicator failed earlier and must be rebuilt; first error: ", broken_);
+}
+
 size_t Communicator::rescale_state(float factor) {
   const OneCallAtATime one_call(in_call_, comm_->rank(), "rescale_state");
+  check_not_broken();
   CC_CHECK(std::isfinite(factor) && factor > 0.0f, kInvalidArgument,
            "the error-feedback state can only be rescaled by a finite factor > 0, got ", factor);
   return states_.rescale(factor);
@@ -699,6 +705,7 @@ size_t Communicator::rescale_state(float factor) {
 
 void Communicator::set_discard_nonfinite(bool on) {
   const OneCallAtATime one_call(in_call_, comm_->rank(), "set_discard_nonfinite");
+  check_not_broken();
   discard_nonfinite_ = on;
 }
 
@@ -717,8 +724,7 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
                             const char* key, bool algorithm_decides, const CallRunner& run) {
   const OneCallAtATime one_call(in_call_, comm_->rank(),
                                 detail::concat("an allreduce of ", count, " elements"));
-  CC_CHECK(broken_.empty(), kTransport, "rank ", comm_->rank(),
-           ": this communicator failed earlier and must be rebuilt; first error: ", broken_);
+  check_not_broken();
   CC_CHECK(buf != nullptr || count == 0, kInvalidArgument, "allreduce of ", count,
            " elements from a null buffer");
   const auto t0 = std::chrono::steady_clock::now();

@@ -135,8 +135,12 @@ class Communicator {
   // the caller will divide by. Not collective: each rank's state is its own.
   // Returns how many states were rescaled; factor must be finite and > 0.
   // Between calls: made while a call runs on another thread, it is refused
-  // and touches nothing (as a second call is).
+  // and touches nothing (as a second call is). A failed communicator refuses
+  // it (kTransport), as it refuses an allreduce.
   size_t rescale_state(float factor);
+  // Whether a call failed and every further one is refused: what a process's
+  // fan-out over its communicators (the loss scaler's rescale) skips.
+  bool broken() const { return !broken_.empty(); }
 
   // A loss scaler is in charge: a step whose reduced gradients hold a
   // non-finite value is skipped by the caller (torch.amp.GradScaler), as if
@@ -173,6 +177,9 @@ class Communicator {
   void finish();
 
  private:
+  // A failed communicator refuses every call (allreduce, rescale_state,
+  // set_discard_nonfinite): kTransport naming the first error.
+  void check_not_broken() const;
   void allreduce_on(const Route& route, void* buf, size_t count, DType dtype, ReduceOp op,
                     const char* key);
   // One call's bookkeeping around `run` (state lookup, route log, stats,

@@ -102,10 +102,19 @@ COMPCOLL_API compcoll_status_t compcoll_comm_create(const char* rendezvous, int 
 
 /* In-place allreduce of count elements. key names the tensor's
  * error-feedback state; NULL uses (buf, count, dtype). Collective: every
- * rank passes the same count, dtype and op. Ranks whose counts differ get
- * COMPCOLL_MALFORMED_PAYLOAD from the sparse algorithms (dgc, sdagc, sbc)
- * and onebit; on the exact dense path and csc, whose bytes go through
- * Gloo's ring, Gloo aborts the process, as a plain Gloo allreduce does. */
+ * rank passes the same count, dtype and op; a call where they differ is the
+ * caller's error and is not reliably detected. Counts that differ fail
+ * with COMPCOLL_MALFORMED_PAYLOAD on at least one rank of the sparse
+ * algorithms (dgc, sdagc, sbc) and onebit while both counts take the same
+ * route, its peers with that or COMPCOLL_TRANSPORT_ERROR; where one rank's
+ * count is below COMPCOLL_MIN_ELEMS and the other's is not, the ranks run
+ * different collectives and fail with COMPCOLL_TRANSPORT_ERROR at
+ * COMPCOLL_TIMEOUT_MS. On the exact dense path and csc, whose bytes go
+ * through Gloo's ring, Gloo may abort the process (as a plain Gloo
+ * allreduce does), at once or at a later call, or time out. Dtypes or ops
+ * that differ between ranks are not detected on the compressed routes: each
+ * rank decodes its peers' values as its own dtype and applies its own op,
+ * and the ranks' results differ. */
 COMPCOLL_API compcoll_status_t compcoll_allreduce(compcoll_comm_t* comm, void* buf, size_t count,
                                      compcoll_dtype_t dtype, compcoll_op_t op, const char* key);
 
@@ -134,14 +143,20 @@ COMPCOLL_API compcoll_status_t compcoll_rescale_state(compcoll_comm_t* comm, dou
 COMPCOLL_API compcoll_status_t compcoll_set_loss_scaled(compcoll_comm_t* comm, int on);
 
 /* Writes COMPCOLL_STATS_FILE and saves the COMPCOLL_STATE_DIR checkpoint
- * (if set), logs a summary, frees everything. NULL is accepted. A
+ * (if set), logs a summary, frees everything. NULL is accepted. Made while
+ * a call of the communicator runs on another thread, it fails at once with
+ * COMPCOLL_INVALID_ARGUMENT and frees nothing (destroy it once that call has
+ * returned); no other call on it (a stats getter either) may follow or
+ * overlap a destroy that succeeded. A
  * communicator still alive when the process exits (exit() or a return from
  * main) writes both then, unless a call of it is running on another thread;
  * one whose process dies by a signal or _exit() writes neither. */
 COMPCOLL_API compcoll_status_t compcoll_comm_destroy(compcoll_comm_t* comm);
 
 COMPCOLL_API const char* compcoll_status_string(compcoll_status_t status);
-/* Message of the last failure on this thread ("" if none). */
+/* Message of this thread's last compcoll call if it failed, "" if it
+ * succeeded (every function but compcoll_status_string and this one sets
+ * it). */
 COMPCOLL_API const char* compcoll_last_error(void);
 
 #ifdef __cplusplus

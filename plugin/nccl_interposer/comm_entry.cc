@@ -258,12 +258,13 @@ void CommEntry::compressed_allreduce(const void* send, void* recv, size_t count,
 
 size_t CommEntry::rescale_state(float factor) {
   std::lock_guard<std::mutex> lk(call_mu_);
-  return communicator_ ? communicator_->rescale_state(factor) : 0;
+  // A failed communicator refuses it and reduces nothing any more: skipped.
+  return communicator_ && !communicator_->broken() ? communicator_->rescale_state(factor) : 0;
 }
 
 void CommEntry::discard_nonfinite() {
   std::lock_guard<std::mutex> lk(call_mu_);
-  if (communicator_) communicator_->set_discard_nonfinite(true);
+  if (communicator_ && !communicator_->broken()) communicator_->set_discard_nonfinite(true);
 }
 
 void CommEntry::publish() {

@@ -89,7 +89,7 @@ TEST(CApi, ALaunchersBadRankIsNamedAsTheLauncherSetIt) {
 
 // Rank 0's first thread is inside its second allreduce, waiting for rank 1,
 // which makes that call only once rank 0's second thread is done.
-TEST(CApi, AnotherThreadsStateCallsAreRefusedDuringACallAndStatsStayReadable) {
+TEST(CApi, AnotherThreadsStateCallsAndDestroyAreRefusedDuringACallAndStatsStayReadable) {
   const std::string dir = make_dir();
   const ScopedEnv env({{"COMPCOLL_ALGO", "dgc"},
                        {"COMPCOLL_MIN_ELEMS", "1000"},
@@ -123,6 +123,14 @@ TEST(CApi, AnotherThreadsStateCallsAreRefusedDuringACallAndStatsStayReadable) {
               << compcoll_last_error();
           EXPECT_EQ(rescaled, 77u) << "untouched by a refused call";
           EXPECT_EQ(compcoll_set_loss_scaled(comm, 1), COMPCOLL_INVALID_ARGUMENT);
+          // A destroy is refused too, and frees nothing: it crashed the
+          // running call (use after free) when it went through.
+          EXPECT_EQ(compcoll_comm_destroy(comm), COMPCOLL_INVALID_ARGUMENT);
+          EXPECT_NE(std::string(compcoll_last_error())
+                        .find("compcoll_comm_destroy entered while a call of this communicator "
+                              "was running on another thread; nothing was freed"),
+                    std::string::npos)
+              << compcoll_last_error();
           compcoll_stats_t s{};
           EXPECT_EQ(compcoll_get_stats(comm, &s), COMPCOLL_SUCCESS);
           EXPECT_EQ(s.calls, 1u) << "as of the last finished call";
@@ -158,6 +166,61 @@ TEST(CApi, AnotherThreadsStateCallsAreRefusedDuringACallAndStatsStayReadable) {
   }
   for (auto& t : ranks) t.join();
   std::filesystem::remove_all(dir);
+}
+
+// A failed communicator refuses every further call, the loss scaler's
+// too (compcoll_rescale_state and compcoll_set_loss_scaled answered success
+// on it, which the header's "refuses further calls" rules out); destroy
+// still frees it.
+TEST(CApi, AFailedCommunicatorRefusesTheLossScalersCallsToo) {
+  const std::string dir = make_dir();
+  const ScopedEnv env({{"COMPCOLL_ALGO", "dgc"},
+                       {"COMPCOLL_MIN_ELEMS", "1000"},
+                       {"COMPCOLL_TIMEOUT_MS", "1500"}});
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      compcoll_comm_t* comm = nullptr;
+      ASSERT_EQ(compcoll_comm_create(("file://" + dir).c_str(), rank, 2, &comm), COMPCOLL_SUCCESS)
+          << compcoll_last_error();
+      if (rank == 0) {  // its peer never calls: the call times out
+        std::vector<float> g(20000, 1.0f);
+        EXPECT_EQ(compcoll_allreduce(comm, g.data(), g.size(), COMPCOLL_FLOAT32, COMPCOLL_SUM, "w"),
+                  COMPCOLL_TRANSPORT_ERROR);
+        for (const compcoll_status_t s :
+             {compcoll_rescale_state(comm, 0.5, nullptr), compcoll_set_loss_scaled(comm, 1)}) {
+          EXPECT_EQ(s, COMPCOLL_TRANSPORT_ERROR);
+          EXPECT_NE(std::string(compcoll_last_error())
+                        .find("this communicator failed earlier and must be rebuilt"),
+                    std::string::npos)
+              << compcoll_last_error();
+        }
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+      }
+      EXPECT_EQ(compcoll_comm_destroy(comm), COMPCOLL_SUCCESS) << compcoll_last_error();
+      EXPECT_STREQ(compcoll_last_error(), "");
+    });
+  }
+  for (auto& t : ranks) t.join();
+  std::filesystem::remove_all(dir);
+}
+
+// compcoll_comm_create's failures all leave *comm NULL, and an empty
+// rendezvous is named as the argument it is, not as an unset variable.
+TEST(CApi, CreateFailuresLeaveNullAndNameTheArgument) {
+  compcoll_comm_t* comm = reinterpret_cast<compcoll_comm_t*>(0x1);
+  EXPECT_EQ(compcoll_comm_create(nullptr, 0, 1, &comm), COMPCOLL_INVALID_ARGUMENT);
+  EXPECT_EQ(comm, nullptr);
+  comm = reinterpret_cast<compcoll_comm_t*>(0x1);
+  EXPECT_EQ(compcoll_comm_create("", 0, 1, &comm), COMPCOLL_INVALID_ARGUMENT);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_NE(std::string(compcoll_last_error()).find("compcoll_comm_create: the rendezvous is empty"),
+            std::string::npos)
+      << compcoll_last_error();
+  int size = 0;
+  EXPECT_EQ(compcoll_comm_size(nullptr, &size), COMPCOLL_INVALID_ARGUMENT);
+  EXPECT_STRNE(compcoll_last_error(), "");
 }
 
 }  // namespace

@@ -67,7 +67,10 @@ size_t CompcollBackend::rescale_state(double factor) {
   auto rescaled = std::make_shared<size_t>(0);
   worker_->run_and_wait("rescale_state", [rescaled, f, host = host_, device = device_] {
     for (const std::shared_ptr<Lane>& lane : {host, device}) {
-      if (lane != nullptr && lane->comm() != nullptr) *rescaled += lane->comm()->rescale_state(f);
+      // A failed lane refuses it and reduces nothing any more: skipped.
+      if (lane != nullptr && lane->comm() != nullptr && !lane->comm()->broken()) {
+        *rescaled += lane->comm()->rescale_state(f);
+      }
     }
   });
   // Said once per group, on its rank 0: it is right, and happens at every
