@@ -86,14 +86,26 @@ def test_moved_adam_beta1_equals_the_explicit_recipe_bit_for_bit():
 
 
 def test_nesterov_amsgrad_and_no_momentum_change_nothing_and_say_why():
-    for opt, why in (("sgd-nesterov:0.9", "SGD with nesterov=True"),
-                     ("sgd:0", "SGD without momentum"),
-                     ("adam-amsgrad", "Adam with amsgrad=True"),
-                     ("adam:0", "Adam with beta1 0.0")):
+    """Nothing is taken over, and rank 0 says why. An optimizer whose momentum
+    exists but cannot be taken over (Nesterov, amsgrad) is said at WARN with
+    what to set instead: it trains without DGC's correction and with its own
+    momentum on delayed updates, and said only at INFO it went unnoticed."""
+    for opt, why, warned in (("sgd-nesterov:0.9", "SGD with nesterov=True", True),
+                             ("sgd:0", "SGD without momentum", False),
+                             ("adam-amsgrad", "Adam with amsgrad=True", True),
+                             ("adam:0", "Adam with beta1 0.0", False)):
         ranks = run("--opt", opt)
         assert [r.result["momentum"] for r in ranks] == [0.0, 0.0], opt
         assert why in ranks[0].stderr, ranks[0].stderr
-        assert "momentum correction" not in ranks[0].stderr + ranks[1].stderr
+        for r in ranks:
+            warns = [ln for ln in r.stderr.splitlines()
+                     if ln.startswith("compcoll WARN") and "cannot take over the momentum" in ln]
+            assert len(warns) == (1 if warned and r.rank == 0 else 0), (opt, r.stderr)
+            if warns:
+                assert why in warns[0] and "COMPCOLL_MOMENTUM=0.9" in warns[0], warns
+                assert ("COMPCOLL_NESTEROV=1" in warns[0]) == ("nesterov" in opt), warns
+            other = [ln for ln in r.stderr.splitlines() if "cannot take over" not in ln]
+            assert "momentum correction" not in "\n".join(other), (opt, r.stderr)
 
 
 def test_ranks_that_disagree_take_nothing_over_and_warn():

@@ -208,16 +208,39 @@ def configured_momentum_notice(optimizer, m, handed_over):
                 "optimizer's momentum at 0")
     if not own > 0.0:
         return None
-    fix = ("set the optimizer's momentum to 0, or keep it equal to COMPCOLL_MOMENTUM and set "
-           "COMPCOLL_MOMENTUM_HANDOVER=1, or unset COMPCOLL_MOMENTUM and let "
-           "COMPCOLL_MOMENTUM_HANDOVER=auto take the optimizer's over"
-           if kind == "SGD" else
-           "set the optimizer's beta1 to 0, or unset COMPCOLL_MOMENTUM and let "
-           "COMPCOLL_MOMENTUM_HANDOVER=auto move the optimizer's beta1 into compcoll")
+    takeable = proposal_of(optimizer)[0] > 0.0  # what auto would take over or move
+    if kind == "SGD":
+        fix = ("set the optimizer's momentum to 0" +
+               (", or keep it equal to COMPCOLL_MOMENTUM and set COMPCOLL_MOMENTUM_HANDOVER=1, or "
+                "unset COMPCOLL_MOMENTUM and let COMPCOLL_MOMENTUM_HANDOVER=auto take the "
+                "optimizer's over" if takeable else ""))
+    else:
+        fix = ("set the optimizer's beta1 to 0" +
+               (", or unset COMPCOLL_MOMENTUM and let COMPCOLL_MOMENTUM_HANDOVER=auto move the "
+                "optimizer's beta1 into compcoll" if takeable else ""))
     return (f"COMPCOLL_MOMENTUM={m:g} applies DGC's momentum correction to the gradients "
             f"compcoll compresses, and {kind} runs a momentum of its own ({own:g}) on top: the "
             "momentum is applied twice and the steps are larger and later than either alone "
             f"would make them; {fix}")
+
+
+def untaken_momentum_notice(optimizer, why):
+    """What to say when COMPCOLL_MOMENTUM_HANDOVER=auto follows `optimizer`
+    and cannot take its momentum over (why: proposal_of's reason), or None
+    when it has none (SGD without momentum, an optimizer compcoll cannot
+    read)."""
+    kind, own = _optimizer_momentum(optimizer)
+    if kind is None or not own > 0.0:
+        return None
+    nesterov = any(g.get("nesterov", False) for g in optimizer.param_groups)
+    return (f"COMPCOLL_MOMENTUM_HANDOVER=auto cannot take over the momentum of this optimizer "
+            f"({why}; momentum {own:g}): DGC's momentum correction stays off, and the optimizer "
+            "runs its momentum on the sparse, delayed updates compcoll delivers, which trains "
+            "worse than either (docs/convergence.md, \"Momentum under SGD\"). Set the "
+            f"optimizer's momentum{' (beta1)' if kind != 'SGD' else ''} to 0 and "
+            f"COMPCOLL_MOMENTUM={own:g}" + (" COMPCOLL_NESTEROV=1" if nesterov else "") +
+            (", or use plain torch.optim.SGD (no dampening, not Nesterov), whose momentum is "
+             "taken over" if kind == "SGD" else ""))
 
 
 def check_configured_momentum(optimizer):
@@ -260,6 +283,10 @@ def _pre_step(optimizer, args, kwargs):
             mine = proposal_of(optimizer)
             if _proposal is None:
                 _proposal = mine
+                if not mine[0] > 0.0:
+                    text = untaken_momentum_notice(optimizer, mine[2])
+                    if text is not None and _global_rank() == 0:
+                        _C.warn(0, text + " (said once per process)")
             elif mine[:2] != _proposal[:2] and not _warned_second:
                 _warned_second = True
                 _log.warning(

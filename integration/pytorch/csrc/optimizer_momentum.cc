@@ -112,7 +112,7 @@ OptimizerMomentum CompcollBackend::agree_optimizer_momentum(
                 "; rank 0: ", rank0, "): no momentum taken over, ", cfg_.algo,
                 " runs as configured");
     } else if (agreed->m == 0.0f) {
-      log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: no momentum to take over (rank 0: ", rank0,
+      log_.info("COMPCOLL_MOMENTUM_HANDOVER=auto: no momentum taken over (rank 0: ", rank0,
                 "); ", cfg_.algo, " runs as configured");
     }  // else every lane's Communicator says what it took over
   });
