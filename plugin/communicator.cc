@@ -142,12 +142,8 @@ void Communicator::check_stats_file() {
   // Every rank writing one file keeps only the last to finish: said, not
   // refused (a stats file is not worth failing a job for).
   static std::atomic<bool> said{false};
-  if (!cfg_.stats_file.empty() && comm_->size() > 1 && comm_->rank() == 0 &&
-      cfg_.stats_file.find("{rank}") == std::string::npos && !said.exchange(true)) {
-    log_.warn("COMPCOLL_STATS_FILE=", cfg_.stats_file, " has no {rank}: all ", comm_->size(),
-              " ranks write that one file and it keeps the last to finish; put {rank} in the "
-              "name for a file per rank (said once per process)");
-  }
+  const std::string shared = stats_file_shared_warning(cfg_.stats_file, comm_->size());
+  if (!shared.empty() && comm_->rank() == 0 && !said.exchange(true)) log_.warn(shared);
 }
 
 void Communicator::release_state_claim() {

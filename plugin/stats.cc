@@ -102,6 +102,13 @@ std::string stats_path(const std::string& pattern, int rank) {
   return out;
 }
 
+std::string stats_file_shared_warning(const std::string& pattern, int world_size) {
+  if (pattern.empty() || world_size <= 1 || pattern.find("{rank}") != std::string::npos) return {};
+  return "COMPCOLL_STATS_FILE=" + pattern + " has no {rank}: all " + std::to_string(world_size) +
+         " ranks write that one file and it keeps the last to finish; put {rank} in the name "
+         "for a file per rank (said once per process)";
+}
+
 bool write_file_atomically(const std::string& path, const std::string& text) {
   const std::string line = text + "\n";
   return write_binary_file_atomically(

@@ -89,6 +89,11 @@ class Stats {
 // pattern with every "{rank}" replaced by rank.
 std::string stats_path(const std::string& pattern, int rank);
 
+// What to say when every process of a job of world_size ranks would write
+// one COMPCOLL_STATS_FILE (no {rank} in pattern): it keeps only the last to
+// finish. Empty when there is nothing to say.
+std::string stats_file_shared_warning(const std::string& pattern, int world_size);
+
 // Writes text to path atomically (temporary file, then rename). Returns
 // false (and leaves errno) on failure; callers log, never throw at exit.
 bool write_file_atomically(const std::string& path, const std::string& text);

@@ -67,6 +67,19 @@ def test_compcoll_algo_turns_gloo_into_compcoll(tmp_path):
         print("stats:", st)
 
 
+def test_a_stats_file_without_rank_is_said_to_keep_one_rank(tmp_path):
+    """Every process writes its own stats file: without {rank} in the name
+    the ranks write one file and it keeps the last to finish, which the
+    PyTorch backend never said (the C API's communicator does). Now the
+    job's rank 0 says it once at WARN."""
+    path = tmp_path / "stats.json"
+    ranks = launch([SCRIPT], 2, env={"COMPCOLL_ALGO": "dgc", "COMPCOLL_STATS_FILE": str(path)})
+    said = f"COMPCOLL_STATS_FILE={path} has no {{rank}}: all 2 ranks write that one file"
+    for r in ranks:
+        assert r.stderr.count(said) == (1 if r.rank == 0 else 0), r.describe()
+    assert json.loads(path.read_text())["compressed_calls"] > 0
+
+
 def test_a_stats_file_that_cannot_be_written_fails_at_init_not_at_exit(tmp_path):
     """COMPCOLL_STATS_FILE inside a regular file: every rank fails when the
     group is created, naming each rank's path and why, before any training

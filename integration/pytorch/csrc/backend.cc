@@ -119,6 +119,11 @@ CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
   // checks at creation, with the other ranks, that it can be written.
   if (!cfg_.stats_file.empty()) {
     lane_cfg.owner_stats_path = stats_path(cfg_.stats_file, stats_id_.rank);
+    // One file per process: the job's processes share it without {rank}
+    // (said by the job's rank 0, once per process).
+    static std::atomic<bool> said{false};
+    const std::string shared = stats_file_shared_warning(cfg_.stats_file, stats_id_.world_size);
+    if (!shared.empty() && stats_id_.rank == 0 && !said.exchange(true)) log_.warn(shared);
   }
   lane_cfg.stats_file.clear();
   lane_cfg.log_group = std::move(log_group);
