@@ -67,6 +67,19 @@ def test_compcoll_algo_turns_gloo_into_compcoll(tmp_path):
         print("stats:", st)
 
 
+def test_the_compcoll_backend_without_an_algorithm_says_it_runs_exact():
+    """init_process_group("compcoll") with COMPCOLL_ALGO unset ran every
+    allreduce exact without a word: the script asked for compcoll by name.
+    Now rank 0 says so once at WARN; COMPCOLL_ALGO=dense (exact meant) is
+    not warned about."""
+    said = 'init_process_group("compcoll") with COMPCOLL_ALGO unset: every allreduce runs exact'
+    for env, warned in (({}, True), ({"COMPCOLL_ALGO": "dense"}, False)):
+        ranks = launch([worker("named_backend.py")], 2, env=env)
+        for r in ranks:
+            assert r.result["algo"] == "dense" and r.result["sum"] == 3.0, r.result
+            assert r.stderr.count(said) == (1 if warned and r.rank == 0 else 0), r.describe()
+
+
 def test_a_stats_file_without_rank_is_said_to_keep_one_rank(tmp_path):
     """Every process writes its own stats file: without {rank} in the name
     the ranks write one file and it keeps the last to finish, which the

@@ -30,6 +30,7 @@ compcoll._tensor_parallel.)
 import atexit
 import json
 import multiprocessing.util
+import os
 import re
 import threading
 import warnings
@@ -142,12 +143,6 @@ def _log_group(group_name):
     return "" if group_name is None or str(group_name) in ("", "0") else str(group_name)
 
 
-def _build(args, device_lane):
-    """The backend for either calling convention of Backend.register_backend;
-    device_lane: whether cuda tensors may get their own (NCCL) lane."""
-    return _build_group(creators.creator_args(args), device_lane)
-
-
 def _children(device_lane):
     """What builds the groups made from a group by split_group and
     merge_remote_group (torch asks the parent's backend): each is built as
@@ -160,6 +155,9 @@ def _children(device_lane):
 
 
 def _build_group(args, device_lane):
+    """The backend for a group (args: compcoll_creators.creator_args, either
+    calling convention of Backend.register_backend); device_lane: whether
+    cuda tensors may get their own (NCCL) lane."""
     store, rank, size, timeout, group_name, global_ranks, enable_reconfigure = args
     if enable_reconfigure:
         raise ValueError(
@@ -193,8 +191,19 @@ def _build_group(args, device_lane):
 
 
 def _create(*args):
-    """Creator of the "compcoll" backend (cpu and cuda)."""
-    return _build(args, device_lane=True)
+    """Creator of the "compcoll" backend (cpu and cuda). Asked for by name
+    with COMPCOLL_ALGO unset, it runs every allreduce exact: said once per
+    process on rank 0, since the script asked for compcoll and would get
+    none of its compression without a word (COMPCOLL_ALGO=dense says that
+    exact is meant, and is not said)."""
+    group = creators.creator_args(args)
+    if "COMPCOLL_ALGO" not in os.environ or not os.environ["COMPCOLL_ALGO"].strip():
+        _notices._once("compcoll backend without an algorithm", group.rank, lambda: (
+            "init_process_group(\"compcoll\") with COMPCOLL_ALGO unset: every allreduce runs "
+            "exact, as Gloo's would; set COMPCOLL_ALGO to dgc, sbc, sdagc, csc, onebit or auto "
+            "to compress (compcoll-info lists them), or COMPCOLL_ALGO=dense to say that exact "
+            "is meant; said once per process"))
+    return _build_group(group, device_lane=True)
 
 
 def create_for_gloo(*args):
