@@ -24,6 +24,58 @@
 #include "plugin/config.h"
 
 namespace compcoll::bench {
+namespace {
+
+// Flags and settings that would change nothing, or less than they seem, in
+// this run: said on stderr before it starts, since what the ranks' own
+// communicators say goes to their logs, which are shown only when a rank
+// fails.
+void warn_about_what_changes_nothing(const std::vector<std::string>& algos, const Config& cfg,
+                                     const std::string& density, const std::string& sizes,
+                                     long long count, bool count_given, bool hierarchical,
+                                     int hosts) {
+  const auto warn = [](const std::string& what) {
+    std::cerr << "compcoll-bench allreduce: warning: " << what << "\n";
+  };
+  bool reads_density = false;
+  std::string ignores_density;
+  for (const std::string& a : algos) {
+    if (a == "dgc" || a == "sdagc" || a == "sbc" || a == "auto") {
+      reads_density = true;
+    } else if (a == "csc" || a == "onebit") {
+      ignores_density += (ignores_density.empty() ? "" : ", ") + a;
+    }
+  }
+  if (!density.empty() && !ignores_density.empty()) {
+    warn(detail::concat("--density sets COMPCOLL_DENSITY (dgc, sdagc, sbc) and changes nothing for ",
+                        ignores_density, reads_density ? "" : ", so nothing in this run",
+                        " (csc's chunk fraction is COMPCOLL_CSC_FRACTION; onebit sends every sign)"));
+  }
+  if (!sizes.empty() && count_given) warn("--sizes is swept, so --count changes nothing");
+  std::vector<long long> counts;
+  if (sizes.empty()) {
+    counts.push_back(count);
+  } else {
+    for (const auto& s : split_list(sizes)) counts.push_back(parse_count("--sizes", s) / 4);
+  }
+  std::string small;
+  for (const long long c : counts) {
+    if (c > 0 && static_cast<size_t>(c) < cfg.min_elems) small += (small.empty() ? "" : ", ") + std::to_string(c);
+  }
+  if (!small.empty() && algos != std::vector<std::string>{"dense"}) {
+    warn(detail::concat(small, " elements: below COMPCOLL_MIN_ELEMS=", cfg.min_elems,
+                        ", so a call of that size goes exact in a user's job (the dense row); the "
+                        "compressed rows time their algorithm on it anyway"));
+  }
+  if (hierarchical && hosts == 1) {
+    warn("--hierarchy: every rank is on one host (no --link, or --ranks-per-host equal to "
+         "--ranks), so a hierarchical row's one leader compresses for no peer: its time and "
+         "bytes are not what the hierarchy does between hosts (run it with --link and "
+         "--ranks-per-host)");
+  }
+}
+
+}  // namespace
 
 int allreduce_main(int argc, char** argv, int first) {
   Args args(argc, argv, first);
@@ -118,6 +170,9 @@ int allreduce_main(int argc, char** argv, int first) {
   for (const UnknownVariable& u : unknown_variables_in_environment()) {  // and misspelt names
     std::cerr << "compcoll-bench allreduce: warning: " << u.message() << "\n";
   }
+  warn_about_what_changes_nothing(split_names("algo", algos), cfg, density, sizes, count,
+                                  args.given("count"), hierarchical_modes > 0,
+                                  link.empty() ? 1 : hosts);  // without --link: one machine
   // The table is the steady state: a tensor's first COMPCOLL_WARMUP_STEPS
   // calls run denser on purpose (training accuracy, docs/convergence.md), and
   // a handful of timed calls would time only those. The ranks inherit this;

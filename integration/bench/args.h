@@ -30,6 +30,8 @@ class Args {
   double num(const std::string& name, double def, const std::string& help);
   long long integer(const std::string& name, long long def, const std::string& help);
   bool flag(const std::string& name, const std::string& help);  // present or not
+  // Whether the command line named the flag (not its default).
+  bool given(const std::string& name) const { return values_.count(name) != 0; }
 
   // After all declarations: throws on flags nobody declared; returns false
   // (and fills usage) when --help was given.

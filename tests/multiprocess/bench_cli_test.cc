@@ -344,6 +344,44 @@ TEST(BenchCli, MisspeltVariablesAreReportedWithTheNearestName) {
       << describe(args, r);
 }
 
+// Flags that change nothing, or less than they seem, are said before the
+// run (the ranks' own warnings go to logs shown only on failure); the run
+// goes on. Each was silent: --density with csc, --count beside --sizes, a
+// count below COMPCOLL_MIN_ELEMS, --hierarchy with every rank on one host.
+TEST(BenchCli, FlagsThatChangeNothingAreSaidAndTheRunGoesOn) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string said;
+  };
+  const std::vector<std::string> base{"allreduce", "--ranks", "2", "--iters", "1", "--json"};
+  const std::vector<Case> cases = {
+      {{"--algo", "csc", "--count", "20000", "--density", "0.5"},
+       "--density sets COMPCOLL_DENSITY (dgc, sdagc, sbc) and changes nothing for csc, so "
+       "nothing in this run"},
+      {{"--algo", "dense", "--sizes", "4K", "--count", "5"},
+       "--sizes is swept, so --count changes nothing"},
+      {{"--algo", "dgc", "--count", "1000"},
+       "1000 elements: below COMPCOLL_MIN_ELEMS=16384, so a call of that size goes exact in a "
+       "user's job"},
+      {{"--algo", "dgc", "--count", "20000", "--hierarchy", "off,host"},
+       "--hierarchy: every rank is on one host"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const BenchRun r = bench(args, {});
+    EXPECT_EQ(r.code, 0) << describe(args, r);
+    EXPECT_NE(r.err.find("compcoll-bench allreduce: warning: " + c.said), std::string::npos)
+        << describe(args, r);
+  }
+  // Nothing to say: a compressible count without those flags.
+  const std::vector<std::string> quiet{"allreduce", "--ranks", "2", "--iters", "1", "--json",
+                                       "--algo", "dgc", "--count", "20000"};
+  const BenchRun r = bench(quiet, {});
+  EXPECT_EQ(r.code, 0) << describe(quiet, r);
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << describe(quiet, r);
+}
+
 std::vector<std::string> entries(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) out.push_back(e.path());
