@@ -432,9 +432,11 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_HOSTNAME", VarType::kString, "", "a hostname or address",
      "address the tcp device binds to (instead of COMPCOLL_IFACE)",
      CC_APPLY { cfg.hostname = value; }, "", nullptr, kFrameworkGivesIt},
-    {"COMPCOLL_RENDEZVOUS", VarType::kString, "", "file://DIR|redis://HOST:PORT",
+    {"COMPCOLL_RENDEZVOUS", VarType::kString, "", "file://DIR|redis://HOST:PORT[/JOB]",
      "where ranks meet: a shared directory or a Redis server, fresh for each job (a "
-     "directory or database an earlier job met in is refused: its keys are still there)",
+     "directory, or a server without /JOB, that an earlier job met in is refused: its keys are "
+     "still there); /JOB (letters, digits, _ - .) puts a job's keys under its own name, so jobs "
+     "can share one server",
      CC_APPLY {
        if (value.rfind("file://", 0) != 0 && value.rfind("redis://", 0) != 0) {
          reject(var, value, "not a file:// or redis:// address");

@@ -123,8 +123,16 @@ void join(RendezvousStore& store, const GlooOptions& o, milliseconds timeout) {
 
 }  // namespace
 
-std::unique_ptr<GlooComm> connect_gloo(const GlooOptions& o) {
+std::unique_ptr<GlooComm> connect_gloo(const GlooOptions& given) {
   const auto start = steady_clock::now();
+  GlooOptions o = given;
+  // redis://HOST:PORT/JOB: the job's keys live under its name (subgroups
+  // inherit the prefix: their options carry the store, not the spec).
+  if (!o.rendezvous.empty()) {
+    if (const std::string job = parse_store_spec(o.rendezvous).job; !job.empty()) {
+      o.prefix += "/" + job;
+    }
+  }
   CC_CHECK(o.size >= 1, kInvalidArgument, "world size must be >= 1, got ", o.size);
   CC_CHECK(o.rank >= 0 && o.rank < o.size, kInvalidArgument, "rank ", o.rank,
            " is outside [0, ", o.size, ")");

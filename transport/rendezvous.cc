@@ -24,7 +24,7 @@ namespace {
 
 constexpr const char* kSpecForms =
     "expected file://DIR (a directory shared by all ranks) or "
-    "redis://HOST:PORT (a running redis-server)";
+    "redis://HOST:PORT[/JOB] (a running redis-server; JOB names this job's keys)";
 
 // Stores whose key existence can be polled without blocking, so waits can
 // end to the millisecond (Gloo's own waits compare whole seconds).
@@ -122,6 +122,19 @@ StoreSpec parse_store_spec(const std::string& spec) {
     out.kind = StoreSpec::Kind::kRedis;
     std::string rest = spec.substr(redis.size());
     if (!rest.empty() && rest.back() == '/') rest.pop_back();
+    // Neither a host nor an [IPv6] address holds a '/': what follows the
+    // first one is the job's name.
+    if (const size_t slash = rest.find('/'); slash != std::string::npos) {
+      out.job = rest.substr(slash + 1);
+      rest.resize(slash);
+      CC_CHECK(!out.job.empty() && out.job.size() <= 200 &&
+                   std::all_of(out.job.begin(), out.job.end(),
+                               [](unsigned char c) {
+                                 return std::isalnum(c) != 0 || c == '_' || c == '-' || c == '.';
+                               }),
+               kInvalidArgument, "rendezvous spec '", spec, "' has job name '", out.job,
+               "': use 1 to 200 letters, digits, '_', '-' or '.': ", kSpecForms);
+    }
     size_t colon;
     if (!rest.empty() && rest.front() == '[') {  // [v6addr]:port
       const size_t close = rest.find(']');
@@ -227,8 +240,9 @@ void RendezvousStore::set(const std::string& key, const std::vector<char>& data)
   // for the others exists() is a cheap poll.
   CC_CHECK(!exists(k), kInvalidArgument, "rendezvous key '", k,
            "' already exists in the store: an earlier job or communicator met in the same "
-           "place (give each job a fresh file:// directory or redis database, or remove the "
-           "old one's files), or two processes were started with the same rank");
+           "place (give each job a fresh file:// directory, or a redis://HOST:PORT/JOB name of "
+           "its own, or remove the old one's files or keys), or two processes were started with "
+           "the same rank");
   try {
     base_->set(k, data);
   } catch (const std::exception& e) {

@@ -30,6 +30,10 @@ struct StoreSpec {
   std::string path;  // kFile
   std::string host;  // kRedis
   int port = 0;      // kRedis
+  // kRedis: redis://HOST:PORT/JOB puts the job's keys under JOB, so that
+  // jobs can share one redis-server (keys are never deleted: a name serves
+  // one job, as a file:// directory does). Empty: no name.
+  std::string job;
 };
 
 // Parses a rendezvous spec. Throws Error(kInvalidArgument) naming the value

@@ -95,7 +95,8 @@ typedef struct {
  * (or RANK, WORLD_SIZE) and the other COMPCOLL_* settings. Collective. */
 COMPCOLL_API compcoll_status_t compcoll_comm_create_from_env(compcoll_comm_t** comm);
 
-/* Same, with the rendezvous ("file://DIR" or "redis://HOST:PORT"), rank and
+/* Same, with the rendezvous ("file://DIR", "redis://HOST:PORT" or
+ * "redis://HOST:PORT/JOB", a job's own name on a shared server), rank and
  * world size given explicitly; other settings still come from COMPCOLL_*. */
 COMPCOLL_API compcoll_status_t compcoll_comm_create(const char* rendezvous, int rank, int world_size,
                                        compcoll_comm_t** comm);

@@ -44,6 +44,21 @@ TEST(StoreSpec, ParsesFileAndRedisForms) {
   StoreSpec v6 = parse_store_spec("redis://[::1]:7000/");
   EXPECT_EQ(v6.host, "::1");
   EXPECT_EQ(v6.port, 7000);
+  EXPECT_EQ(v6.job, "");
+  // redis://HOST:PORT/JOB: the job's own keys on a shared server.
+  StoreSpec job = parse_store_spec("redis://127.0.0.1:6379/run-7.a_b/");
+  EXPECT_EQ(job.host, "127.0.0.1");
+  EXPECT_EQ(job.port, 6379);
+  EXPECT_EQ(job.job, "run-7.a_b");
+  EXPECT_EQ(parse_store_spec("redis://[::1]:7000/x").job, "x");
+  for (const char* bad : {"redis://h:1/a/b", "redis://h:1/a b", "redis://h:1//"}) {
+    try {
+      parse_store_spec(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("job name"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(StoreSpec, MalformedSpecsNameTheValueAndTheAllowedForms) {
@@ -216,6 +231,35 @@ TEST(Rendezvous, RedisStoreWithRanksAsProcesses) {
   o.store = make_store(redis.spec());
   o.prefix = "job1";
   EXPECT_THROW(run_gloo_ranks(2, [](Comm&) {}, o), Error);
+
+  // What a user writes: redis://HOST:PORT/JOB, one name per job on one
+  // server; a name reused is refused with that advice.
+  const auto connect_pair = [&](const std::string& spec) {
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 2; ++r) {
+      ts.emplace_back([&, r] {
+        GlooOptions g;
+        g.rank = r;
+        g.size = 2;
+        g.rendezvous = spec;
+        g.timeout = milliseconds(5000);
+        try {
+          connect_gloo(g)->barrier();
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(r)] = e.what();
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    return errors;
+  };
+  for (const std::string job : {"/jobA", "/jobB"}) {
+    for (const std::string& e : connect_pair(redis.spec() + job)) EXPECT_EQ(e, "") << job;
+  }
+  for (const std::string& e : connect_pair(redis.spec() + "/jobA")) {
+    EXPECT_NE(e.find("a redis://HOST:PORT/JOB name of its own"), std::string::npos) << e;
+  }
 }
 
 TEST(Rendezvous, UnreachableRedisIsATransportError) {
