@@ -192,7 +192,9 @@ void Communicator::load_state_dir() {
       log_.info("COMPCOLL_STATE_DIR: no checkpoint ", state_path_, " yet: starting fresh");
     } else {
       try {
-        outcome = load_state(read_binary_file(state_path_)) ? 1 : 0;
+        std::string why_not;
+        outcome = load_state(read_binary_file(state_path_), &why_not) ? 1 : 0;
+        if (outcome == 0) set_aside_unused_checkpoint(why_not);
       } catch (const std::exception& e) {
         // Any failure (a directory where the file should be, say) is this
         // rank's outcome, told to the others below: never an exception that
@@ -241,6 +243,24 @@ void Communicator::load_state_dir() {
     start_fresh();
     log_.info("COMPCOLL_STATE_DIR: another rank has no usable checkpoint: every rank starts fresh");
   }
+}
+
+// A checkpoint of another configuration (or world) is not restored, and
+// this run saves its own to the same path at the end: the old one is moved
+// aside to "<file>.unused" (replacing an older one) so that nothing is lost
+// in silence, said at WARN (once per process: every rank of a run finds the
+// same reason).
+void Communicator::set_aside_unused_checkpoint(const std::string& why) {
+  const std::string aside = state_path_ + ".unused";
+  std::error_code ec;
+  std::filesystem::rename(state_path_, aside, ec);
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  log_.warn("COMPCOLL_STATE_DIR: checkpoint ", state_path_, " not used (", why, "); ",
+            ec ? "it could not be moved aside (" + ec.message() + ") and this run's save "
+                 "replaces it"
+               : "moved to " + aside + ", and this run saves its own in its place",
+            "; every rank starts fresh (said once per process)");
 }
 
 // What a rank restored is dropped again: every rank starts as if there had
@@ -313,7 +333,7 @@ bool Communicator::adopt_optimizer_momentum(OptimizerMomentum taken) {
   return true;
 }
 
-bool Communicator::load_state(std::span<const uint8_t> bytes) {
+bool Communicator::load_state(std::span<const uint8_t> bytes, std::string* why_not) {
   StateFile f = parse_state_file(bytes);
   const std::string mine = state_description();
   std::string why;
@@ -367,7 +387,11 @@ bool Communicator::load_state(std::span<const uint8_t> bytes) {
   }
   if (!why.empty()) {
     adopt_optimizer_momentum(momentum_before);
-    log_.info("checkpointed error-feedback state not used (", why, "): keeping the current one");
+    if (why_not != nullptr) {
+      *why_not = why;
+    } else {
+      log_.warn("checkpointed error-feedback state not used (", why, "): keeping the current one");
+    }
     return false;
   }
   states_.clear();

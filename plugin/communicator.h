@@ -121,12 +121,13 @@ class Communicator {
   // and that is logged at INFO). load_state: replaces the store with the
   // checkpoint's entries when it was written by the same rank of a
   // communicator of the same size and configuration and every entry has the
-  // shape this algorithm gives its tensor; otherwise logs why at INFO, keeps
-  // the store as it was and returns false. Bytes that are not an intact
-  // state file throw kInvalidArgument.
+  // shape this algorithm gives its tensor; otherwise keeps the store as it
+  // was, says why (in *why_not when given, else at WARN: a checkpoint handed
+  // over and not used is a resume that did not happen) and returns false.
+  // Bytes that are not an intact state file throw kInvalidArgument.
   // Device-resident states (allreduce_device) come back to host memory first.
   Bytes save_state(size_t* saved_entries = nullptr);  // how many it holds, when asked
-  bool load_state(std::span<const uint8_t> bytes);
+  bool load_state(std::span<const uint8_t> bytes, std::string* why_not = nullptr);
 
   // The caller's gradients change unit from the next call on: a loss scale
   // went from S to factor * S (mixed precision; the PyTorch backend follows
@@ -180,6 +181,7 @@ class Communicator {
   // A failed communicator refuses every call (allreduce, rescale_state,
   // set_discard_nonfinite): kTransport naming the first error.
   void check_not_broken() const;
+  void set_aside_unused_checkpoint(const std::string& why);
   void allreduce_on(const Route& route, void* buf, size_t count, DType dtype, ReduceOp op,
                     const char* key);
   // One call's bookkeeping around `run` (state lookup, route log, stats,

@@ -80,6 +80,27 @@ def test_other_configuration_starts_fresh_and_says_why(tmp_path):
     assert "not used (the configuration differs: density=0.02" in other[0].stderr, other[0].stderr
 
 
+def test_a_state_dir_checkpoint_of_another_configuration_is_set_aside_not_overwritten(tmp_path):
+    """COMPCOLL_STATE_DIR with a setting changed between runs: the old
+    checkpoint cannot be restored, and the run's save at exit replaced it,
+    said only at INFO. Now it is moved to <file>.unused, said at WARN
+    (once per process), and the run saves its own in its place."""
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DENSITY": "0.01",
+           "COMPCOLL_STATE_DIR": str(tmp_path / "state")}
+    run(tmp_path, "ck", 0, 3, env, explicit=False)
+    first = {p.name: p.read_bytes() for p in (tmp_path / "state").glob("*.bin")}
+    assert len(first) == RANKS, first.keys()
+    other = run(tmp_path, "ck", 3, 5, dict(env, COMPCOLL_DENSITY="0.02"), explicit=False)
+    for r in other:
+        warns = [ln for ln in r.stderr.splitlines()
+                 if ln.startswith("compcoll WARN") and "not used (the configuration differs: "
+                 "density=0.02" in ln]
+        assert len(warns) == 1 and ".unused, and this run saves its own" in warns[0], r.stderr
+    for name, data in first.items():
+        assert (tmp_path / "state" / (name + ".unused")).read_bytes() == data, name
+        assert (tmp_path / "state" / name).read_bytes() != data, name
+
+
 def test_malformed_state_file_is_a_clear_error(tmp_path):
     env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DENSITY": "0.01",
            "COMPCOLL_STATE_DIR": str(tmp_path / "state")}
