@@ -1,5 +1,6 @@
 #include "collectives/hierarchical.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -82,11 +83,35 @@ void Hierarchy::fail_now(const std::string& why) noexcept {
 
 Hierarchy::~Hierarchy() = default;
 
+std::string Hierarchy::leaders_in_world_ranks() const {
+  // The j-th member of this rank's leaders' group is host j's rank that
+  // leads the same slice (slice 0: the host's leader).
+  std::string out = detail::concat("world rank ", world_.rank(), " (host hierarchy): the ranks "
+                                   "named above are of the leaders' group between hosts, where ");
+  const int hosts = layout_.hosts();
+  constexpr int kNamed = 16;  // enough to find a peer; a long list says nothing more
+  for (int j = 0; j < std::min(hosts, kNamed); ++j) {
+    const int world = layout_.members[static_cast<size_t>(j)][static_cast<size_t>(my_slice_)];
+    out += detail::concat(j ? ", " : "", "rank ", j, " is world rank ", world);
+  }
+  if (hosts > kNamed) out += detail::concat(", ... (", hosts, " hosts)");
+  return out;
+}
+
 void Hierarchy::leader_phase(const std::function<void(Comm& leaders)>& fn) {
   CC_CHECK(failed_.empty(), kTransport, "rank ", world_.rank(),
            ": the host hierarchy failed earlier and must be rebuilt; first error: ", failed_);
   if (direct_mode_) {
-    if (is_leader()) fn(*direct_);  // followers take no part
+    if (!is_leader()) return;  // followers take no part
+    // The leaders' subgroup numbers its ranks by host: its errors name
+    // peers in that numbering, which the user cannot map to a process.
+    try {
+      fn(*direct_);
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(detail::concat(e.what(), "; ", leaders_in_world_ranks()), e.limit());
+    } catch (const Error& e) {
+      throw Error(e.kind(), detail::concat(e.what(), "; ", leaders_in_world_ranks()));
+    }
   } else if (is_leader()) {
     fn(*on_world_);
     on_world_->release();

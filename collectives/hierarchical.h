@@ -160,6 +160,9 @@ class Hierarchy {
   std::unique_ptr<LocalGroup> local_;
   int slices_ = 1;
   int my_slice_ = -1;
+  // "world rank 5 (host hierarchy): ... rank 1 is world rank 2, ...": appended
+  // to an error of the leaders' subgroup, whose ranks are host indices.
+  std::string leaders_in_world_ranks() const;
   std::string sharded_fallback_;
   bool direct_mode_ = false;
   std::unique_ptr<Comm> direct_;             // leaders' subgroup (direct mode)

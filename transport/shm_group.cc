@@ -275,11 +275,14 @@ void ShmGroup::throw_if_failed() const {
 }
 
 void ShmGroup::fail(ErrorKind kind, const std::string& what, std::chrono::milliseconds timed_out) {
+  // `what` may be an Error's message: its "compcoll: " goes in front, once.
   const std::string msg =
-      detail::concat("world rank ", world_ranks_[size_t(local_rank_)], " (host hierarchy): ", what);
-  abort(msg);
-  if (timed_out.count() > 0) throw TimeoutError(msg, timed_out);
-  throw Error(kind, msg);
+      detail::concat("world rank ", world_ranks_[size_t(local_rank_)], " (host hierarchy): ",
+                     what.rfind("compcoll: ", 0) == 0 ? what.substr(10) : what);
+  abort(msg);  // the peers' errors quote it after their own prefix
+  const std::string thrown = "compcoll: " + msg;  // as every Error's message starts
+  if (timed_out.count() > 0) throw TimeoutError(thrown, timed_out);
+  throw Error(kind, thrown);
 }
 
 bool ShmGroup::peer_gone(int l) const {

@@ -120,6 +120,16 @@ TEST(HierarchyFaults, ASliceOwnerKilledInTheLocalReduceFailsEverySurvivorInTime)
 TEST(HierarchyFaults, ASliceOwnerKilledBetweenHostsFailsEverySurvivorInTime) {
   const Outcome o = run_with_victim("leaders", 3, "dgc", true);
   expect_survivors_failed(o, 3);
+  // Slice 1's group between hosts numbers its ranks by host: its errors say
+  // which world rank each one is (they named "rank 1" alone, a live rank's
+  // number in the world).
+  for (const int r : {1, 5}) {
+    EXPECT_NE(o.logs[size_t(r)].find("the ranks named above are of the leaders' group between "
+                                     "hosts, where rank 0 is world rank 1, rank 1 is world rank 3, "
+                                     "rank 2 is world rank 5"),
+              std::string::npos)
+        << o.logs[size_t(r)];
+  }
 }
 
 TEST(HierarchyFaults, ASliceOwnerKilledInOnebitsExchangeFailsEverySurvivorInTime) {
