@@ -144,6 +144,12 @@ void Communicator::check_stats_file() {
   static std::atomic<bool> said{false};
   const std::string shared = stats_file_shared_warning(cfg_.stats_file, comm_->size());
   if (!shared.empty() && comm_->rank() == 0 && !said.exchange(true)) log_.warn(shared);
+  if (cfg_.stats_file.empty()) return;  // the owner writes the process's file
+  if (stats_claim_.claim(path) != path) {
+    log_.warn("COMPCOLL_STATS_FILE: another communicator of this process writes ", path,
+              " (the same rank of another communicator); this one writes ", stats_claim_.path(),
+              ", so that neither overwrites the other");
+  }
 }
 
 void Communicator::release_state_claim() {
@@ -513,7 +519,7 @@ void Communicator::finish() {
   if (finished_) return;
   finished_ = true;
   if (!cfg_.stats_file.empty()) {
-    const std::string path = stats_path(cfg_.stats_file, comm_->rank());
+    const std::string& path = stats_claim_.path();
     if (!write_file_atomically(path, stats_.json(comm_->rank(), comm_->size(), cfg_.algo,
                                                  state_bytes()))) {
       log_.warn("cannot write COMPCOLL_STATS_FILE ", path);

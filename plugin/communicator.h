@@ -210,6 +210,7 @@ class Communicator {
 
   Config cfg_;
   std::string state_path_;  // claimed COMPCOLL_STATE_DIR file, "" if none
+  StatsFileClaim stats_claim_;  // the COMPCOLL_STATS_FILE path this one writes
   std::unique_ptr<Comm> comm_;
   std::unique_ptr<Hierarchy> hier_;  // over *comm_, so declared (and destroyed) after it
   std::unique_ptr<Algorithm> algo_;

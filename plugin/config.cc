@@ -495,7 +495,9 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_STATS_FILE", VarType::kString, "", "a path; {rank} is replaced by the rank",
      "where each rank writes its JSON stats at communicator destruction or exit; its "
      "directory is created when missing, and a path that cannot be written fails every rank "
-     "at creation, not at exit",
+     "at creation, not at exit; a second live communicator of the same rank in one process "
+     "(C API) writes <name>-comm2<.ext> beside it (WARN); the PyTorch backend and the NCCL "
+     "interposer write one file per process",
      CC_APPLY { cfg.stats_file = value; }},
     {"COMPCOLL_STATE_DIR", VarType::kString, "", "a directory",
      "error-feedback state survives restarts: each rank loads its residuals from DIR when its "

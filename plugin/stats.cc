@@ -4,6 +4,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include "plugin/state_file.h"
@@ -100,6 +102,34 @@ std::string stats_path(const std::string& pattern, int rank) {
     out.replace(p, tag.size(), std::to_string(rank));
   }
   return out;
+}
+
+namespace {
+std::mutex g_stats_claims_mu;
+std::set<std::string>& stats_claims() {
+  static auto* claims = new std::set<std::string>;  // outlives the exit hooks that finish
+  return *claims;
+}
+}  // namespace
+
+StatsFileClaim::~StatsFileClaim() {
+  if (path_.empty()) return;
+  std::lock_guard<std::mutex> lock(g_stats_claims_mu);
+  stats_claims().erase(path_);
+}
+
+const std::string& StatsFileClaim::claim(const std::string& wanted) {
+  std::lock_guard<std::mutex> lock(g_stats_claims_mu);
+  if (!path_.empty()) stats_claims().erase(path_);
+  path_ = wanted;
+  const std::filesystem::path p(wanted);
+  // Bounded: far more communicators than any process keeps alive at once.
+  for (int n = 2; !stats_claims().insert(path_).second && n < 100000; ++n) {
+    path_ = (p.parent_path() / (p.stem().string() + "-comm" + std::to_string(n) +
+                                p.extension().string()))
+                .string();
+  }
+  return path_;
 }
 
 std::string stats_file_shared_warning(const std::string& pattern, int world_size) {

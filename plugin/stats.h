@@ -89,6 +89,26 @@ class Stats {
 // pattern with every "{rank}" replaced by rank.
 std::string stats_path(const std::string& pattern, int rank);
 
+// The COMPCOLL_STATS_FILE path one communicator writes, unique among the
+// live communicators of its process: a second communicator of the same rank
+// (two per process, as the C API suggests for two threads) wrote the same
+// file and kept only the last to finish. The claim ends with the object.
+class StatsFileClaim {
+ public:
+  StatsFileClaim() = default;
+  ~StatsFileClaim();
+  StatsFileClaim(const StatsFileClaim&) = delete;
+  StatsFileClaim& operator=(const StatsFileClaim&) = delete;
+  // Claims `wanted`, or, while another live communicator of the process
+  // holds it, the first free "<stem>-comm<n><ext>" (n = 2, 3, ...).
+  // Returns the path claimed.
+  const std::string& claim(const std::string& wanted);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // What to say when every process of a job of world_size ranks would write
 // one COMPCOLL_STATS_FILE (no {rank} in pattern): it keeps only the last to
 // finish. Empty when there is nothing to say.

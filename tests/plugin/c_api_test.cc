@@ -14,6 +14,8 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -203,6 +205,47 @@ TEST(CApi, AFailedCommunicatorRefusesTheLossScalersCallsToo) {
     });
   }
   for (auto& t : ranks) t.join();
+  std::filesystem::remove_all(dir);
+}
+
+// Two live communicators of one process with the same rank (one per
+// thread, as the header suggests): the second writes its stats beside the
+// first's instead of over it (the file kept only the last destroyed).
+TEST(CApi, TwoCommunicatorsOfOneRankWriteTwoStatsFiles) {
+  const std::string dir = make_dir();
+  const ScopedEnv env({{"COMPCOLL_ALGO", "dgc"},
+                       {"COMPCOLL_MIN_ELEMS", "1000"},
+                       {"COMPCOLL_STATS_FILE", dir + "/stats-{rank}.json"}});
+  compcoll_comm_t* a = nullptr;
+  compcoll_comm_t* b = nullptr;
+  ASSERT_EQ(compcoll_comm_create(("file://" + dir + "/a").c_str(), 0, 1, &a), COMPCOLL_SUCCESS)
+      << compcoll_last_error();
+  ASSERT_EQ(compcoll_comm_create(("file://" + dir + "/b").c_str(), 0, 1, &b), COMPCOLL_SUCCESS)
+      << compcoll_last_error();
+  std::vector<float> g(4000, 1.0f);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(compcoll_allreduce(a, g.data(), g.size(), COMPCOLL_FLOAT32, COMPCOLL_SUM, "w"),
+              COMPCOLL_SUCCESS);
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(compcoll_allreduce(b, g.data(), g.size(), COMPCOLL_FLOAT32, COMPCOLL_SUM, "w"),
+              COMPCOLL_SUCCESS);
+  }
+  ASSERT_EQ(compcoll_comm_destroy(b), COMPCOLL_SUCCESS);
+  ASSERT_EQ(compcoll_comm_destroy(a), COMPCOLL_SUCCESS);
+  const auto calls_in = [](const std::string& path) {
+    std::ifstream in(path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = text.find("\"calls\": ");
+    return at == std::string::npos ? -1 : std::atoi(text.c_str() + at + 9);
+  };
+  EXPECT_EQ(calls_in(dir + "/stats-0.json"), 5);
+  EXPECT_EQ(calls_in(dir + "/stats-0-comm2.json"), 2);
+  // Once both are gone, a new communicator takes the plain name again.
+  compcoll_comm_t* c = nullptr;
+  ASSERT_EQ(compcoll_comm_create(("file://" + dir + "/c").c_str(), 0, 1, &c), COMPCOLL_SUCCESS);
+  ASSERT_EQ(compcoll_comm_destroy(c), COMPCOLL_SUCCESS);
+  EXPECT_EQ(calls_in(dir + "/stats-0.json"), 0);
   std::filesystem::remove_all(dir);
 }
 
