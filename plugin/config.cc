@@ -33,12 +33,23 @@ std::string folded(const std::string& s) {
 
 // "unknown value (did you mean 'dgc'?)" where value differs from one of
 // words only in case or surrounding blanks (the values stay exact: the
-// ranks compare them), else just why.
+// ranks compare them), or is one slip from a single word of at least 3
+// letters, or two from one of at least 7 ("dcg", "sdgc"); else just why.
 std::string with_hint(const std::string& why, const std::string& value,
                       const std::vector<std::string>& words) {
   for (const std::string& w : words) {
     if (folded(w) == folded(value)) return why + " (did you mean '" + w + "'?)";
   }
+  std::string nearest;
+  int close = 0;
+  for (const std::string& w : words) {
+    const size_t limit = w.size() >= 7 ? 2 : w.size() >= 3 ? 1 : 0;
+    if (limit > 0 && edit_distance(folded(value), w) <= limit) {
+      nearest = w;
+      ++close;
+    }
+  }
+  if (close == 1) return why + " (did you mean '" + nearest + "'?)";
   return why;
 }
 
@@ -61,8 +72,10 @@ long long parse_int(const ConfigVar& var, const std::string& value) {
 }
 
 bool parse_bool(const ConfigVar& var, const std::string& value) {
-  if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
-  if (value == "0" || value == "false" || value == "no" || value == "off") return false;
+  // Any case ("TRUE"): the ranks compare the parsed value, not the text.
+  const std::string v = folded(value);
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
   reject(var, value,
          with_hint("not a boolean", value, {"1", "true", "yes", "on", "0", "false", "no", "off"}));
 }

@@ -195,6 +195,10 @@ struct ToolVar {
 };
 std::span<const ToolVar> tool_variables();
 
+// Optimal string alignment distance (Levenshtein plus adjacent
+// transpositions): how far a typo is from the word meant.
+size_t edit_distance(const std::string& a, const std::string& b);
+
 // A COMPCOLL_* name in the environment that neither table knows (a typo,
 // or a setting of another version): the library ignores it. suggestion is
 // the nearest known name by edit distance when one is close, else "".

@@ -159,18 +159,26 @@ TEST(Config, UnknownAlgorithmIsRejectedWithTheRegisteredNames) {
 }
 
 // A word of a closed set typed in another case or with blanks is still
-// refused (the ranks compare the values as given) but named.
+// refused (the ranks compare the values as given) but named, and so is one
+// a slip away from a single word ("dcg"); a boolean is read in any case.
 TEST(Config, AMistypedWordIsNamedWithTheWordMeant) {
   for (const auto& [var, bad, meant] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"COMPCOLL_ALGO", "DGC", "dgc"},
            {"COMPCOLL_ALGO", "dgc ", "dgc"},
-           {"COMPCOLL_NESTEROV", "True", "true"},
+           {"COMPCOLL_ALGO", "dcg", "dgc"},
+           {"COMPCOLL_ALGO", "onebti", "onebit"},
+           {"COMPCOLL_NESTEROV", "ture", "true"},
            {"COMPCOLL_HIERARCHY", " Host", "host"}}) {
     const std::string e = error_of({{var, bad}});
     EXPECT_NE(e.find(var + "=" + bad + ": "), std::string::npos) << e;
     EXPECT_NE(e.find("did you mean '" + meant + "'?"), std::string::npos) << e;
   }
   EXPECT_EQ(error_of({{"COMPCOLL_ALGO", "topk"}}).find("did you mean"), std::string::npos);
+  for (const char* yes : {"TRUE", "True", "Yes", "ON", "1"}) {
+    EXPECT_TRUE(load_config(env_of({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_NESTEROV", yes}}))
+                    .params.nesterov)
+        << yes;
+  }
 }
 
 TEST(Config, DensityOutsideZeroOneIsRejected) {
