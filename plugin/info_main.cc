@@ -12,6 +12,8 @@
 
 #include "collectives/registry.h"
 #include "plugin/config.h"
+#include "plugin/state_file.h"
+#include "plugin/stats.h"
 
 namespace {
 
@@ -21,7 +23,8 @@ constexpr const char* kUsage =
     "Prints every COMPCOLL_* configuration variable (type, default, current value, allowed\n"
     "values, meaning) and the registered algorithms, then checks the current environment.\n"
     "Exit status: 0 when the environment is valid; 1, with only the error on stderr, when a\n"
-    "variable has a bad value; 2 on bad arguments. COMPCOLL_* names that are not variables\n"
+    "variable has a bad value or COMPCOLL_STATS_FILE / COMPCOLL_STATE_DIR cannot be written\n"
+    "(missing directories are created, as a run creates them); 2 on bad arguments. COMPCOLL_* names that are not variables\n"
     "are reported on stderr with the nearest known name (and otherwise ignored), and so are\n"
     "variables that the configured algorithm does not read.\n"
     "\n"
@@ -180,6 +183,24 @@ int main(int argc, char** argv) {
   cfg.front_end = FrontEnd::kAny;
   for (const std::string& m : inert_settings(cfg, process_env())) {
     std::fprintf(stderr, "compcoll-info: warning: %s\n", m.c_str());
+  }
+  // The output paths, as a communicator checks them at creation (missing
+  // directories are created, as a run would create them): a path no rank
+  // can write makes every rank's creation fail, so the environment is not
+  // valid. The rank is this environment's, or 0.
+  std::string unwritable;
+  if (!cfg.stats_file.empty()) {
+    unwritable = stats_file_problem(stats_path(cfg.stats_file, std::max(cfg.rank, 0)));
+    if (!unwritable.empty()) unwritable = std::string(kStatsFileCannotBeWritten) + ": " + unwritable;
+  }
+  if (unwritable.empty() && !cfg.state_dir.empty()) {
+    if (const std::string p = state_dir_problem(cfg.state_dir); !p.empty()) {
+      unwritable = "COMPCOLL_STATE_DIR " + cfg.state_dir + ": " + p;
+    }
+  }
+  if (!unwritable.empty()) {
+    std::fprintf(stderr, "compcoll-info: %s\n", unwritable.c_str());
+    return 1;
   }
   print_table();
   std::printf("\nthe current environment is valid: algo %s, %s\n", cfg.algo.c_str(),

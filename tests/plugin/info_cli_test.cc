@@ -119,6 +119,21 @@ TEST(InfoCli, ABadValueIsPrintedAloneOnceWithOnePrefix) {
   }
 }
 
+// An output path no rank can write fails every communicator's creation, so
+// the environment is not valid: said alone, exit 1 (it said "valid").
+TEST(InfoCli, AnUnwritableOutputPathMakesTheEnvironmentInvalid) {
+  for (const auto& [env, said] : std::vector<std::pair<std::string, std::string>>{
+           {"COMPCOLL_STATS_FILE=/proc/compcoll-none/{rank}.json",
+            "compcoll-info: COMPCOLL_STATS_FILE cannot be written: /proc/compcoll-none/0.json: "},
+           {"COMPCOLL_STATE_DIR=/proc/compcoll-none",
+            "compcoll-info: COMPCOLL_STATE_DIR /proc/compcoll-none: "}}) {
+    const Output o = info({"COMPCOLL_ALGO=dgc", env});
+    EXPECT_EQ(o.code, 1) << env << ": " << o.err;
+    EXPECT_EQ(o.out, "") << env;
+    EXPECT_EQ(o.err.rfind(said, 0), 0u) << o.err;
+  }
+}
+
 TEST(InfoCli, IbverbsIsReportedAsUnavailable) {
   const Output o = info({"COMPCOLL_TRANSPORT=ibverbs"});
   EXPECT_EQ(o.code, 1);
