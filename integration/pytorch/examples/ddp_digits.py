@@ -1,4 +1,4 @@
-"""DDP training of a small MLP on scikit-learn's bundled digits data set on R
+r"""DDP training of a small MLP on scikit-learn's bundled digits data set on R
 local ranks (torch.multiprocessing, Gloo over loopback). Prints test accuracy,
 bytes on the wire and the compression ratio, and saves the loss curves as a
 PNG. Two modes:

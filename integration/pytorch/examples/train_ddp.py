@@ -1,4 +1,4 @@
-"""A plain PyTorch DDP training script: it knows nothing about compcoll.
+r"""A plain PyTorch DDP training script: it knows nothing about compcoll.
 
 It asks for the "gloo" backend and takes its rank and world size from
 torchrun, as any DDP script does. compcoll compresses its gradient
