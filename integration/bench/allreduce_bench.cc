@@ -233,7 +233,7 @@ int allreduce_main(int argc, char** argv, int first) {
   if (!ok) {
     std::cerr << "compcoll-bench allreduce: failed; per rank:\n";
     for (const Child& c : children) {
-      std::cerr << "  rank " << c.rank << ": " << describe_status(c.status) << "\n";
+      std::cerr << "  rank " << c.rank << ": " << describe_status(c) << "\n";
     }
     for (const Child& c : children) {
       if (c.status == 0) continue;

@@ -220,6 +220,11 @@ RunDir::~RunDir() {
   g_dirs[slot_].state.store(kDirFree);
 }
 
+std::string describe_status(const Child& c) {
+  if (!c.killed_because.empty()) return "killed by compcoll-bench: " + c.killed_because;
+  return describe_status(c.status);
+}
+
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
@@ -251,8 +256,14 @@ bool wait_all(std::vector<Child>& children, std::chrono::steady_clock::time_poin
     }
     if (running == 0) return ok;
     if (Clock::now() >= kill_at) {
+      const std::string why =
+          ok || Clock::now() >= deadline
+              ? "the run's deadline passed"
+              : "it was still running " + std::to_string(grace.count()) +
+                    " ms after another rank failed";
       for (Child& c : children) {
         if (!c.done) {
+          c.killed_because = why;
           kill(c.pid, SIGKILL);
           waitpid(c.pid, &c.status, 0);
           c.done = true;

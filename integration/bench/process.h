@@ -18,6 +18,9 @@ struct Child {
   std::string log;   // stdout+stderr of the child
   bool done = false;
   int status = 0;    // waitpid status once done
+  // Killed by wait_all (the run's deadline passed, or it outlived a failed
+  // peer by the grace): its signal is then the bench's, not a crash.
+  std::string killed_because;
 };
 
 // Starts argv[0] with argv (PATH not searched), output appended to log.
@@ -72,6 +75,8 @@ class RunDir {
 
 // "exit 1", "killed by signal 9", ...
 std::string describe_status(int status);
+// The same for a child, naming the bench as the killer where wait_all was.
+std::string describe_status(const Child& c);
 
 // The last max_bytes of a file, for error reports.
 std::string tail_of(const std::string& path, size_t max_bytes = 4000);

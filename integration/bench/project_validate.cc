@@ -48,7 +48,7 @@ std::vector<JsonRow> run_allreduce(
   const bool ok = wait_all(run, std::chrono::steady_clock::now() + std::chrono::minutes(20),
                            std::chrono::seconds(1));
   CC_CHECK(ok, kInternal, "project --validate: `allreduce --ranks ", ranks, " --link ", link.text,
-           "` failed (", describe_status(run[0].status), "):\n", tail_of(log));
+           "` failed (", describe_status(run[0]), "):\n", tail_of(log));
   // stderr carries the ranks' progress lines before the JSON list.
   const std::vector<JsonRow> rows = parse_json_rows(read_file(log));
   CC_CHECK(!rows.empty(), kInternal, "project --validate: no JSON rows in:\n", tail_of(log));
