@@ -45,6 +45,25 @@ class ScopedEnv {
   std::vector<std::pair<std::string, std::string>> vars_;
 };
 
+// Runs body(rank, comm) on two threads, each holding its rank of a 2-rank
+// communicator met in dir, then destroys it (which must succeed and leave
+// compcoll_last_error empty).
+template <typename Body>
+void with_two_ranks(const std::string& dir, Body body) {
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      compcoll_comm_t* comm = nullptr;
+      ASSERT_EQ(compcoll_comm_create(("file://" + dir).c_str(), rank, 2, &comm), COMPCOLL_SUCCESS)
+          << compcoll_last_error();
+      body(rank, comm);
+      EXPECT_EQ(compcoll_comm_destroy(comm), COMPCOLL_SUCCESS) << compcoll_last_error();
+      EXPECT_STREQ(compcoll_last_error(), "");
+    });
+  }
+  for (auto& t : ranks) t.join();
+}
+
 TEST(CApi, ExplicitArgumentsReplaceTheLaunchersEnvironment) {
   const std::string dir = make_dir();
   const ScopedEnv env({{"RANK", "5"},
@@ -99,74 +118,66 @@ TEST(CApi, AnotherThreadsStateCallsAndDestroyAreRefusedDuringACallAndStatsStayRe
                        {"COMPCOLL_TIMEOUT_MS", "30000"}});
   constexpr size_t kCount = 20000;
   std::atomic<bool> checked{false}, rank0_inside{false};
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < 2; ++rank) {
-    ranks.emplace_back([&, rank] {
-      compcoll_comm_t* comm = nullptr;
-      ASSERT_EQ(compcoll_comm_create(("file://" + dir).c_str(), rank, 2, &comm), COMPCOLL_SUCCESS)
-          << compcoll_last_error();
-      std::vector<float> g(kCount, 0.5f + float(rank));
-      ASSERT_EQ(compcoll_allreduce(comm, g.data(), kCount, COMPCOLL_FLOAT32, COMPCOLL_SUM, "w"),
-                COMPCOLL_SUCCESS)
-          << compcoll_last_error();
-      if (rank == 0) {
-        std::thread other([&] {
-          // Bounded: the first thread enters its call well within it.
-          for (int i = 0; i < 200 && !rank0_inside.load(); ++i) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));
-          size_t rescaled = 77;
-          EXPECT_EQ(compcoll_rescale_state(comm, 0.5, &rescaled), COMPCOLL_INVALID_ARGUMENT);
-          EXPECT_NE(std::string(compcoll_last_error())
-                        .find("rescale_state entered this communicator while another of its "
-                              "calls was running on another thread"),
-                    std::string::npos)
-              << compcoll_last_error();
-          EXPECT_EQ(rescaled, 77u) << "untouched by a refused call";
-          EXPECT_EQ(compcoll_set_loss_scaled(comm, 1), COMPCOLL_INVALID_ARGUMENT);
-          // A destroy is refused too, and frees nothing: it crashed the
-          // running call (use after free) when it went through.
-          EXPECT_EQ(compcoll_comm_destroy(comm), COMPCOLL_INVALID_ARGUMENT);
-          EXPECT_NE(std::string(compcoll_last_error())
-                        .find("compcoll_comm_destroy entered while a call of this communicator "
-                              "was running on another thread; nothing was freed"),
-                    std::string::npos)
-              << compcoll_last_error();
-          compcoll_stats_t s{};
-          EXPECT_EQ(compcoll_get_stats(comm, &s), COMPCOLL_SUCCESS);
-          EXPECT_EQ(s.calls, 1u) << "as of the last finished call";
-          EXPECT_EQ(s.compressed_calls, 1u);
-          EXPECT_GT(s.state_bytes, 0u);
-          compcoll_steady_stats_t st{};
-          EXPECT_EQ(compcoll_get_steady_stats(comm, &st), COMPCOLL_SUCCESS);
-          EXPECT_EQ(st.steady_calls, 1u);
-          checked = true;
-        });
-        rank0_inside = true;
-        EXPECT_EQ(compcoll_allreduce(comm, g.data(), kCount, COMPCOLL_FLOAT32, COMPCOLL_SUM, "w"),
-                  COMPCOLL_SUCCESS)
+  with_two_ranks(dir, [&](int rank, compcoll_comm_t* comm) {
+    std::vector<float> g(kCount, 0.5f + float(rank));
+    ASSERT_EQ(compcoll_allreduce(comm, g.data(), kCount, COMPCOLL_FLOAT32, COMPCOLL_SUM, "w"),
+              COMPCOLL_SUCCESS)
+        << compcoll_last_error();
+    if (rank == 0) {
+      std::thread other([&] {
+        // Bounded: the first thread enters its call well within it.
+        for (int i = 0; i < 200 && !rank0_inside.load(); ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        size_t rescaled = 77;
+        EXPECT_EQ(compcoll_rescale_state(comm, 0.5, &rescaled), COMPCOLL_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(compcoll_last_error())
+                      .find("rescale_state entered this communicator while another of its "
+                            "calls was running on another thread"),
+                  std::string::npos)
             << compcoll_last_error();
-        other.join();
-        // Between calls, the same calls are taken.
-        EXPECT_EQ(compcoll_rescale_state(comm, 1.0, nullptr), COMPCOLL_SUCCESS)
+        EXPECT_EQ(rescaled, 77u) << "untouched by a refused call";
+        EXPECT_EQ(compcoll_set_loss_scaled(comm, 1), COMPCOLL_INVALID_ARGUMENT);
+        // A destroy is refused too, and frees nothing: it crashed the
+        // running call (use after free) when it went through.
+        EXPECT_EQ(compcoll_comm_destroy(comm), COMPCOLL_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(compcoll_last_error())
+                      .find("compcoll_comm_destroy entered while a call of this communicator "
+                            "was running on another thread; nothing was freed"),
+                  std::string::npos)
             << compcoll_last_error();
         compcoll_stats_t s{};
         EXPECT_EQ(compcoll_get_stats(comm, &s), COMPCOLL_SUCCESS);
-        EXPECT_EQ(s.calls, 2u);
-      } else {
-        for (int i = 0; i < 2000 && !checked.load(); ++i) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-        EXPECT_TRUE(checked.load()) << "rank 0's second thread never finished its checks";
-        EXPECT_EQ(compcoll_allreduce(comm, g.data(), kCount, COMPCOLL_FLOAT32, COMPCOLL_SUM, "w"),
-                  COMPCOLL_SUCCESS)
-            << compcoll_last_error();
+        EXPECT_EQ(s.calls, 1u) << "as of the last finished call";
+        EXPECT_EQ(s.compressed_calls, 1u);
+        EXPECT_GT(s.state_bytes, 0u);
+        compcoll_steady_stats_t st{};
+        EXPECT_EQ(compcoll_get_steady_stats(comm, &st), COMPCOLL_SUCCESS);
+        EXPECT_EQ(st.steady_calls, 1u);
+        checked = true;
+      });
+      rank0_inside = true;
+      EXPECT_EQ(compcoll_allreduce(comm, g.data(), kCount, COMPCOLL_FLOAT32, COMPCOLL_SUM, "w"),
+                COMPCOLL_SUCCESS)
+          << compcoll_last_error();
+      other.join();
+      // Between calls, the same calls are taken.
+      EXPECT_EQ(compcoll_rescale_state(comm, 1.0, nullptr), COMPCOLL_SUCCESS)
+          << compcoll_last_error();
+      compcoll_stats_t s{};
+      EXPECT_EQ(compcoll_get_stats(comm, &s), COMPCOLL_SUCCESS);
+      EXPECT_EQ(s.calls, 2u);
+    } else {
+      for (int i = 0; i < 2000 && !checked.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
-      EXPECT_EQ(compcoll_comm_destroy(comm), COMPCOLL_SUCCESS);
-    });
-  }
-  for (auto& t : ranks) t.join();
+      EXPECT_TRUE(checked.load()) << "rank 0's second thread never finished its checks";
+      EXPECT_EQ(compcoll_allreduce(comm, g.data(), kCount, COMPCOLL_FLOAT32, COMPCOLL_SUM, "w"),
+                COMPCOLL_SUCCESS)
+          << compcoll_last_error();
+    }
+  });
   std::filesystem::remove_all(dir);
 }
 
@@ -179,32 +190,23 @@ TEST(CApi, AFailedCommunicatorRefusesTheLossScalersCallsToo) {
   const ScopedEnv env({{"COMPCOLL_ALGO", "dgc"},
                        {"COMPCOLL_MIN_ELEMS", "1000"},
                        {"COMPCOLL_TIMEOUT_MS", "1500"}});
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < 2; ++rank) {
-    ranks.emplace_back([&, rank] {
-      compcoll_comm_t* comm = nullptr;
-      ASSERT_EQ(compcoll_comm_create(("file://" + dir).c_str(), rank, 2, &comm), COMPCOLL_SUCCESS)
-          << compcoll_last_error();
-      if (rank == 0) {  // its peer never calls: the call times out
-        std::vector<float> g(20000, 1.0f);
-        EXPECT_EQ(compcoll_allreduce(comm, g.data(), g.size(), COMPCOLL_FLOAT32, COMPCOLL_SUM, "w"),
-                  COMPCOLL_TRANSPORT_ERROR);
-        for (const compcoll_status_t s :
-             {compcoll_rescale_state(comm, 0.5, nullptr), compcoll_set_loss_scaled(comm, 1)}) {
-          EXPECT_EQ(s, COMPCOLL_TRANSPORT_ERROR);
-          EXPECT_NE(std::string(compcoll_last_error())
-                        .find("this communicator failed earlier and must be rebuilt"),
-                    std::string::npos)
-              << compcoll_last_error();
-        }
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+  with_two_ranks(dir, [&](int rank, compcoll_comm_t* comm) {
+    if (rank == 0) {  // its peer never calls: the call times out
+      std::vector<float> g(20000, 1.0f);
+      EXPECT_EQ(compcoll_allreduce(comm, g.data(), g.size(), COMPCOLL_FLOAT32, COMPCOLL_SUM, "w"),
+                COMPCOLL_TRANSPORT_ERROR);
+      for (const compcoll_status_t s :
+           {compcoll_rescale_state(comm, 0.5, nullptr), compcoll_set_loss_scaled(comm, 1)}) {
+        EXPECT_EQ(s, COMPCOLL_TRANSPORT_ERROR);
+        EXPECT_NE(std::string(compcoll_last_error())
+                      .find("this communicator failed earlier and must be rebuilt"),
+                  std::string::npos)
+            << compcoll_last_error();
       }
-      EXPECT_EQ(compcoll_comm_destroy(comm), COMPCOLL_SUCCESS) << compcoll_last_error();
-      EXPECT_STREQ(compcoll_last_error(), "");
-    });
-  }
-  for (auto& t : ranks) t.join();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+    }
+  });
   std::filesystem::remove_all(dir);
 }
 

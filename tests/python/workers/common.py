@@ -37,3 +37,28 @@ def train_square_loss(model, steps, features, lr, seed):
         opt.zero_grad()
         model(torch.randn(8, features, generator=g)).square().mean().backward()
         opt.step()
+
+
+def train_regression(model, steps, seed, lr=0.01):
+    """steps of SGD fitting the model's one output to the first of 64 random
+    features (batches of 16, this rank's own stream: seed); the losses."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        x = torch.randn(16, 64, generator=g)
+        loss = (model(x) - x[:, :1]).pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def parameters_identical(model, world):
+    """Whether every rank holds the same parameters, bit for bit, and
+    whether they are all finite: (identical, finite)."""
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(gathered, flat)
+    return all(torch.equal(gathered[0], t) for t in gathered), bool(torch.isfinite(flat).all())

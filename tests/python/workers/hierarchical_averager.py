@@ -16,7 +16,7 @@ from torch.distributed.algorithms.model_averaging.hierarchical_model_averager im
     HierarchicalModelAverager
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import emit, init
+from common import emit, init, parameters_identical
 
 rank, world = init("gloo")  # COMPCOLL_ALGO in the environment makes it compcoll
 import compcoll  # noqa: E402
@@ -34,10 +34,8 @@ for step in range(1, 7):
     (model(x) - x[:, :1]).pow(2).mean().backward()
     opt.step()
     averager.average_parameters(model.parameters())
-    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    gathered = [torch.empty_like(flat) for _ in range(world)]
-    dist.all_gather(gathered, flat)
-    steps.append({"step": step, "same": all(torch.equal(gathered[0], t) for t in gathered)})
+    same, _ = parameters_identical(model, world)
+    steps.append({"step": step, "same": same})
 st = compcoll.stats()
 emit({"rank": rank, "steps": steps, "compressed_calls": st["compressed_calls"],
       "averaging_calls": compcoll.stats(averager.period_process_group_dict[2])["calls"]})

@@ -11,7 +11,7 @@ import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import emit, init
+from common import emit, init, parameters_identical, train_regression
 
 rank, world = init("gloo")
 import compcoll  # noqa: E402
@@ -21,21 +21,9 @@ model = DDP(nn.Sequential(nn.Linear(64, 20_000), nn.ReLU(), nn.Linear(20_000, 1)
 state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1,
                                     start_powerSGD_iter=2, min_compression_rate=1)
 model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-g = torch.Generator().manual_seed(100 + rank)
-losses = []
-for _ in range(6):
-    opt.zero_grad()
-    x = torch.randn(16, 64, generator=g)
-    loss = (model(x) - x[:, :1]).pow(2).mean()
-    loss.backward()
-    opt.step()
-    losses.append(loss.item())
-flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-gathered = [torch.empty_like(flat) for _ in range(world)]
-dist.all_gather(gathered, flat)
+losses = train_regression(model, 6, seed=100 + rank)
+identical, finite = parameters_identical(model, world)
 st = compcoll.stats()
-emit({"rank": rank, "finite": bool(torch.isfinite(flat).all()), "losses": losses,
-      "identical": all(torch.equal(gathered[0], t) for t in gathered),
+emit({"rank": rank, "finite": finite, "losses": losses, "identical": identical,
       "calls": st["calls"], "compressed_calls": st["compressed_calls"]})
 dist.destroy_process_group()

@@ -13,7 +13,7 @@ import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import DDPCommHookType, register_ddp_comm_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import emit, init
+from common import emit, init, parameters_identical, train_regression
 
 rank, world = init("gloo")
 import compcoll  # noqa: E402
@@ -22,20 +22,9 @@ torch.manual_seed(0)
 model = DDP(nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 1)))
 # Through torch's own registration helper, as a user names the hook.
 register_ddp_comm_hook(DDPCommHookType[os.environ["TEST_HOOK"]], model)
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-g = torch.Generator().manual_seed(100 + rank)
-losses = []
-for _ in range(4):
-    opt.zero_grad()
-    x = torch.randn(16, 64, generator=g)
-    loss = (model(x) - x[:, :1]).pow(2).mean()
-    loss.backward()
-    opt.step()
-    losses.append(loss.item())
-flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-gathered = [torch.empty_like(flat) for _ in range(world)]
-dist.all_gather(gathered, flat)
+losses = train_regression(model, 4, seed=100 + rank)
+identical, _ = parameters_identical(model, world)
 st = compcoll.stats()
-emit({"rank": rank, "losses": losses, "identical": all(torch.equal(gathered[0], t) for t in gathered),
-      "calls": st["calls"], "compressed_calls": st["compressed_calls"]})
+emit({"rank": rank, "losses": losses, "identical": identical, "calls": st["calls"],
+      "compressed_calls": st["compressed_calls"]})
 dist.destroy_process_group()
