@@ -19,6 +19,9 @@
 
 struct compcoll_comm {
   std::unique_ptr<compcoll::Communicator> impl;
+  // The exit hook finished it and kept its call slot (under LiveComms::mu):
+  // a destroy after that (a static object's destructor) has nothing to do.
+  bool finished_at_exit = false;
 };
 
 namespace {
@@ -107,6 +110,7 @@ void finish_live_comms_at_exit() {
     // another thread is left alone (finishing it would read what that call
     // writes), and a call another thread starts later is refused.
     if (pid != self || !c->impl->enter_final_call()) continue;
+    c->finished_at_exit = true;
     try {
       c->impl->finish();
     } catch (...) {  // nothing may escape an exit hook; finish logs its own failures
@@ -254,6 +258,17 @@ compcoll_status_t compcoll_comm_destroy(compcoll_comm_t* comm) {
   // running on another thread crashed that call. Refused at once instead,
   // as any call made during another one is; nothing is freed.
   if (!comm->impl->enter_final_call()) {
+    {
+      LiveComms& live = live_comms();
+      std::lock_guard<std::mutex> lock(live.mu);
+      if (comm->finished_at_exit) {
+        // The process is exiting and the hook wrote what destroy would:
+        // done (freed with the process, not under static destructors).
+        live.comms.erase(comm);
+        g_last_error.clear();
+        return COMPCOLL_SUCCESS;
+      }
+    }
     g_last_error =
         "compcoll: compcoll_comm_destroy entered while a call of this communicator was running "
         "on another thread; nothing was freed: destroy it once that call has returned";

@@ -145,9 +145,9 @@ void Communicator::check_stats_file() {
   const std::string shared = stats_file_shared_warning(cfg_.stats_file, comm_->size());
   if (!shared.empty() && comm_->rank() == 0 && !said.exchange(true)) log_.warn(shared);
   if (cfg_.stats_file.empty()) return;  // the owner writes the process's file
-  if (stats_claim_.claim(path) != path) {
+  if (stats_claim_.claim(path, comm_->rank()) != path) {
     log_.warn("COMPCOLL_STATS_FILE: another communicator of this process writes ", path,
-              " (the same rank of another communicator); this one writes ", stats_claim_.path(),
+              " for the same rank; this one writes ", stats_claim_.path(),
               ", so that neither overwrites the other");
   }
 }

@@ -44,7 +44,7 @@ std::string with_hint(const std::string& why, const std::string& value,
   int close = 0;
   for (const std::string& w : words) {
     const size_t limit = w.size() >= 7 ? 2 : w.size() >= 3 ? 1 : 0;
-    if (limit > 0 && edit_distance(folded(value), w) <= limit) {
+    if (limit > 0 && edit_distance(folded(value), folded(w)) <= limit) {
       nearest = w;
       ++close;
     }
@@ -514,8 +514,9 @@ const ConfigVar kTable[] = {
      CC_APPLY { cfg.stats_file = value; }},
     {"COMPCOLL_STATE_DIR", VarType::kString, "", "a directory",
      "error-feedback state survives restarts: each rank loads its residuals from DIR when its "
-     "communicator is created (if rank, world size and configuration match; else INFO and a "
-     "fresh start) and saves them there at destruction or exit; DIR is created when missing, "
+     "communicator is created (if rank, world size and configuration match; else a WARN, the "
+     "old file moved to <file>.unused and a fresh start) and saves them there at destruction "
+     "or exit; DIR is created when missing, "
      "and one that cannot be created or written fails every rank at creation, not at exit",
      CC_APPLY { cfg.state_dir = value; }},
     {"COMPCOLL_NCCL_COMMS", VarType::kEnum, "all", "all|multi-host",

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
-#include <set>
 #include <sstream>
 
 #include "plugin/state_file.h"
@@ -105,30 +105,39 @@ std::string stats_path(const std::string& pattern, int rank) {
 }
 
 namespace {
-std::mutex g_stats_claims_mu;
-std::set<std::string>& stats_claims() {
-  static auto* claims = new std::set<std::string>;  // outlives the exit hooks that finish
+// Leaked, as the claims: a communicator destroyed after static destructors
+// (a static object of the program's) still locks a live mutex.
+std::mutex& stats_claims_mu() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::map<std::string, int>& stats_claims() {  // path -> the rank writing it
+  static auto* claims = new std::map<std::string, int>;
   return *claims;
 }
 }  // namespace
 
 StatsFileClaim::~StatsFileClaim() {
-  if (path_.empty()) return;
-  std::lock_guard<std::mutex> lock(g_stats_claims_mu);
+  if (!held_) return;
+  std::lock_guard<std::mutex> lock(stats_claims_mu());
   stats_claims().erase(path_);
 }
 
-const std::string& StatsFileClaim::claim(const std::string& wanted) {
-  std::lock_guard<std::mutex> lock(g_stats_claims_mu);
-  if (!path_.empty()) stats_claims().erase(path_);
+const std::string& StatsFileClaim::claim(const std::string& wanted, int rank) {
+  std::lock_guard<std::mutex> lock(stats_claims_mu());
+  if (held_) stats_claims().erase(path_);
+  held_ = false;
   path_ = wanted;
+  const auto other = stats_claims().find(wanted);
+  if (other != stats_claims().end() && other->second != rank) return path_;  // shared, as said
   const std::filesystem::path p(wanted);
   // Bounded: far more communicators than any process keeps alive at once.
-  for (int n = 2; !stats_claims().insert(path_).second && n < 100000; ++n) {
+  for (int n = 2; stats_claims().count(path_) != 0 && n < 100000; ++n) {
     path_ = (p.parent_path() / (p.stem().string() + "-comm" + std::to_string(n) +
                                 p.extension().string()))
                 .string();
   }
+  held_ = stats_claims().emplace(path_, rank).second;
   return path_;
 }
 

@@ -99,14 +99,17 @@ class StatsFileClaim {
   ~StatsFileClaim();
   StatsFileClaim(const StatsFileClaim&) = delete;
   StatsFileClaim& operator=(const StatsFileClaim&) = delete;
-  // Claims `wanted`, or, while another live communicator of the process
-  // holds it, the first free "<stem>-comm<n><ext>" (n = 2, 3, ...).
-  // Returns the path claimed.
-  const std::string& claim(const std::string& wanted);
+  // Claims `wanted` for `rank`, or, while another live communicator of the
+  // process holds it for the same rank, the first free "<stem>-comm<n><ext>"
+  // (n = 2, 3, ...). Held for another rank (ranks as threads of one process
+  // and no {rank} in the name), it is shared as between processes: the
+  // shared-file warning covers it. Returns the path this one writes.
+  const std::string& claim(const std::string& wanted, int rank);
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
+  bool held_ = false;  // path_ is in the process's claims (and released here)
 };
 
 // What to say when every process of a job of world_size ranks would write

@@ -147,10 +147,12 @@ int allreduce_main(int argc, char** argv, int first) {
            "--ranks-per-host needs --link (hosts are network namespaces)");
   const int hosts = ranks / static_cast<int>(ranks_per_host);
   int hierarchical_modes = 0;
+  bool forced_hierarchy = false;  // host or shards: a hierarchy even where auto stays flat
   for (const auto& m : split_list(hierarchy)) {
     CC_CHECK(m == "off" || m == "host" || m == "shards" || m == "auto", kInvalidArgument,
              "--hierarchy: '", m, "' is not one of off, host, shards, auto");
     hierarchical_modes += m != "off";
+    forced_hierarchy = forced_hierarchy || m == "host" || m == "shards";
   }
   CC_CHECK(hierarchical_modes <= 1, kInvalidArgument,
            "--hierarchy: at most one mode other than off (one hierarchy per run), got '", hierarchy,
@@ -171,7 +173,7 @@ int allreduce_main(int argc, char** argv, int first) {
     std::cerr << "compcoll-bench allreduce: warning: " << u.message() << "\n";
   }
   warn_about_what_changes_nothing(split_names("algo", algos), cfg, density, sizes, count,
-                                  args.given("count"), hierarchical_modes > 0,
+                                  args.given("count"), forced_hierarchy,
                                   link.empty() ? 1 : hosts);  // without --link: one machine
   // The table is the steady state: a tensor's first COMPCOLL_WARMUP_STEPS
   // calls run denser on purpose (training accuracy, docs/convergence.md), and

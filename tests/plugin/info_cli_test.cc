@@ -236,6 +236,19 @@ TEST(CommunicatorWarning, UnknownNamesAreWarnedOncePerProcess) {
 // from main with its communicator alive still writes COMPCOLL_STATS_FILE,
 // with both calls; a child it forked writes its own communicator's, not
 // its parent's.
+// A destroy after compcoll's exit hook finished the communicator (a static
+// object's destructor, an exit handler registered earlier) succeeds: it was
+// refused as "a call running on another thread" once destroy took the call
+// slot, which the hook keeps.
+TEST(CommunicatorExit, ADestroyAfterTheExitHookSucceeds) {
+  TempDir dir;
+  const Output o = run({kTwoComms, dir.path(), "late-destroy"},
+                       {"COMPCOLL_STATS_FILE=" + dir.path() + "/stats-0.json"});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out, "late destroy: success\n") << o.err;
+  EXPECT_NE(read_file(dir.path() + "/stats-0.json").find("\"calls\": 1,"), std::string::npos);
+}
+
 TEST(CommunicatorExit, ACommunicatorAliveAtExitWritesItsStatsFileInItsOwnProcessOnly) {
   TempDir dir;
   const Output o = run({kTwoComms, dir.path(), "kept"},

@@ -81,11 +81,41 @@ static int kept_comm(const char* dir) {
   return 0; /* no compcoll_comm_destroy: the exit hook writes the stats */
 }
 
+/* `two_comms_app DIR late-destroy`: a communicator destroyed by a handler
+ * that runs after compcoll's exit hook (registered before the first create,
+ * as a static object's destructor is): the destroy must succeed, and prints
+ * "late destroy: success". */
+static compcoll_comm_t* g_late = NULL;
+
+static void destroy_late(void) {
+  const compcoll_status_t s = compcoll_comm_destroy(g_late);
+  printf("late destroy: %s%s%s\n", compcoll_status_string(s), s ? " " : "",
+         s ? compcoll_last_error() : "");
+  fflush(stdout);
+}
+
+static int late_destroy(const char* dir) {
+  char rendezvous[4096];
+  snprintf(rendezvous, sizeof rendezvous, "file://%s/late", dir);
+  atexit(destroy_late);
+  if (compcoll_comm_create(rendezvous, 0, 1, &g_late) != COMPCOLL_SUCCESS) {
+    fprintf(stderr, "%s\n", compcoll_last_error());
+    return 1;
+  }
+  float x[4] = {1, 2, 3, 4};
+  if (compcoll_allreduce(g_late, x, 4, COMPCOLL_FLOAT32, COMPCOLL_SUM, "x") != COMPCOLL_SUCCESS) {
+    fprintf(stderr, "%s\n", compcoll_last_error());
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && strcmp(argv[2], "late-destroy") == 0) return late_destroy(argv[1]);
   if (argc == 3 && strcmp(argv[2], "alone") == 0) return one_comm(argv[1], "alone", 2);
   if (argc == 3 && strcmp(argv[2], "kept") == 0) return kept_comm(argv[1]);
   if (argc != 2) {
-    fprintf(stderr, "usage: two_comms_app DIR [alone|kept]\n");
+    fprintf(stderr, "usage: two_comms_app DIR [alone|kept|late-destroy]\n");
     return 2;
   }
   if (one_comm(argv[1], "a", 1) != 0 || one_comm(argv[1], "b", 1) != 0) return 1;

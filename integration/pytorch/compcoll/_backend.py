@@ -197,7 +197,7 @@ def _create(*args):
     none of its compression without a word (COMPCOLL_ALGO=dense says that
     exact is meant, and is not said)."""
     group = creators.creator_args(args)
-    if "COMPCOLL_ALGO" not in os.environ or not os.environ["COMPCOLL_ALGO"].strip():
+    if not os.environ.get("COMPCOLL_ALGO", "").strip():
         _notices._once("compcoll backend without an algorithm", group.rank, lambda: (
             "init_process_group(\"compcoll\") with COMPCOLL_ALGO unset: every allreduce runs "
             "exact, as Gloo's would; set COMPCOLL_ALGO to dgc, sbc, sdagc, csc, onebit or auto "
