@@ -55,7 +55,7 @@ import weakref
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from compcoll import _C
+from compcoll import _C, _notices
 
 _log = logging.getLogger("compcoll")
 _lock = threading.Lock()
@@ -254,16 +254,19 @@ def check_configured_momentum(optimizer):
     if configured is None:
         return  # nothing compressed under a configured momentum yet
     _checked_configured = True
-    text = configured_momentum_notice(optimizer, *configured)
-    if text is not None and _global_rank() == 0:
-        _C.warn(0, text + " (said once per process)")
+    _say_once("configured momentum", configured_momentum_notice(optimizer, *configured))
 
 
-def _global_rank():
+def _say_once(key, text):
+    """text (None: nothing to say) at WARNING on the job's rank 0, once per
+    process (compcoll._notices)."""
+    if text is None:
+        return
     try:
-        return torch.distributed.get_rank()
+        rank = torch.distributed.get_rank()
     except (RuntimeError, ValueError):
-        return 0
+        rank = 0
+    _notices._once("momentum:" + key, rank, lambda: text + " (said once per process)")
 
 
 def _pre_step(optimizer, args, kwargs):
@@ -284,9 +287,7 @@ def _pre_step(optimizer, args, kwargs):
             if _proposal is None:
                 _proposal = mine
                 if not mine[0] > 0.0:
-                    text = untaken_momentum_notice(optimizer, mine[2])
-                    if text is not None and _global_rank() == 0:
-                        _C.warn(0, text + " (said once per process)")
+                    _say_once("untaken momentum", untaken_momentum_notice(optimizer, mine[2]))
             elif mine[:2] != _proposal[:2] and not _warned_second:
                 _warned_second = True
                 _log.warning(
