@@ -56,7 +56,7 @@ void warn_about_what_changes_nothing(const std::vector<std::string>& algos, cons
   if (sizes.empty()) {
     counts.push_back(count);
   } else {
-    for (const auto& s : split_list(sizes)) counts.push_back(parse_count("--sizes", s) / 4);
+    for (const auto& s : split_list(sizes)) counts.push_back(static_cast<long long>(parse_size_in_floats("--sizes", s)));
   }
   std::string small;
   for (const long long c : counts) {
@@ -74,6 +74,36 @@ void warn_about_what_changes_nothing(const std::vector<std::string>& algos, cons
          "--ranks-per-host)");
   }
 }
+
+// The ranks' progress on one line of a terminal's stderr, replaced as rank 0
+// rewrites its progress file (rank_worker.cc), and erased before the table
+// is printed. Nothing at all when stderr is not a terminal: logs and
+// scripts see only the table and the warnings.
+class TerminalProgress {
+ public:
+  explicit TerminalProgress(std::string path) : path_(std::move(path)), on_(isatty(STDERR_FILENO) == 1) {
+    show("starting the ranks");
+  }
+  void poll() {
+    if (!on_) return;
+    const std::string line = read_file(path_);
+    if (!line.empty() && line != last_) show(line);
+  }
+  void clear() {
+    if (on_ && !last_.empty()) std::cerr << "\r\033[K" << std::flush;
+    last_.clear();
+  }
+
+ private:
+  void show(const std::string& line) {
+    if (!on_) return;
+    last_ = line;
+    std::cerr << "\r\033[Kcompcoll-bench allreduce: " << line << std::flush;
+  }
+  std::string path_;
+  bool on_;
+  std::string last_;
+};
 
 }  // namespace
 
@@ -231,7 +261,10 @@ int allreduce_main(int argc, char** argv, int first) {
     watch_child(children.back().pid);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadline_s);
-  const bool ok = wait_all(children, deadline, cfg.timeout + std::chrono::seconds(5));
+  TerminalProgress progress(out + ".progress");
+  const bool ok = wait_all(children, deadline, cfg.timeout + std::chrono::seconds(5),
+                           [&] { progress.poll(); });
+  progress.clear();
   if (!ok) {
     std::cerr << "compcoll-bench allreduce: failed; per rank:\n";
     for (const Child& c : children) {

@@ -136,4 +136,11 @@ long long parse_count(const std::string& flag, const std::string& s) {
   return v * mult;
 }
 
+size_t parse_size_in_floats(const std::string& flag, const std::string& s) {
+  const long long bytes = parse_count(flag, s);
+  CC_CHECK(bytes >= 4 && bytes % 4 == 0, kInvalidArgument, flag, ": '", s, "' is ", bytes,
+           " bytes, not a whole number of float32 elements (a positive multiple of 4 bytes)");
+  return static_cast<size_t>(bytes / 4);
+}
+
 }  // namespace compcoll::bench

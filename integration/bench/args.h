@@ -54,5 +54,9 @@ std::vector<std::string> split_list(const std::string& s);
 std::vector<std::string> split_names(const std::string& flag, const std::string& s);
 // Parses counts like "25557032", "4K", "128M" (binary multiples).
 long long parse_count(const std::string& flag, const std::string& s);
+// A message size in bytes ("4K", "1M") as a count of float32 elements: a
+// size that is not a positive multiple of 4 bytes is an error naming it
+// (it would otherwise be cut to whole floats, or to none).
+size_t parse_size_in_floats(const std::string& flag, const std::string& s);
 
 }  // namespace compcoll::bench

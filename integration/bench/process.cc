@@ -232,7 +232,7 @@ std::string describe_status(int status) {
 }
 
 bool wait_all(std::vector<Child>& children, std::chrono::steady_clock::time_point deadline,
-              std::chrono::milliseconds grace) {
+              std::chrono::milliseconds grace, const std::function<void()>& on_poll) {
   using Clock = std::chrono::steady_clock;
   bool ok = true;
   auto kill_at = deadline;
@@ -272,6 +272,7 @@ bool wait_all(std::vector<Child>& children, std::chrono::steady_clock::time_poin
       }
       return false;
     }
+    if (on_poll) on_poll();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }

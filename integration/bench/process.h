@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,9 +30,10 @@ Child spawn(const std::vector<std::string>& argv, int rank, const std::string& l
 // Waits for every child until deadline. When one fails (non-zero exit or a
 // signal), the others get `grace` to fail on their own (they should: a dead
 // peer is an error within the timeout), then SIGKILL. Returns true when all
-// exited with status 0.
+// exited with status 0. on_poll, when set, runs between polls (every ~20 ms:
+// the benchmark's progress line).
 bool wait_all(std::vector<Child>& children, std::chrono::steady_clock::time_point deadline,
-              std::chrono::milliseconds grace);
+              std::chrono::milliseconds grace, const std::function<void()>& on_poll = {});
 
 // Ctrl-C (SIGINT), SIGTERM and SIGHUP kill every child registered with
 // watch_child() (SIGKILL), reap them (at most ~2 s), remove every live

@@ -203,7 +203,7 @@ int worker_main(int argc, char** argv, int first) {
 
   // Sizes to sweep (elements); --sizes wins over --count.
   std::vector<size_t> counts;
-  for (const auto& s : split_list(sizes)) counts.push_back(size_t(parse_count("--sizes", s)) / 4);
+  for (const auto& s : split_list(sizes)) counts.push_back(parse_size_in_floats("--sizes", s));
   if (counts.empty()) counts.push_back(n);
   const size_t max_n = *std::max_element(counts.begin(), counts.end());
   const std::vector<float> grad = make_gradient(kind, max_n, seed + 7919 * rank);
@@ -271,7 +271,23 @@ int worker_main(int argc, char** argv, int first) {
 
   std::vector<AllreduceResult> results;
   std::vector<float> buf(max_n);
-  for (const size_t count : counts) {
+  // Rank 0's progress for the parent's terminal (allreduce_bench.cc): one
+  // line, replaced whole (written aside, then renamed) after every round of
+  // turns, so that a run of a minute is not a minute of silence.
+  const auto say_progress = [&](size_t size_index, int done_rounds) {
+    if (rank != 0 || out_path.empty()) return;
+    const std::string tmp = out_path + ".progress.tmp";
+    std::ofstream(tmp) << counts[size_index] << " elements"
+                       << (counts.size() > 1 ? " (size " + std::to_string(size_index + 1) + " of " +
+                                                   std::to_string(counts.size()) + ")"
+                                             : std::string())
+                       << ": round " << done_rounds << " of " << warmup + iters
+                       << " (one call of every row" << (skip_baseline ? "" : " and of Gloo's")
+                       << "; the first " << warmup << " untimed)";
+    std::rename(tmp.c_str(), (out_path + ".progress").c_str());
+  };
+  for (size_t size_index = 0; size_index < counts.size(); ++size_index) {
+    const size_t count = counts[size_index];
     std::vector<double> exact(grad.begin(), grad.begin() + count);
     if (count) comm->allreduce(exact.data(), count, DType::kFloat64, ReduceOp::kSum);
     double exact_norm = 0.0;
@@ -354,6 +370,7 @@ int worker_main(int argc, char** argv, int first) {
         for (size_t i = 0; i < count; ++i) run.running[i] += buf[i];
         if (it == iters - 1) run.out.assign(buf.begin(), buf.begin() + count);
       }
+      say_progress(size_index, it + warmup + 1);
     }
     const double dense_ms = median_over_ranks(*comm, dense_times, ReduceOp::kMax);
     const double dense_cpu_ms = median_over_ranks(*comm, dense_cpu, ReduceOp::kSum);

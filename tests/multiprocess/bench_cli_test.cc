@@ -7,14 +7,18 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <regex>
 #include <sstream>
@@ -180,6 +184,10 @@ TEST(BenchCli, ErrorsAreOneLineWithOnePrefixAndNothingOnStdout) {
       {"allreduce", "--density", "0", "--ranks", "2", "--count", "1K"},
       {"allreduce", "--link", "fast"},
       {"allreduce", "--rnaks", "2"},
+      // Sizes are bytes of float32: one that is not whole floats was cut
+      // (6 bytes: 1 element; 2 bytes: none, a row of nothing).
+      {"allreduce", "--ranks", "2", "--algo", "dense", "--sizes", "4K,6"},
+      {"allreduce", "--ranks", "2", "--algo", "dense", "--sizes", "2"},
       // Counted in an int by the ranks: out of range is refused up front,
       // not a crashed rank or a run of 2^31 calls.
       {"allreduce", "--ranks", "1", "--count", "5", "--iters", "2147483648"},
@@ -380,6 +388,66 @@ TEST(BenchCli, FlagsThatChangeNothingAreSaidAndTheRunGoesOn) {
   const BenchRun r = bench(quiet, {});
   EXPECT_EQ(r.code, 0) << describe(quiet, r);
   EXPECT_EQ(r.err.find("warning"), std::string::npos) << describe(quiet, r);
+  // Nor a progress line: stderr is not a terminal here.
+  EXPECT_EQ(r.err.find("round"), std::string::npos) << describe(quiet, r);
+}
+
+// On a terminal the run is not a minute of silence: stderr shows the ranks'
+// progress on one line, replaced as it goes and erased before the table.
+TEST(BenchCli, ATerminalSeesTheRunsProgressAndThenOnlyTheTable) {
+  int master = -1, slave = -1;
+  ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, nullptr), 0) << std::strerror(errno);
+  TempDir dir;
+  const std::vector<std::string> args{"allreduce", "--ranks", "2", "--algo", "dense,dgc",
+                                      "--count", "4M", "--iters", "5", "--warmup", "1"};
+  std::vector<std::string> argv{kBench};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> a, e;
+  for (auto& s : argv) a.push_back(s.data());
+  a.push_back(nullptr);
+  std::vector<std::string> env = clean_env({});
+  for (auto& s : env) e.push_back(s.data());
+  e.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, (dir.path() + "/out").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, slave, STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&fa, master);
+  ChildSet children;
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, kBench.c_str(), &fa, nullptr, a.data(), e.data()), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  children.add(pid);
+  close(slave);
+  // Read the terminal until the bench closes it (exits), bounded.
+  std::string term;
+  const auto deadline = Clock::now() + milliseconds(60000);
+  while (Clock::now() < deadline) {
+    pollfd p{master, POLLIN, 0};
+    if (poll(&p, 1, 200) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(master, buf, sizeof buf);
+    if (n <= 0) break;  // EIO once the last writer is gone
+    term.append(buf, static_cast<size_t>(n));
+  }
+  close(master);
+  const auto status = children.wait(pid, milliseconds(10000));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(exit_code(*status), 0) << term;
+  EXPECT_NE(term.find("compcoll-bench allreduce: starting the ranks"), std::string::npos) << term;
+  // Polled every 20 ms, so not every round need be seen: a round of 4M
+  // elements takes longer than that here.
+  EXPECT_TRUE(std::regex_search(term, std::regex("compcoll-bench allreduce: 4194304 elements: "
+                                                 "round [1-6] of 6 \\(one call of every row and "
+                                                 "of Gloo's; the first 1 untimed\\)")))
+      << term;
+  // Erased at the end: the table starts on a clean line.
+  EXPECT_GE(term.size(), 4u);
+  EXPECT_EQ(term.substr(term.size() - 4), "\r\033[K") << term;
+  const std::string out = read_file(dir.path() + "/out");
+  EXPECT_NE(out.find("dgc"), std::string::npos) << out;
+  EXPECT_EQ(out.find("round"), std::string::npos) << out;
 }
 
 std::vector<std::string> entries(const std::string& dir) {
