@@ -131,7 +131,7 @@ CC_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclU
   if (reentered()) return forward(real().CommInitRank, comm, nranks, commId, rank);
   return entry("ncclCommInitRank", [&] {
     Interposer& ip = Interposer::get();
-    ip.check_config(rank);  // a bad COMPCOLL_* value fails before any traffic
+    ip.check_config(rank, nranks);  // a bad COMPCOLL_* value fails before any traffic
     const ncclResult_t r = ip.real().CommInitRank(comm, nranks, commId, rank);
     if (created(r)) ip.register_root(*comm);
     return r;
@@ -144,7 +144,7 @@ CC_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks,
   if (reentered()) return forward(real().CommInitRankConfig, comm, nranks, commId, rank, config);
   return entry("ncclCommInitRankConfig", [&] {
     Interposer& ip = Interposer::get();
-    ip.check_config(rank);
+    ip.check_config(rank, nranks);
     const auto fn = need(ip.real().CommInitRankConfig, "ncclCommInitRankConfig");
     const ncclResult_t r = fn(comm, nranks, commId, rank, config);
     if (created(r)) ip.register_root(*comm);
@@ -160,7 +160,7 @@ CC_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nr
   }
   return entry("ncclCommInitRankScalable", [&] {
     Interposer& ip = Interposer::get();
-    ip.check_config(myrank);
+    ip.check_config(myrank, nranks);
     const auto fn = need(ip.real().CommInitRankScalable, "ncclCommInitRankScalable");
     const ncclResult_t r = fn(newcomm, nranks, myrank, nId, commIds, config);
     if (created(r)) ip.register_root(*newcomm);
@@ -173,7 +173,7 @@ CC_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const i
   return entry("ncclCommInitAll", [&] {
     Interposer& ip = Interposer::get();
     ip.check_config();  // a bad COMPCOLL_* value, whatever ndev is
-    for (int i = 0; i < ndev; ++i) ip.check_config(i);  // rank i's output paths
+    for (int i = 0; i < ndev; ++i) ip.check_config(i, ndev);  // rank i's output paths
     const ncclResult_t r = ip.real().CommInitAll(comms, ndev, devlist);
     if (created(r)) {
       for (int i = 0; i < ndev; ++i) ip.register_root(comms[i]);

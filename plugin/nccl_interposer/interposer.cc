@@ -1,6 +1,7 @@
 #include "plugin/nccl_interposer/interposer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -196,7 +197,7 @@ const nccl::NcclApi& Interposer::real() const {
   return *nccl_;
 }
 
-void Interposer::check_config(int rank) const {
+void Interposer::check_config(int rank, int nranks) const {
   if (!config_error_.empty()) throw Error(ErrorKind::kInvalidArgument, config_error_);
   if (!enabled_ || rank < 0) return;
   // Now, before any traffic, not in a warning when the process exits.
@@ -206,6 +207,10 @@ void Interposer::check_config(int rank) const {
     const std::string problem = stats_file_problem(stats_path(cfg.stats_file, rank));
     CC_CHECK(problem.empty(), kInvalidArgument, kStatsFileCannotBeWritten, ": rank ", rank, ": ",
              problem);
+    // Said, not refused, as the communicator says it (communicator.cc).
+    static std::atomic<bool> said{false};
+    const std::string shared = stats_file_shared_warning(cfg.stats_file, nranks);
+    if (!shared.empty() && rank == 0 && !said.exchange(true)) log_.warn(shared);
   }
   if (!cfg.state_dir.empty()) {
     const std::string problem = state_dir_problem(cfg.state_dir);

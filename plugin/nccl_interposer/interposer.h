@@ -53,8 +53,9 @@ class Interposer {
   // Throws kInvalidArgument when a COMPCOLL_* value is bad or, given the
   // rank a root communicator is being created with, when compression is on
   // and that rank's COMPCOLL_STATS_FILE or the COMPCOLL_STATE_DIR could not
-  // be written at exit.
-  void check_config(int rank = -1) const;
+  // be written at exit. Given the job's nranks too, rank 0 says once at WARN
+  // when every rank would write one COMPCOLL_STATS_FILE (no {rank} in it).
+  void check_config(int rank = -1, int nranks = 0) const;
   bool enabled() const { return enabled_; }
 
   // Registry. Roots: origin is their own rank. Children (split, shrink)

@@ -388,6 +388,29 @@ TEST_F(Interposer, StatsAreWrittenAtExitWhenCommunicatorsAreNeverDestroyed) {
   }
 }
 
+// Every rank writing one stats file keeps only the last to finish: said once
+// at WARN, as the other front ends say it (it was silent here), not refused.
+TEST_F(Interposer, AStatsFileWithoutRankInItsNameIsSaidOnce) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_STATS_FILE"] = dir_ + "/shared.json";
+  const AppRun r = run({"--ranks", "2"}, e);
+  EXPECT_RAN_OK(r);
+  const auto said = lines_after(r.output, "compcoll WARN");
+  size_t shared = 0;
+  for (const auto& line : said) {
+    if (line.find("COMPCOLL_STATS_FILE=" + dir_ + "/shared.json has no {rank}: all 2 ranks") !=
+        std::string::npos) {
+      ++shared;
+    }
+  }
+  EXPECT_EQ(shared, 1u) << r.output;
+  e["COMPCOLL_STATS_FILE"] = dir_ + "/own-{rank}.json";
+  const AppRun own = run({"--ranks", "2"}, e);
+  EXPECT_RAN_OK(own);
+  EXPECT_EQ(own.output.find("has no {rank}"), std::string::npos) << own.output;
+}
+
 // COMPCOLL_STATE_DIR for a program that never calls ncclCommDestroy: the
 // checkpoint is written at exit, and a restarted program whose buffers lie at
 // other addresses finds its states again (keys are the buffers' order of
