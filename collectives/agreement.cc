@@ -38,7 +38,7 @@ uint64_t config_hash(const std::string& description) {
   return h;
 }
 
-void ensure_agreement(Comm& comm, const std::string& description) {
+void ensure_agreement(Comm& comm, const std::string& description, const AgreementSubject& subject) {
   CC_CHECK_LE(description.size(), kMaxAgreementBytes, kInvalidArgument,
               "the configuration description is ", description.size(), " bytes, more than ",
               kMaxAgreementBytes);
@@ -56,10 +56,10 @@ void ensure_agreement(Comm& comm, const std::string& description) {
     if (got.rfind(kAgreementTag, 0) != 0) absent << (absent.tellp() > 0 ? ", " : "") << r;
   }
   CC_CHECK(absent.tellp() == 0, kMismatch, "rank(s) ", absent.str(),
-           " did not take part in the agreement on the compression configuration (seen by rank ",
+           " did not take part in the agreement on ", subject.what, " (seen by rank ",
            comm.rank(), "): they were at another step of setting up the communicator, which "
            "happens when a setting that decides those steps (COMPCOLL_NCCL_COMMS, say) differs "
-           "between ranks; set the same COMPCOLL_* values everywhere");
+           "between ranks; ", subject.remedy);
   const auto part = [&](int r) {
     const auto p = all.part(r);
     return std::string_view(reinterpret_cast<const char*>(p.data()), p.size())
@@ -81,9 +81,9 @@ void ensure_agreement(Comm& comm, const std::string& description) {
       if (!reference.count(key)) diff << "\n  " << key << ": rank 0 has (unset), rank " << r << " has " << value;
     }
   }
-  CC_CHECK(differing == 0, kMismatch, "ranks disagree on the compression configuration (seen by rank ",
-           comm.rank(), "; ", differing, " of ", all.parts(),
-           " ranks differ from rank 0); set the same COMPCOLL_* values everywhere:", diff.str());
+  CC_CHECK(differing == 0, kMismatch, "ranks disagree on ", subject.what, " (seen by rank ",
+           comm.rank(), "; ", differing, " of ", all.parts(), " ranks differ from rank 0); ",
+           subject.remedy, ":", diff.str());
 }
 
 void agree_step_succeeded(Comm& world, const std::string& step, const std::string& my_error,

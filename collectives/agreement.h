@@ -26,7 +26,14 @@ constexpr size_t kMaxAgreementBytes = 64 * 1024;
 // instead of refusing its part as oversized.
 constexpr std::string_view kAgreementTag = "compcoll:agreement:";
 constexpr size_t kMaxSetupPartBytes = kAgreementTag.size() + kMaxAgreementBytes;
-void ensure_agreement(Comm& comm, const std::string& description);
+// What the ranks agree on and what a user does about a mismatch, for the
+// error: the default words it as the compression configuration; a caller
+// agreeing on something else (the benchmark's flags) names that instead.
+struct AgreementSubject {
+  const char* what = "the compression configuration";
+  const char* remedy = "set the same COMPCOLL_* values everywhere";
+};
+void ensure_agreement(Comm& comm, const std::string& description, const AgreementSubject& subject = {});
 
 // Collective: every rank says whether its part of a setup step worked
 // (my_error empty) or why not. Any failure throws `kind` (kTransport unless

@@ -138,7 +138,8 @@ int worker_main(int argc, char** argv, int first) {
   const int warmup = static_cast<int>(args.integer("warmup", 1, "untimed calls per algorithm first"));
   const std::string density = args.str("density", "", "overrides COMPCOLL_DENSITY");
   const std::string out_path = args.str("out", "", "rank 0 writes results here");
-  const GradientKind kind = parse_gradient_kind(args.str("gradient", "gaussian", "input"));
+  const std::string gradient = args.str("gradient", "gaussian", "input");
+  const GradientKind kind = parse_gradient_kind(gradient);
   const auto seed = static_cast<uint64_t>(args.integer("seed", 1, "random seed"));
   const bool skip_baseline = args.flag("skip-dense-baseline", "do not time Gloo's own allreduce");
   const bool probe_link =
@@ -185,6 +186,18 @@ int worker_main(int argc, char** argv, int first) {
   } catch (const TimeoutError& e) {
     throw naming_timeout_setting(e, cfg, "raise it for ranks that start slowly");
   }
+  // Ranks started with different shapes of run (two benchmarks sharing one
+  // rendezvous, a hand-started rank) would make different calls: Gloo then
+  // aborts or waits out its timeout. Compared once, named on every rank.
+  ensure_agreement(*comm, "bench:algo=" + algos + ";count=" + std::to_string(n) + ";sizes=" +
+                              sizes + ";iters=" + std::to_string(iters) + ";warmup=" +
+                              std::to_string(warmup) + ";gradient=" + gradient +
+                              ";seed=" + std::to_string(seed) + ";ranks-per-host=" +
+                              std::to_string(ranks_per_host) + ";hierarchy=" + hierarchy_modes +
+                              ";skip-dense-baseline=" + (skip_baseline ? "1" : "0") +
+                              ";probe-link=" + (probe_link ? "1" : "0") +
+                              ";tx-iface=" + (tx_iface.empty() ? "0" : "1"),
+                   {"the benchmark's run", "start every rank with the same flags"});
   // The link as auto's cost model sees it (collectives/auto.h), measured
   // before any algorithm runs: `project --validate` projects with it.
   std::optional<LinkModel> link_model;

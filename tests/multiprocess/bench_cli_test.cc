@@ -392,6 +392,32 @@ TEST(BenchCli, FlagsThatChangeNothingAreSaidAndTheRunGoesOn) {
   EXPECT_EQ(r.err.find("round"), std::string::npos) << describe(quiet, r);
 }
 
+// Ranks of one run started with different flags (two benchmarks sharing a
+// rendezvous, a hand-started rank) would make different calls, which Gloo
+// answers with an abort or its timeout: they are compared first, and every
+// rank names the difference.
+TEST(BenchCli, WorkersStartedWithDifferentFlagsNameTheDifference) {
+  TempDir store, d0, d1;
+  ChildSet children;
+  const auto worker = [&](int rank, const std::string& count, const std::string& dir) {
+    return children.add(start({"worker", "--rank", std::to_string(rank), "--ranks", "2",
+                               "--rendezvous", "file://" + store.path(), "--algo", "dense",
+                               "--count", count},
+                              clean_env({}), dir));
+  };
+  const pid_t p0 = worker(0, "1000", d0.path());
+  const pid_t p1 = worker(1, "2000", d1.path());
+  for (const auto& [pid, dir] : {std::pair{p0, d0.path()}, std::pair{p1, d1.path()}}) {
+    const BenchRun r = finish(children, pid, dir, milliseconds(30000));
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_NE(r.err.find("ranks disagree on the benchmark's run"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("start every rank with the same flags:\n  count: rank 0 has 1000, rank 1 "
+                         "has 2000"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 // On a terminal the run is not a minute of silence: stderr shows the ranks'
 // progress on one line, replaced as it goes and erased before the table.
 TEST(BenchCli, ATerminalSeesTheRunsProgressAndThenOnlyTheTable) {
