@@ -760,10 +760,15 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
   const bool hierarchical = route.compressed && hier_ != nullptr;
   // Sharded, a rank keeps the state of its slice only.
   const size_t elems = hierarchical ? hier_->state_elems(count) : count;
+  const size_t restored_dropped = states_.restored_dropped();
   if (const CodecState* old = states_.find(skey); old != nullptr && old->size() != elems) {
     // A restored checkpoint (or a reused key) for a tensor of another size.
-    log_.info("error-feedback state of ", skey_text, " has ", old->size(), " elements, this rank's ",
-              elems == count ? "tensor " : "slice of the tensor ", elems, ": starting it fresh");
+    log_.info(states_.restored_unclaimed(skey) ? "checkpointed " : "", "error-feedback state of ",
+              skey_text, " has ", old->size(), " elements, this rank's ",
+              elems == count ? "tensor " : "slice of the tensor ", elems, ": starting it fresh",
+              states_.restored_unclaimed(skey) ? " (the checkpointed state is kept aside for a "
+                                                 "call of its size, as DDP's rebuilt bucket makes)"
+                                               : "");
   }
   // Under the hierarchy only leaders compress, so only they keep state, sized
   // for the leaders' communicator.
@@ -846,6 +851,15 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
   stats_.record(rec);
   if (const size_t dropped = states_.tick()) {
     log_.info("evicted ", dropped, " error-feedback states unused for ", kEvictAfterCalls, " calls");
+  }
+  // load_state told the caller the run resumed: a restored state dropped
+  // unused means it did not, for some tensors. Said once, at WARN.
+  if (states_.restored_dropped() > restored_dropped && !partial_resume_said_) {
+    partial_resume_said_ = true;
+    log_.warn("checkpointed error-feedback state dropped with no call of its key and size in ",
+              kEvictAfterCalls, " calls: the checkpoint was restored for tensors this run does not reduce (the "
+              "model's tensors or DDP's buckets differ from the checkpointed run's), so the "
+              "resume was partial (said once)");
   }
   refresh_stats_snapshot();
   log_.trace("allreduce ", skey_text, ": ", rec.wire_bytes, " B sent (dense ", rec.dense_bytes,

@@ -216,6 +216,8 @@ class Communicator {
   std::unique_ptr<Algorithm> algo_;
   OptimizerMomentum optimizer_momentum_;  // adopted by adopt_optimizer_momentum; m 0: none
   StateStore states_;
+  // A partial resume (restored states dropped unused) is said once.
+  bool partial_resume_said_ = false;
   Stats stats_;
   Logger log_;
   std::unordered_map<std::string, std::string> routes_;     // key -> last logged route

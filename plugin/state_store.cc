@@ -23,22 +23,39 @@ CodecState& StateStore::get(const StateKey& key, size_t count,
   auto it = entries_.find(k);
   *created = it == entries_.end() || it->second.state->size() != count;
   if (*created) {
-    entries_[k] = Entry{make(), now_};
+    const auto aside = aside_.find(k);
+    if (aside != aside_.end() && aside->second.state->size() == count) {
+      // The restored entry kept aside by a call of another size: its own
+      // size is back. (What that call used is dropped, as it would be.)
+      entries_[k] = std::move(aside->second);
+      aside_.erase(aside);
+      *created = false;
+    } else {
+      if (it != entries_.end() && it->second.restored_unclaimed) {
+        if (aside != aside_.end()) ++restored_dropped_;  // one aside per key
+        aside_[k] = std::move(it->second);
+      }
+      entries_[k] = Entry{make(), now_};
+    }
     it = entries_.find(k);
   }
   it->second.last_used = now_;
+  it->second.restored_unclaimed = false;
   return *it->second.state;
 }
 
 size_t StateStore::tick() {
   ++now_;
   size_t dropped = 0;
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    if (now_ - it->second.last_used > evict_after_) {
-      it = entries_.erase(it);
-      ++dropped;
-    } else {
-      ++it;
+  for (auto* map : {&entries_, &aside_}) {
+    for (auto it = map->begin(); it != map->end();) {
+      if (now_ - it->second.last_used > evict_after_) {
+        restored_dropped_ += it->second.restored_unclaimed;
+        it = map->erase(it);
+        ++dropped;
+      } else {
+        ++it;
+      }
     }
   }
   return dropped;
@@ -61,18 +78,28 @@ StateStore::Merge StateStore::merge(const StateKey& from, const StateKey& into) 
                                                              : Merge::kSizeMismatch;
 }
 
+bool StateStore::restored_unclaimed(const StateKey& key) const {
+  const auto it = entries_.find(key.str());
+  return it != entries_.end() && it->second.restored_unclaimed;
+}
+
 const CodecState* StateStore::find(const StateKey& key) const {
   const auto it = entries_.find(key.str());
   return it == entries_.end() ? nullptr : it->second.state.get();
 }
 
 void StateStore::bring_to_host() {
-  for (auto& [k, e] : entries_) e.state->bring_to_host();
+  for (auto* map : {&entries_, &aside_}) {
+    for (auto& [k, e] : *map) e.state->bring_to_host();
+  }
 }
 
 size_t StateStore::rescale(float factor) {
-  for (auto& [k, e] : entries_) rescale_codec_state(*e.state, factor);
-  return entries_.size();
+  // Kept-aside entries too: they come back in the gradients' new unit.
+  for (auto* map : {&entries_, &aside_}) {
+    for (auto& [k, e] : *map) rescale_codec_state(*e.state, factor);
+  }
+  return entries_.size() + aside_.size();
 }
 
 std::vector<StateStore::Saved> StateStore::saved() const {
@@ -84,12 +111,14 @@ std::vector<StateStore::Saved> StateStore::saved() const {
 }
 
 void StateStore::put(const std::string& key_text, std::unique_ptr<CodecState> state, uint64_t idle) {
-  entries_[key_text] = Entry{std::move(state), idle <= now_ ? now_ - idle : 0};
+  entries_[key_text] = Entry{std::move(state), idle <= now_ ? now_ - idle : 0, true};
 }
 
 size_t StateStore::memory_bytes() const {
   size_t b = 0;
-  for (const auto& [k, e] : entries_) b += e.state->memory_bytes();
+  for (const auto* map : {&entries_, &aside_}) {
+    for (const auto& [k, e] : *map) b += e.state->memory_bytes();
+  }
   return b;
 }
 

@@ -33,6 +33,11 @@ class StateStore {
 
   // The entry for key, created by make() when absent or when the existing
   // entry has another element count. `created` reports which.
+  // A restored entry (put()) that no call has used yet is not replaced by a
+  // call of another size but kept aside, and comes back at the key's first
+  // call of its own size: DDP's first iteration after a restart reduces its
+  // initial bucket under the key its rebuilt bucket had, at another size,
+  // and the rebuilt bucket of the second iteration gets its state back.
   CodecState& get(const StateKey& key, size_t count,
                   const std::function<std::unique_ptr<CodecState>()>& make, bool* created);
 
@@ -69,21 +74,36 @@ class StateStore {
   uint64_t clock() const { return now_; }
   // Replaces the store's clock (ages of restored entries count from it).
   void set_clock(uint64_t now) { now_ = now; }
-  // Inserts (or replaces) the entry of a key text, `idle` calls old.
+  // Inserts (or replaces) the entry of a key text, `idle` calls old, as
+  // restored from a checkpoint: unclaimed until a get() of the same size.
   void put(const std::string& key_text, std::unique_ptr<CodecState> state, uint64_t idle);
+  // A resume that did not fully happen, for the communicator to say: the
+  // entry of key was restored and no call has used it yet.
+  bool restored_unclaimed(const StateKey& key) const;
+  // Restored entries dropped before any call used them (evicted by tick(),
+  // kept aside included), since creation.
+  size_t restored_dropped() const { return restored_dropped_; }
 
   size_t entries() const { return entries_.size(); }
   size_t memory_bytes() const;
-  void clear() { entries_.clear(); }
+  void clear() {
+    entries_.clear();
+    aside_.clear();
+  }
 
  private:
   struct Entry {
     std::unique_ptr<CodecState> state;
     uint64_t last_used;
+    bool restored_unclaimed = false;  // put() by a checkpoint, not yet used
   };
   uint64_t evict_after_;
   uint64_t now_ = 0;
+  size_t restored_dropped_ = 0;
   std::unordered_map<std::string, Entry> entries_;
+  // Restored entries kept aside by a call of another size (see get); aged
+  // and evicted as entries are, not saved in checkpoints.
+  std::unordered_map<std::string, Entry> aside_;
 };
 
 }  // namespace compcoll

@@ -239,6 +239,66 @@ TEST_P(Resume, SaveAndLoadStateMatchesAnUninterruptedRunBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Algorithms, Resume,
                          ::testing::Values("dgc", "sbc", "sdagc", "csc", "onebit"));
 
+// DDP's first iteration after a restart reduces its initial bucket under
+// the key its rebuilt bucket had, at another size: the restored state is
+// kept aside through that call and the rebuilt bucket resumes bit for bit.
+TEST(StateCheckpoint, ARestoredStateMetAtAnotherSizeFirstResumesAtItsOwnSize) {
+  const Config cfg = algo_config("dgc");
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    std::vector<std::vector<float>> whole;
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), cfg);
+      whole = steps(cc, 0, 6);
+    }
+    Bytes saved;
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), cfg);
+      steps(cc, 0, 4);
+      saved = cc.save_state();
+    }
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    ASSERT_TRUE(cc.load_state(saved));
+    std::vector<float> initial_bucket = gradient(cc.rank(), 4, kCounts[0] + kCounts[1], 0);
+    cc.allreduce(initial_bucket.data(), initial_bucket.size(), DType::kFloat32, ReduceOp::kAvg, "w0");
+    const auto resumed = steps(cc, 4, 6);
+    for (size_t i = 0; i < resumed.size(); ++i) {
+      ASSERT_EQ(std::memcmp(whole[8 + i].data(), resumed[i].data(), resumed[i].size() * 4), 0)
+          << "call " << 8 + i << " differs on rank " << comm.rank();
+    }
+  });
+}
+
+// load_state returned true, so the caller believes the run resumed: states
+// restored for tensors this run never reduces are dropped when unused for
+// the store's eviction age, and that is said once at WARN, not only in an
+// INFO line about evictions.
+TEST(StateCheckpoint, RestoredStatesDroppedUnusedAreSaidAtWarnOnce) {
+  ::testing::internal::CaptureStderr();
+  // One rank: the 10,000 calls the eviction takes cost nothing to send.
+  testing::run_gloo_ranks(1, [&](Comm& comm) {
+    Bytes saved;
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), algo_config("dgc"));
+      steps(cc, 0, 2);
+      saved = cc.save_state();
+    }
+    Communicator cc(std::make_unique<LentComm>(comm), algo_config("dgc"));
+    ASSERT_TRUE(cc.load_state(saved));
+    std::vector<float> other(10);  // another tensor only (below min_elems: exact)
+    for (int call = 0; call < 10050; ++call) {
+      cc.allreduce(other.data(), other.size(), DType::kFloat32, ReduceOp::kSum, "other");
+    }
+  });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const std::string line =
+      "compcoll WARN [rank 0] checkpointed error-feedback state dropped with no call of its key "
+      "and size in 10000 calls: the checkpoint was restored for tensors this run does not reduce";
+  const size_t first = err.find(line);
+  EXPECT_NE(first, std::string::npos) << err;
+  // Once, for two states dropped at different calls.
+  if (first != std::string::npos) EXPECT_EQ(err.find(line, first + 1), std::string::npos) << err;
+}
+
 TEST(StateCheckpoint, AnotherConfigurationOrRankIsAFreshStartNotAMismatch) {
   testing::run_gloo_ranks(2, [&](Comm& comm) {
     Bytes saved;

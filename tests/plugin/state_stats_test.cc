@@ -45,6 +45,46 @@ TEST(StateStore, EvictsEntriesUnusedForManyCalls) {
   EXPECT_EQ(store.entries(), 1u);
 }
 
+// A restored entry that a call of another size meets first is kept aside
+// and comes back at its own size (DDP's initial bucket, then the rebuilt
+// one); restored entries evicted before any call used them are counted, the
+// kept-aside ones included.
+TEST(StateStore, KeepsARestoredEntryAsideForItsSizeAndCountsTheOnesDroppedUnused) {
+  StateStore store(3);
+  bool created = false;
+  auto make4 = [] { return std::make_unique<CodecState>(4); };
+  auto make6 = [] { return std::make_unique<CodecState>(6); };
+  const StateKey used{"used", 0, 4, DType::kFloat32}, resized{"resized", 0, 4, DType::kFloat32},
+      idle{"idle", 0, 4, DType::kFloat32};
+  for (const StateKey* k : {&used, &resized, &idle}) {
+    auto s = std::make_unique<CodecState>(4);
+    s->v[0] = 7.0f;  // what a fresh entry does not hold
+    store.put(k->str(), std::move(s), 0);
+    EXPECT_TRUE(store.restored_unclaimed(*k));
+  }
+  EXPECT_EQ(store.get(used, 4, make4, &created).v[0], 7.0f);
+  EXPECT_FALSE(created);
+  EXPECT_FALSE(store.restored_unclaimed(used));
+  // Another size first: a fresh entry, the restored one aside ...
+  EXPECT_EQ(store.get(resized, 6, make6, &created).v[0], 0.0f);
+  EXPECT_TRUE(created);
+  EXPECT_EQ(store.memory_bytes(), (4 + 6 + 4 + 4) * sizeof(float));
+  // ... and back at its own size.
+  EXPECT_EQ(store.get(resized, 4, make4, &created).v[0], 7.0f);
+  EXPECT_FALSE(created);
+  EXPECT_EQ(store.restored_dropped(), 0u);
+  // Aside once more, then never used: evicted and counted, as "idle" is.
+  store.put(resized.str(), std::make_unique<CodecState>(4), 0);
+  store.get(resized, 6, make6, &created);
+  for (int i = 0; i < 5; ++i) {
+    store.get(used, 4, make4, &created);
+    store.get(resized, 6, make6, &created);
+    store.tick();
+  }
+  EXPECT_EQ(store.entries(), 2u);
+  EXPECT_EQ(store.restored_dropped(), 2u);  // "idle" and the aside "resized"
+}
+
 TEST(Stats, AccumulatesAndWritesJsonWithTheRankInThePath) {
   Stats s;
   s.record({true, 4000, 40, 1.5});

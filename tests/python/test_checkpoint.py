@@ -157,6 +157,40 @@ def test_a_group_over_every_rank_keeps_its_own_state_file(tmp_path):
         assert "starting it fresh" not in res.stderr, res.stderr
 
 
+def test_ddp_resume_gives_the_rebuilt_bucket_its_checkpointed_state(tmp_path):
+    """DDP's first iteration after a restart reduces its initial bucket (the
+    whole 2.1M-parameter model) under the key its first rebuilt bucket had
+    (530K): the checkpointed state is kept aside through that call, not
+    replaced, and the rebuilt bucket of the second iteration takes it back
+    instead of a new state. No WARN: nothing was lost."""
+    code = ("import torch, torch.nn as nn, torch.distributed as dist\n"
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "dist.init_process_group('gloo')\n"
+            "torch.manual_seed(0)\n"
+            "model = DDP(nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024),\n"
+            "            nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 10)))\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+            "g = torch.Generator().manual_seed(dist.get_rank())\n"
+            "for _ in range(3):\n"
+            "    x, y = torch.randn(16, 512, generator=g), torch.randint(0, 10, (16,), generator=g)\n"
+            "    opt.zero_grad(); nn.functional.cross_entropy(model(x), y).backward(); opt.step()\n"
+            "print('RESULT {}')\n"
+            "dist.destroy_process_group()\n")
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DEBUG": "TRACE",
+           "COMPCOLL_STATE_DIR": str(tmp_path / "state")}
+    rebuilt_made_new = "new error-feedback state for key:t0.0 (529930 elements)"
+    first = launch(["-c", code], RANKS, env=env)
+    for res in first:
+        assert rebuilt_made_new in res.stderr, res.stderr[-3000:]
+    again = launch(["-c", code], RANKS, env=env)
+    for res in again:
+        assert "restored the error-feedback state of 2 tensors" in res.stderr, res.stderr[-3000:]
+        assert "the checkpointed state is kept aside for a call of its size" in res.stderr, \
+            res.stderr[-3000:]
+        assert rebuilt_made_new not in res.stderr, res.stderr[-3000:]
+        assert "WARN" not in res.stderr, res.stderr[-3000:]
+
+
 def test_device_lane_keeps_its_own_state_file(tmp_path):
     """The test lane staged_cpu (the cuda lane's path, on cpu tensors) saves
     beside the host lane and restores its own file at the next start."""
