@@ -57,9 +57,9 @@ std::vector<std::string> clean_env(const std::vector<std::string>& extra) {
 }
 
 // Starts compcoll-bench with args; stdout and stderr go to separate files
-// in dir.
+// in dir, or stderr to stderr_fd when given (a terminal).
 pid_t start(const std::vector<std::string>& args, const std::vector<std::string>& env,
-            const std::string& dir) {
+            const std::string& dir, int stderr_fd = -1) {
   std::vector<std::string> argv{kBench};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> a, e;
@@ -72,8 +72,13 @@ pid_t start(const std::vector<std::string>& args, const std::vector<std::string>
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, (dir + "/out").c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, (dir + "/err").c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (stderr_fd >= 0) {
+    posix_spawn_file_actions_adddup2(&fa, stderr_fd, STDERR_FILENO);
+    if (stderr_fd != STDERR_FILENO) posix_spawn_file_actions_addclose(&fa, stderr_fd);
+  } else {
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, (dir + "/err").c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  }
   pid_t pid = -1;
   const int rc = posix_spawn(&pid, kBench.c_str(), &fa, nullptr, a.data(), e.data());
   posix_spawn_file_actions_destroy(&fa);
@@ -423,28 +428,13 @@ TEST(BenchCli, WorkersStartedWithDifferentFlagsNameTheDifference) {
 TEST(BenchCli, ATerminalSeesTheRunsProgressAndThenOnlyTheTable) {
   int master = -1, slave = -1;
   ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, nullptr), 0) << std::strerror(errno);
+  fcntl(master, F_SETFD, FD_CLOEXEC);  // the bench holds only the terminal's other end
   TempDir dir;
   const std::vector<std::string> args{"allreduce", "--ranks", "2", "--algo", "dense,dgc",
                                       "--count", "4M", "--iters", "5", "--warmup", "1"};
-  std::vector<std::string> argv{kBench};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<char*> a, e;
-  for (auto& s : argv) a.push_back(s.data());
-  a.push_back(nullptr);
-  std::vector<std::string> env = clean_env({});
-  for (auto& s : env) e.push_back(s.data());
-  e.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, (dir.path() + "/out").c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, slave, STDERR_FILENO);
-  posix_spawn_file_actions_addclose(&fa, master);
   ChildSet children;
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, kBench.c_str(), &fa, nullptr, a.data(), e.data()), 0);
-  posix_spawn_file_actions_destroy(&fa);
-  children.add(pid);
+  const pid_t pid = children.add(start(args, clean_env({}), dir.path(), slave));
+  ASSERT_GT(pid, 0);
   close(slave);
   // Read the terminal until the bench closes it (exits), bounded.
   std::string term;
