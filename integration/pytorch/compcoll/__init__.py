@@ -44,7 +44,7 @@ from compcoll._backend import (  # noqa: F401
 )
 from compcoll._checkpoint import load_state_dict, state_dict  # noqa: F401
 from compcoll._scope import gradient_scope  # noqa: F401
-from compcoll._tensor_parallel import mark_group as mark_tensor_parallel  # noqa: F401
+from compcoll._tensor_parallel import mark_tensor_parallel  # noqa: F401
 
 # The public API (docs/pytorch.md, "The Python API"); the rest is internal.
 __all__ = [

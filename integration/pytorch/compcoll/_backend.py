@@ -60,6 +60,7 @@ _lock = threading.Lock()
 _registered = False
 _torch_gloo = None  # torch's own gloo creator, once the hook is installed over it
 _exit_hooks = False
+_groups_built = 0  # compcoll backends this process has built (compcoll.gradient_scope asks)
 
 
 def _inner_gloo(store, rank, size, timeout, group_name=None, global_ranks=None):
@@ -181,6 +182,9 @@ def _build_group(args, device_lane):
     backend = _C.create_backend(inner, timeout, lane, factory, stats_rank, stats_world,
                                 _state_tag(group_name), _children(device_lane),
                                 _log_group(group_name))
+    global _groups_built
+    with _lock:
+        _groups_built += 1
     _install_exit_hooks()
     _momentum.install()
     _ddp_join.install()

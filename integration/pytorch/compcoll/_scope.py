@@ -15,14 +15,24 @@ outside a backward pass:
 """
 import contextlib
 
-from compcoll import _C
+import torch.distributed as dist
+
+from compcoll import _C, _notices
 
 
 @contextlib.contextmanager
 def gradient_scope():
     """Allreduces this thread issues inside count as gradient sums: compressed
     under COMPCOLL_TORCH_SCOPE=backward as if issued in a backward pass (with
-    what their callbacks issue). Every rank must issue them in the scope."""
+    what their callbacks issue). Every rank must issue them in the scope.
+    Entered while this process has no compcoll group (COMPCOLL_ALGO unset,
+    say), it changes nothing, and rank 0 says so once."""
+    from compcoll import _backend  # _backend imports the modules that import this one
+    if _backend._groups_built == 0 and dist.is_initialized():
+        _notices._once("gradient_scope", dist.get_rank(), lambda: (
+            "compcoll.gradient_scope(): no process group of this process is a compcoll group "
+            "(COMPCOLL_ALGO unset, empty or dense, or a backend other than \"gloo\"/\"compcoll\"), "
+            "so the scope changes nothing: its allreduces are torch's own (said once)"))
     saved = _C._enter_gradient_scope()
     try:
         yield

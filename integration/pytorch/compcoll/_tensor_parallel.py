@@ -38,6 +38,7 @@ import logging
 import sys
 
 import torch
+import torch.distributed as dist
 
 from compcoll import _C
 
@@ -64,6 +65,24 @@ def mark_group(group):
     backend = backend_of(group)
     if backend is None:
         return False
+    return _mark_backend(backend)
+
+
+def mark_tensor_parallel(group):
+    """compcoll.mark_tensor_parallel: mark_group, and where the group is not a
+    compcoll group its rank 0 says once that nothing was marked (a script
+    run with compression off, or with COMPCOLL_ALGO forgotten)."""
+    if mark_group(group):
+        return True
+    from compcoll import _notices
+    _notices._once("mark_tensor_parallel", dist.get_rank(group), lambda: (
+        "compcoll.mark_tensor_parallel(): the group is not a compcoll group (COMPCOLL_ALGO "
+        "unset, empty or dense, or a backend other than \"gloo\"/\"compcoll\"), so nothing is "
+        "marked: its allreduces are torch's own, exact (said once)"))
+    return False
+
+
+def _mark_backend(backend):
     if not _C.is_tensor_parallel(backend):
         _C.mark_tensor_parallel(backend)
     return True

@@ -84,8 +84,20 @@ compcoll::torch_integration::ChildFactory child_factory(py::function fn) {
   };
 }
 
+// b as compcoll's backend, or null. Not c10::dynamic_intrusive_pointer_cast:
+// it releases its argument's reference and, when the cast fails, never gives
+// it back, so asking whether torch's own Gloo backend is compcoll's
+// (compcoll.state_dict on a group with compression off) leaked a reference:
+// the backend outlived destroy_process_group and the process could abort at
+// exit ("terminate called without an active exception").
+c10::intrusive_ptr<CompcollBackend> compcoll_or_null(const c10::intrusive_ptr<c10d::Backend>& b) {
+  auto* c = dynamic_cast<CompcollBackend*>(b.get());
+  return c != nullptr ? c10::intrusive_ptr<CompcollBackend>::reclaim_copy(c)
+                      : c10::intrusive_ptr<CompcollBackend>();
+}
+
 c10::intrusive_ptr<CompcollBackend> as_compcoll(const c10::intrusive_ptr<c10d::Backend>& b) {
-  auto c = c10::dynamic_intrusive_pointer_cast<CompcollBackend>(b);
+  auto c = compcoll_or_null(b);
   TORCH_CHECK(c, "compcoll: backend ", b ? b->getBackendName() : "None",
               " is not a compcoll backend");
   return c;
@@ -197,7 +209,7 @@ PYBIND11_MODULE(_C, m) {
       "log_group: the group its log lines name beside their rank ('' for the default group).");
 
   m.def("is_compcoll", [](const c10::intrusive_ptr<c10d::Backend>& b) {
-    return static_cast<bool>(c10::dynamic_intrusive_pointer_cast<CompcollBackend>(b));
+    return static_cast<bool>(compcoll_or_null(b));
   });
   m.def(
       "finish", [](const c10::intrusive_ptr<c10d::Backend>& b) { as_compcoll(b)->finish(); },
