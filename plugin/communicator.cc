@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -236,18 +238,37 @@ void Communicator::load_state_dir() {
     comm_->allreduce(&hi, 1, DType::kInt64, ReduceOp::kMax);
     if (lo != hi) {
       start_fresh();
+      // Kept as <file>.unused, not replaced by this run's save: which of
+      // them is the newer one is the user's to judge.
+      set_aside_unused_checkpoint("the ranks' checkpoints were saved at different points", false);
       if (rank() == 0) {
         log_.warn("COMPCOLL_STATE_DIR ", cfg_.state_dir, ": the ranks' checkpoints were saved at "
                   "different points (after ", lo, " to ", hi, " calls: a rank failed or was killed "
                   "before the others saved, or files of different runs are mixed): every rank "
-                  "starts fresh");
+                  "starts fresh, and each moves its file to <file>.unused so that this run's "
+                  "save does not replace it");
       }
       return;
     }
   }
+  if (all == 1) {
+    // A checkpoint is restored once: a run that then fails (and so does not
+    // save) must not leave this older state for the next start, whose model
+    // checkpoint is newer, to restore again. Kept as <file>.restored.
+    std::error_code ec;
+    std::filesystem::rename(state_path_, state_path_ + ".restored", ec);
+    if (ec) log_.warn("COMPCOLL_STATE_DIR: cannot move ", state_path_, " to .restored (",
+                      ec.message(), "): a run that fails before saving leaves it to be restored again");
+    return;
+  }
   if (all == 0 && outcome == 1) {
+    // Every rank restores or none does; this rank's checkpoint was good, so
+    // it is moved aside (and said at WARN), not overwritten by this run's
+    // save: a rank whose file went missing (a wiped local disk) must not
+    // cost the others theirs.
     start_fresh();
-    log_.info("COMPCOLL_STATE_DIR: another rank has no usable checkpoint: every rank starts fresh");
+    set_aside_unused_checkpoint("another rank has no usable checkpoint (its INFO or WARN line "
+                                "says why), and all ranks restore or none does");
   }
 }
 
@@ -256,12 +277,12 @@ void Communicator::load_state_dir() {
 // aside to "<file>.unused" (replacing an older one) so that nothing is lost
 // in silence, said at WARN (once per process: every rank of a run finds the
 // same reason).
-void Communicator::set_aside_unused_checkpoint(const std::string& why) {
+void Communicator::set_aside_unused_checkpoint(const std::string& why, bool say) {
   const std::string aside = state_path_ + ".unused";
   std::error_code ec;
   std::filesystem::rename(state_path_, aside, ec);
   static std::atomic<bool> said{false};
-  if (said.exchange(true)) return;
+  if (!say || said.exchange(true)) return;
   log_.warn("COMPCOLL_STATE_DIR: checkpoint ", state_path_, " not used (", why, "); ",
             ec ? "it could not be moved aside (" + ec.message() + ") and this run's save "
                  "replaces it"
@@ -404,7 +425,8 @@ bool Communicator::load_state(std::span<const uint8_t> bytes, std::string* why_n
   states_.set_clock(f.clock);
   for (StateFileEntry& e : f.entries) states_.put(e.key, std::move(e.owned), e.idle);
   log_.info("restored the error-feedback state of ", f.entries.size(), " tensors (",
-            states_.memory_bytes() / 1e6, " MB), config hash ", std::hex, f.config_hash, std::dec);
+            states_.memory_bytes() / 1e6, " MB), checkpoint hash ", std::hex, f.config_hash,
+            std::dec, " (the configuration without COMPCOLL_STATE_DIR)");
   refresh_stats_snapshot();
   return true;
 }
@@ -522,7 +544,7 @@ void Communicator::finish() {
     const std::string& path = stats_claim_.path();
     if (!write_file_atomically(path, stats_.json(comm_->rank(), comm_->size(), cfg_.algo,
                                                  state_bytes()))) {
-      log_.warn("cannot write COMPCOLL_STATS_FILE ", path);
+      log_.warn("cannot write COMPCOLL_STATS_FILE ", path, " (", std::strerror(errno), ")");
     }
   }
   if (!state_path_.empty()) {
@@ -546,7 +568,8 @@ void Communicator::finish() {
         log_.info("COMPCOLL_STATE_DIR: saved ", saved, " error-feedback states to ",
                   state_path_, " (", bytes.size(), " bytes)");
       } else {
-        log_.warn("COMPCOLL_STATE_DIR: cannot write ", state_path_);
+        log_.warn("COMPCOLL_STATE_DIR: cannot write ", state_path_, " (", std::strerror(errno),
+                  "): this run's error-feedback state is lost");
       }
     }
   }

@@ -181,7 +181,9 @@ class Communicator {
   // A failed communicator refuses every call (allreduce, rescale_state,
   // set_discard_nonfinite): kTransport naming the first error.
   void check_not_broken() const;
-  void set_aside_unused_checkpoint(const std::string& why);
+  // Moves the COMPCOLL_STATE_DIR checkpoint to <file>.unused and, when say,
+  // tells why at WARN (once per process).
+  void set_aside_unused_checkpoint(const std::string& why, bool say = true);
   void allreduce_on(const Route& route, void* buf, size_t count, DType dtype, ReduceOp op,
                     const char* key);
   // One call's bookkeeping around `run` (state lookup, route log, stats,

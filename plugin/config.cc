@@ -515,8 +515,10 @@ const ConfigVar kTable[] = {
      CC_APPLY { cfg.stats_file = value; }},
     {"COMPCOLL_STATE_DIR", VarType::kString, "", "a directory",
      "error-feedback state survives restarts: each rank loads its residuals from DIR when its "
-     "communicator is created (if rank, world size and configuration match; else a WARN, the "
-     "old file moved to <file>.unused and a fresh start) and saves them there at destruction "
+     "communicator is created (if rank, world size and configuration match, on every rank: "
+     "else a WARN, the old files moved to <file>.unused and a fresh start for all; a restored "
+     "file is moved to <file>.restored, so that a run that fails before saving leaves no older "
+     "state to restore again) and saves them there at destruction "
      "or exit; DIR is created when missing, "
      "and one that cannot be created or written fails every rank at creation, not at exit",
      CC_APPLY { cfg.state_dir = value; }},

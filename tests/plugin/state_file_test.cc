@@ -412,10 +412,77 @@ TEST(StateCheckpoint, CheckpointsSavedAtDifferentPointsAreNotRestored) {
   StateFile f = parse_state_file(read_binary_file(rank1));
   f.clock += 2;  // as if rank 1 had saved two calls later
   ASSERT_TRUE(write_binary_file_atomically(rank1, serialize_state_file(f)));
+  const Bytes rank1_saved = read_binary_file(rank1);
   testing::run_gloo_ranks(2, [&](Comm& comm) {
     Communicator cc(std::make_unique<LentComm>(comm), cfg);
     EXPECT_EQ(cc.state_entries(), 0u) << "rank " << comm.rank();
   });
+  // Not replaced by this run's saves: moved aside, the user's to judge.
+  EXPECT_EQ(read_binary_file(rank1 + ".unused"), rank1_saved);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/compcoll-state-rank0-of2.bin.unused"));
+  std::filesystem::remove_all(dir);
+}
+
+// A checkpoint is restored once: while the run that restored it goes on,
+// the file is <file>.restored, so a run that fails before saving (a killed
+// peer: a failed communicator does not save) leaves nothing older than the
+// script's own newer model checkpoint for the next start to restore.
+TEST(StateCheckpoint, ACheckpointIsRestoredOnce) {
+  const std::string dir = ::testing::TempDir() + "compcoll-state-dir-once";
+  std::filesystem::remove_all(dir);
+  Config cfg = algo_config("dgc");
+  cfg.state_dir = dir;
+  const std::string rank0 = dir + "/compcoll-state-rank0-of2.bin";
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    steps(cc, 0, 2);
+  });
+  const Bytes saved = read_binary_file(rank0);
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    EXPECT_EQ(cc.state_entries(), 2u);
+    comm.barrier();
+    // Absent while the run goes on: however it ends without saving,
+    // nothing is left to restore.
+    EXPECT_FALSE(std::filesystem::exists(rank0));
+    EXPECT_EQ(read_binary_file(rank0 + ".restored"), saved);
+    comm.barrier();
+    steps(cc, 2, 3);
+  });
+  // Its own save at the end.
+  EXPECT_TRUE(std::filesystem::exists(rank0));
+  EXPECT_NE(read_binary_file(rank0), saved);
+  std::filesystem::remove_all(dir);
+}
+
+// Every rank restores or none does: one rank's file gone (a wiped local
+// disk) sends every rank fresh, and the others' good checkpoints are moved
+// to <file>.unused with a WARN, not silently replaced by this run's saves.
+TEST(StateCheckpoint, OneRanksMissingCheckpointCostsTheOthersNothing) {
+  const std::string dir = ::testing::TempDir() + "compcoll-state-dir-missing";
+  std::filesystem::remove_all(dir);
+  Config cfg = algo_config("dgc");
+  cfg.state_dir = dir;
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    steps(cc, 0, 3);
+  });
+  const std::string rank0 = dir + "/compcoll-state-rank0-of2.bin";
+  const Bytes rank0_saved = read_binary_file(rank0);
+  std::filesystem::remove(dir + "/compcoll-state-rank1-of2.bin");
+  ::testing::internal::CaptureStderr();
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    EXPECT_EQ(cc.state_entries(), 0u) << "rank " << comm.rank();
+    steps(cc, 0, 1);
+  });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(read_binary_file(rank0 + ".unused"), rank0_saved);
+  EXPECT_NE(read_binary_file(rank0), rank0_saved);  // this run's own save
+  EXPECT_NE(err.find("compcoll WARN [rank 0] COMPCOLL_STATE_DIR: checkpoint " + rank0 +
+                     " not used (another rank has no usable checkpoint"),
+            std::string::npos)
+      << err;
   std::filesystem::remove_all(dir);
 }
 

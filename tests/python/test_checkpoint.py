@@ -7,7 +7,7 @@ import os
 import shutil
 
 # Their workers allreduce outside a backward pass and expect compression.
-from conftest import launch_direct as launch, worker
+from conftest import launch as launch_plain, launch_direct as launch, worker
 
 RANKS = 2
 TRAIN = worker("checkpoint_train.py")
@@ -52,8 +52,11 @@ def test_state_dir_resume_is_bit_exact_and_needs_no_code(tmp_path):
     _, first, second = interrupted_equals_whole(tmp_path, env, explicit=False, ckpt_env=state)
     assert "no checkpoint" in first[0].stderr
     assert "restored the error-feedback state of 1 tensors" in second[1].stderr, second[1].stderr
+    # Each rank's save, and the checkpoint it restored, kept as .restored
+    # (used once: a run that fails before saving leaves none to restore).
     files = sorted(os.listdir(tmp_path / "state"))
-    assert files == [f"compcoll-state-rank{r}-of{RANKS}.bin" for r in range(RANKS)], files
+    assert files == [f"compcoll-state-rank{r}-of{RANKS}.bin{ext}"
+                     for r in range(RANKS) for ext in ("", ".restored")], files
 
 
 def test_state_dir_resume_under_adam_is_bit_exact(tmp_path):
@@ -224,3 +227,44 @@ def test_a_checkpoint_with_compression_off_holds_no_state_and_says_so(tmp_path):
     assert sum("compcoll.state_dict" in line for line in said) == 1, said
     again = run(tmp_path, "ck", 4, 5, {}, explicit=True)  # loads the dense run's (empty) dict
     assert again[0].result["restored"] == {}, again[0].result["restored"]
+
+
+def test_asking_compcoll_about_a_group_it_does_not_serve_leaves_torchs_gloo_alone(tmp_path):
+    """compcoll.state_dict() (and every API that asks whether a group is
+    compcoll's) on a group with compression off: the question took a
+    reference to torch's Gloo backend and never gave it back, so the backend
+    outlived destroy_process_group with its sockets open, and the process
+    could abort at exit ("terminate called without an active exception",
+    6 runs in 10). Its sockets are closed after destroy, as without the
+    question. Where nothing is served, gradient_scope() and
+    mark_tensor_parallel() say once that they change nothing."""
+    code = ("import gc, json, os, torch, torch.distributed as dist, compcoll\n"
+            "def sockets():\n"
+            "    n = 0\n"
+            "    for fd in os.listdir('/proc/self/fd'):\n"
+            "        try:\n"
+            "            n += os.readlink(f'/proc/self/fd/{fd}').startswith('socket:')\n"
+            "        except OSError:\n"
+            "            pass\n"
+            "    return n\n"
+            "dist.init_process_group('gloo')\n"
+            "dist.all_reduce(torch.ones(10))\n"
+            "for _ in range(3):\n"
+            "    compcoll.state_dict()\n"
+            "    assert compcoll.backend_of() is None\n"
+            "with compcoll.gradient_scope():\n"
+            "    dist.all_reduce(torch.ones(10))\n"
+            "marked = compcoll.mark_tensor_parallel(None)\n"
+            "dist.destroy_process_group()\n"
+            "gc.collect()\n"
+            "print('RESULT ' + json.dumps({'sockets': sockets(), 'marked': marked}))\n")
+    for res in launch_plain(["-c", code], RANKS, env={"COMPCOLL_WARMUP_STEPS": None}):
+        assert res.result == {"sockets": 0, "marked": False}, res.describe()
+        said = [line for line in res.stderr.splitlines() if "compcoll WARN" in line]
+        expected = 3 if res.rank == 0 else 0  # state_dict, gradient_scope, mark_tensor_parallel
+        assert len(said) == expected, said
+        if res.rank == 0:
+            assert "compcoll.gradient_scope(): no process group of this process is a compcoll " \
+                   "group" in said[1], said
+            assert "compcoll.mark_tensor_parallel(): the group is not a compcoll group" in said[2], \
+                said

@@ -9,8 +9,8 @@
 The residuals, momenta and step counters of compressed allreduces are per
 rank, so each rank saves and loads its own. A checkpoint is used only by the
 same rank of a group of the same size and compression settings (the
-configuration hash); otherwise the state starts fresh and an INFO line
-(COMPCOLL_DEBUG=INFO) says why. A malformed checkpoint is an error.
+configuration hash); otherwise the state starts fresh and a WARN line says
+why. A malformed checkpoint is an error.
 See docs/pytorch.md ("Checkpoints").
 """
 import torch.distributed as dist
@@ -49,7 +49,7 @@ def load_state_dict(group, state_dict):
     """Restores what state_dict() returned (on the same rank) into group's
     backend (None: the default group), before any operation submitted after
     this call. Returns {lane: True if its state was restored, False if it
-    started fresh (another rank, size or configuration; INFO says which)};
+    started fresh (another rank, size or configuration; a WARN says which)};
     on a group compcoll does not serve, every lane is False (said once)."""
     if not isinstance(state_dict, dict) or state_dict.get("format") != _FORMAT:
         raise ValueError("compcoll.load_state_dict: not a compcoll.state_dict() result "
