@@ -138,6 +138,27 @@ def test_uncompressible_gradient_sums_are_reported_once_per_reason():
         for name, words in reasons.items():
             said = [ln for ln in warns if words in ln]
             assert len(said) == 1 and "went to Gloo uncompressed" in said[0], (name, warns)
+        # The view is reduced outside backward, where the default scope keeps
+        # it exact too: contiguous alone would change nothing, and it is said.
+        view = [ln for ln in warns if reasons["view"] in ln][0]
+        assert "It was also issued outside a backward pass" in view, view
+
+
+def test_values_beside_compressed_gradients_get_no_advice_that_changes_nothing():
+    """After DDP's gradients were compressed, a float64 or non-contiguous
+    allreduce issued outside backward is values (metrics, a histogram),
+    which the default scope keeps exact whatever its dtype or layout: an
+    INFO line, not a WARN whose advice ("train it in float32", "reduce
+    t.contiguous()") would change nothing."""
+    ranks = launch([worker("values_after_gradients.py")], 2,
+                   env={"COMPCOLL_ALGO": "dgc", "COMPCOLL_DEBUG": "INFO"}, timeout=180)
+    for r in ranks:
+        assert r.result["compressed"] > 0 and r.result["exact"], r.describe()
+        assert not [ln for ln in r.stderr.splitlines() if "compcoll WARN" in ln], r.describe()
+    infos = [ln for ln in ranks[0].stderr.splitlines()
+             if "compcoll INFO" in ln and "taken as values" in ln]
+    assert len(infos) == 2 and "a float64 tensor" in infos[0] \
+        and "a non-contiguous view" in infos[1], infos
 
 
 def test_clean_ddp_run_prints_no_warn(tmp_path):

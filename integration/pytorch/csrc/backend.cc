@@ -305,12 +305,34 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
   const std::shared_ptr<Lane>& lane = lane_for(device);
   DType dtype;
   ReduceOp op;
+  using Where = UncompressedNotes::GradientsCompressed;
+  // Where gradients were compressed before (in backward): beside them, an
+  // exact allreduce outside backward is values (model averaging, metrics).
+  const auto gradients_compressed = [this] {
+    return compressible_candidates_.load() > 0 ? Where::kInThisGroup
+           : compressible_candidates_in_process() > 0 ? Where::kInAnotherGroup
+                                                      : Where::kNowhere;
+  };
   if (!is_candidate(*lane, tensors, opts, &dtype, &op)) {
     if (cfg_.compression_enabled() && getRank() == 0) {  // once per group
-      const std::string note =
+      std::string note =
           uncompressed_notes_.first_report(tensors, opts.reduceOp, cfg_.min_elems, lane->type(),
                                            lane->type() == c10::DeviceType::CUDA ? "NCCL" : "Gloo");
-      if (!note.empty()) log_.warn("group '", getGroupUid(), "': ", note);
+      // Outside backward under the default scope the call is exact in any
+      // case: advice about its dtype or layout alone would change nothing.
+      const bool outside = !cfg_.torch_scope_all && !issued_in_backward();
+      if (!note.empty() && outside && gradients_compressed() != Where::kNowhere) {
+        log_.info("group '", getGroupUid(), "': ", note, ". Issued outside a backward pass "
+                  "beside compressed gradients, it is taken as values, which "
+                  "COMPCOLL_TORCH_SCOPE=backward keeps exact in any case");
+      } else if (!note.empty() && outside) {
+        log_.warn("group '", getGroupUid(), "': ", note, ". It was also issued outside a "
+                  "backward pass, which COMPCOLL_TORCH_SCOPE=backward keeps exact too: if it "
+                  "is a gradient sum, issue it in compcoll.gradient_scope() or set "
+                  "COMPCOLL_TORCH_SCOPE=all as well");
+      } else if (!note.empty()) {
+        log_.warn("group '", getGroupUid(), "': ", note);
+      }
     }
     return delegate(device, c10d::OpType::ALLREDUCE, "compcoll:all_reduce", tensors,
                     [tensors, opts](c10d::Backend& in) mutable {
@@ -344,10 +366,7 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
       // group or another of the process: beside DDP's compressed buckets,
       // an allreduce outside backward is values (model averaging, also over
       // subgroups that carry no gradients), and exact is right.
-      using Where = UncompressedNotes::GradientsCompressed;
-      const Where where = compressible_candidates_.load() > 0 ? Where::kInThisGroup
-                          : compressible_candidates_in_process() > 0 ? Where::kInAnotherGroup
-                                                                     : Where::kNowhere;
+      const Where where = gradients_compressed();
       const std::string note =
           uncompressed_notes_.first_outside_backward(t.numel(), opts.reduceOp, where);
       if (!note.empty() && where != Where::kNowhere) {
