@@ -19,9 +19,11 @@
 #include "compcoll/error.h"
 #include "integration/bench/allreduce_bench.h"
 #include "integration/bench/args.h"
+#include "integration/bench/gradients.h"
 #include "integration/bench/netns.h"
 #include "integration/bench/process.h"
 #include "plugin/config.h"
+#include "transport/rendezvous.h"
 
 namespace compcoll::bench {
 namespace {
@@ -45,6 +47,9 @@ void warn_about_what_changes_nothing(const std::vector<std::string>& algos, cons
     } else if (a == "csc" || a == "onebit") {
       ignores_density += (ignores_density.empty() ? "" : ", ") + a;
     }
+  }
+  if (!density.empty() && !reads_density && ignores_density.empty()) {
+    warn("--density sets COMPCOLL_DENSITY (dgc, sdagc, sbc), and no row of this run reads it");
   }
   if (!density.empty() && !ignores_density.empty()) {
     warn(detail::concat("--density sets COMPCOLL_DENSITY (dgc, sdagc, sbc) and changes nothing for ",
@@ -168,6 +173,22 @@ int allreduce_main(int argc, char** argv, int first) {
            iters);
   CC_CHECK(warmup >= 0 && warmup <= 1000000, kInvalidArgument,
            "--warmup must be in [0, 1000000], not ", warmup);
+  // 0 would kill every rank at once, as if it had hung.
+  CC_CHECK(deadline_s >= 1 && deadline_s <= 7 * 24 * 3600, kInvalidArgument,
+           "--deadline must be in [1, 604800] seconds, not ", deadline_s);
+  // Bad values here, not in every rank's log.
+  try {
+    parse_gradient_kind(gradient);
+  } catch (const Error& e) {
+    CC_THROW(kInvalidArgument, "--gradient: ", message_without_prefix(e));
+  }
+  if (!rendezvous.empty()) {
+    try {
+      parse_store_spec(rendezvous);
+    } catch (const Error& e) {
+      CC_THROW(kInvalidArgument, "--rendezvous: ", message_without_prefix(e));
+    }
+  }
   CC_CHECK(ranks_per_host >= 1, kInvalidArgument, "--ranks-per-host must be >= 1, not ",
            ranks_per_host);
   CC_CHECK(ranks % ranks_per_host == 0, kInvalidArgument, "--ranks ", ranks,
@@ -272,7 +293,8 @@ int allreduce_main(int argc, char** argv, int first) {
     }
     for (const Child& c : children) {
       if (c.status == 0) continue;
-      std::cerr << "--- rank " << c.rank << " log (" << c.log << ") ---\n" << tail_of(c.log);
+      // The run's directory, the log's too, is removed on the way out.
+      std::cerr << "--- rank " << c.rank << " log (its end; removed with the run's directory) ---\n" << tail_of(c.log);
     }
     return 1;
   }

@@ -193,6 +193,11 @@ TEST(BenchCli, ErrorsAreOneLineWithOnePrefixAndNothingOnStdout) {
       // (6 bytes: 1 element; 2 bytes: none, a row of nothing).
       {"allreduce", "--ranks", "2", "--algo", "dense", "--sizes", "4K,6"},
       {"allreduce", "--ranks", "2", "--algo", "dense", "--sizes", "2"},
+      // Checked before any rank starts, not in every rank's log (or, for
+      // --deadline 0, as every rank killed at once as if it had hung).
+      {"allreduce", "--ranks", "2", "--count", "1K", "--deadline", "0"},
+      {"allreduce", "--ranks", "2", "--count", "1K", "--gradient", "foo"},
+      {"allreduce", "--ranks", "2", "--count", "1K", "--rendezvous", "http://x"},
       // Counted in an int by the ranks: out of range is refused up front,
       // not a crashed rank or a run of 2^31 calls.
       {"allreduce", "--ranks", "1", "--count", "5", "--iters", "2147483648"},
@@ -373,6 +378,8 @@ TEST(BenchCli, FlagsThatChangeNothingAreSaidAndTheRunGoesOn) {
        "nothing in this run"},
       {{"--algo", "dense", "--sizes", "4K", "--count", "5"},
        "--sizes is swept, so --count changes nothing"},
+      {{"--algo", "dense", "--count", "4K", "--density", "0.5"},
+       "--density sets COMPCOLL_DENSITY (dgc, sdagc, sbc), and no row of this run reads it"},
       {{"--algo", "dgc", "--count", "1000"},
        "1000 elements: below COMPCOLL_MIN_ELEMS=16384, so a call of that size goes exact in a "
        "user's job"},
