@@ -649,15 +649,22 @@ TimeoutError naming_timeout_setting(const TimeoutError& e, const Config& cfg,
 }
 
 std::string Config::agreement_description() const {
+  Config agreed = *this;
+  for (const ConfigVar& var : config_table()) {
+    if (*var.default_value == '\0') continue;  // unset by default: a setting of the communicator
+    const bool idle = !tunes(var, *this) || (var.idle_because != nullptr && var.idle_because(*this));
+    if (idle) var.apply(var, var.default_value, agreed);
+  }
   // state_dir: whether ranks load checkpoints at creation (a collective
   // step); where they keep them is each rank's own business.
   // torch_scope: a rank that compresses a call its peers send exact would
   // not meet them (said only when not the default, as state_dir); the same
   // for nccl_comms, which decides whether a communicator compresses.
-  return "algo=" + algo + ";min_elems=" + std::to_string(min_elems) + ";hierarchy=" + hierarchy +
-         ";" + params.canonical() +
-         (state_dir.empty() ? "" : ";state_dir=on") + (torch_scope_all ? ";torch_scope=all" : "") +
-         (nccl_multi_host_only ? ";nccl_comms=multi-host" : "");
+  return "algo=" + agreed.algo + ";min_elems=" + std::to_string(agreed.min_elems) +
+         ";hierarchy=" + agreed.hierarchy + ";" + agreed.params.canonical() +
+         (agreed.state_dir.empty() ? "" : ";state_dir=on") +
+         (agreed.torch_scope_all ? ";torch_scope=all" : "") +
+         (agreed.nccl_multi_host_only ? ";nccl_comms=multi-host" : "");
 }
 
 }  // namespace compcoll

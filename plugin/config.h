@@ -90,7 +90,11 @@ struct Config {
 
   bool compression_enabled() const { return algo != "dense"; }
   // "algo=...;" + params.canonical() + the other settings that change the
-  // math (min_elems): what ranks must agree on.
+  // math (min_elems): what ranks must agree on. A setting that changes
+  // nothing for this configuration (the table's `tunes` and
+  // `idle_because`, as inert_settings says) enters at its default: a rank
+  // that alone sets COMPCOLL_CSC_CHUNK under dgc is told it changes
+  // nothing, and is not also refused as a mismatch.
   std::string agreement_description() const;
 };
 

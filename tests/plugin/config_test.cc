@@ -264,7 +264,7 @@ TEST(Config, IbverbsIsRefusedWithTheReason) {
 TEST(Config, OnebitScaleIsDescribedByItsName) {
   EXPECT_NE(load_config(env_of({})).agreement_description().find("onebit_scale=mean"),
             std::string::npos);
-  EXPECT_NE(load_config(env_of({{"COMPCOLL_ONEBIT_SCALE", "pair"}}))
+  EXPECT_NE(load_config(env_of({{"COMPCOLL_ALGO", "onebit"}, {"COMPCOLL_ONEBIT_SCALE", "pair"}}))
                 .agreement_description()
                 .find("onebit_scale=pair"),
             std::string::npos);
@@ -273,7 +273,8 @@ TEST(Config, OnebitScaleIsDescribedByItsName) {
 TEST(Config, OnebitResidualBoundIsCheckedAndPartOfTheAgreement) {
   EXPECT_NE(load_config(env_of({})).agreement_description().find("onebit_residual_bound=0.5;"),
             std::string::npos);
-  const Config c = load_config(env_of({{"COMPCOLL_ONEBIT_RESIDUAL_BOUND", "0"}}));
+  const Config c =
+      load_config(env_of({{"COMPCOLL_ALGO", "onebit"}, {"COMPCOLL_ONEBIT_RESIDUAL_BOUND", "0"}}));
   EXPECT_EQ(c.params.onebit_residual_bound, 0.0f);
   EXPECT_NE(c.agreement_description().find("onebit_residual_bound=0;"), std::string::npos);
   for (const char* bad : {"-1", "inf", "nan", "x"}) {
@@ -282,11 +283,36 @@ TEST(Config, OnebitResidualBoundIsCheckedAndPartOfTheAgreement) {
   }
 }
 
+// Ranks agree on the settings that change something for their
+// configuration: one that changes nothing (and is said to, at WARN) enters
+// at its default, so a rank that alone sets it is not refused as a
+// mismatch besides. Under the algorithm it tunes it counts again.
+TEST(Config, ASettingThatChangesNothingDoesNotEnterTheAgreement) {
+  const std::string plain = load_config(env_of({{"COMPCOLL_ALGO", "dgc"}})).agreement_description();
+  EXPECT_EQ(load_config(env_of({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_CSC_CHUNK", "100"}}))
+                .agreement_description(),
+            plain);
+  // Idle under another setting: no warm-up to shape.
+  EXPECT_EQ(load_config(env_of({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_WARMUP_STEPS", "0"}}))
+                .agreement_description(),
+            load_config(env_of({{"COMPCOLL_ALGO", "dgc"},
+                                {"COMPCOLL_WARMUP_STEPS", "0"},
+                                {"COMPCOLL_WARMUP_SHAPE", "stages"}}))
+                .agreement_description());
+  const std::string csc = load_config(env_of({{"COMPCOLL_ALGO", "csc"}})).agreement_description();
+  EXPECT_NE(load_config(env_of({{"COMPCOLL_ALGO", "csc"}, {"COMPCOLL_CSC_CHUNK", "100"}}))
+                .agreement_description(),
+            csc);
+  EXPECT_NE(load_config(env_of({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_DENSITY", "0.01"}}))
+                .agreement_description(),
+            plain);
+}
+
 TEST(Config, SbcWarmUpIsExactByDefaultAndPartOfTheAgreement) {
   const Config d = load_config(env_of({}));
   EXPECT_TRUE(d.params.sbc_exact_warmup);
   EXPECT_NE(d.agreement_description().find("sbc_warmup=exact;"), std::string::npos);
-  const Config b = load_config(env_of({{"COMPCOLL_SBC_WARMUP", "binary"}}));
+  const Config b = load_config(env_of({{"COMPCOLL_ALGO", "sbc"}, {"COMPCOLL_SBC_WARMUP", "binary"}}));
   EXPECT_FALSE(b.params.sbc_exact_warmup);
   EXPECT_NE(b.agreement_description().find("sbc_warmup=binary;"), std::string::npos);
   const std::string e = error_of({{"COMPCOLL_SBC_WARMUP", "dense"}});
@@ -298,7 +324,7 @@ TEST(Config, WarmUpShapeIsSmoothByDefaultAndPartOfTheAgreement) {
   const Config d = load_config(env_of({}));
   EXPECT_EQ(d.params.warmup_shape, WarmupShape::kSmooth);
   EXPECT_NE(d.agreement_description().find("warmup_shape=smooth;"), std::string::npos);
-  const Config s = load_config(env_of({{"COMPCOLL_WARMUP_SHAPE", "stages"}}));
+  const Config s = load_config(env_of({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_WARMUP_SHAPE", "stages"}}));
   EXPECT_EQ(s.params.warmup_shape, WarmupShape::kStages);
   EXPECT_NE(s.agreement_description().find("warmup_shape=stages;"), std::string::npos);
   const std::string e = error_of({{"COMPCOLL_WARMUP_SHAPE", "linear"}});
@@ -310,7 +336,7 @@ TEST(Config, SbcSendsBothSidesByDefaultAndItIsPartOfTheAgreement) {
   const Config d = load_config(env_of({}));
   EXPECT_TRUE(d.params.sbc_both_sides);
   EXPECT_NE(d.agreement_description().find("sbc_sides=both;"), std::string::npos);
-  const Config one = load_config(env_of({{"COMPCOLL_SBC_SIDES", "one"}}));
+  const Config one = load_config(env_of({{"COMPCOLL_ALGO", "sbc"}, {"COMPCOLL_SBC_SIDES", "one"}}));
   EXPECT_FALSE(one.params.sbc_both_sides);
   EXPECT_NE(one.agreement_description().find("sbc_sides=one;"), std::string::npos);
   const std::string e = error_of({{"COMPCOLL_SBC_SIDES", "two"}});
@@ -322,10 +348,10 @@ TEST(Config, SelectionIsAutoByDefaultAndItIsPartOfTheAgreement) {
   const Config d = load_config(env_of({}));
   EXPECT_EQ(d.params.selection, Selection::kAuto);
   EXPECT_NE(d.agreement_description().find("selection=auto;"), std::string::npos);
-  const Config n = load_config(env_of({{"COMPCOLL_SELECTION", "normalized"}}));
+  const Config n = load_config(env_of({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_SELECTION", "normalized"}}));
   EXPECT_EQ(n.params.selection, Selection::kNormalized);
   EXPECT_NE(n.agreement_description().find("selection=normalized;"), std::string::npos);
-  const Config m = load_config(env_of({{"COMPCOLL_SELECTION", "magnitude"}}));
+  const Config m = load_config(env_of({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_SELECTION", "magnitude"}}));
   EXPECT_EQ(m.params.selection, Selection::kMagnitude);
   EXPECT_NE(m.agreement_description().find("selection=magnitude;"), std::string::npos);
   const std::string e = error_of({{"COMPCOLL_SELECTION", "adam"}});
@@ -340,7 +366,8 @@ std::string suggestion_for(const std::string& entry) {
 
 TEST(Config, SparsePatternDefaultsToAutoAndIsPartOfTheAgreement) {
   EXPECT_EQ(load_config(env_of({})).params.sparse_pattern, SparsePattern::kAuto);
-  const Config c = load_config(env_of({{"COMPCOLL_SPARSE_PATTERN", "scatter"}}));
+  const Config c =
+      load_config(env_of({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_SPARSE_PATTERN", "scatter"}}));
   EXPECT_EQ(c.params.sparse_pattern, SparsePattern::kScatter);
   EXPECT_NE(c.agreement_description().find("sparse_pattern=scatter"), std::string::npos);
   EXPECT_EQ(load_config(env_of({{"COMPCOLL_SPARSE_PATTERN", "allgather"}})).params.sparse_pattern,
