@@ -203,7 +203,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   print_table();
-  std::printf("\nthe current environment is valid: algo %s, %s\n", cfg.algo.c_str(),
-              cfg.agreement_description().c_str());
+  std::printf("\nthe current environment is valid: algo %s, %s (what ranks agree on; a setting "
+              "that changes nothing enters at its default)\n",
+              cfg.algo.c_str(), cfg.agreement_description().c_str());
   return 0;
 }

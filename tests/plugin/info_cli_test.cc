@@ -164,7 +164,7 @@ TEST(InfoCli, UnknownNamesAreWarnedWithTheNearestKnownName) {
 TEST(InfoCli, SummaryNamesTheOnebitScale) {
   Output o = info({});
   EXPECT_NE(o.out.find("onebit_scale=mean"), std::string::npos) << o.out;
-  o = info({"COMPCOLL_ONEBIT_SCALE=pair"});
+  o = info({"COMPCOLL_ALGO=onebit", "COMPCOLL_ONEBIT_SCALE=pair"});
   EXPECT_NE(o.out.find("onebit_scale=pair"), std::string::npos) << o.out;
   EXPECT_EQ(o.out.find("onebit_scale=1"), std::string::npos) << o.out;
 }

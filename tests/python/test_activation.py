@@ -262,6 +262,24 @@ def test_a_rank_without_compcoll_algo_is_named_within_seconds(tmp_path):
     assert "error" in ranks[1].result, ranks[1].describe()
 
 
+@pytest.mark.parametrize("bad_rank", [0, 1])
+def test_a_rank_whose_settings_are_refused_is_named_by_the_others(bad_rank):
+    """A value mistyped on one node: that rank's error names the variable,
+    and the others name that rank and its error within seconds, instead of
+    failing in the configuration exchange with a closed connection that
+    names nobody (found by an outside review)."""
+    rank_env = [{"COMPCOLL_ALGO": "dgc", "COMPCOLL_DENSITY": "0.01"} for _ in range(3)]
+    rank_env[bad_rank]["COMPCOLL_DENSITY"] = "0.01x"
+    ranks = launch([worker("group_or_error.py")], 3, check=False, timeout=100, rank_env=rank_env)
+    for r in ranks:
+        error = r.result.get("error", "")
+        assert "COMPCOLL_DENSITY=0.01x: not a finite number" in error, r.describe()
+        if r.rank != bad_rank:
+            assert f"rank {bad_rank} cannot create it with compcoll: its COMPCOLL_* settings are " \
+                "refused" in error, r.describe()
+            assert r.result["seconds"] < 30, r.result
+
+
 def test_a_rank_without_compcoll_algo_that_hosts_the_store_ends_within_seconds(tmp_path):
     """The other way round: rank 0, which serves the store, lacks
     COMPCOLL_ALGO and builds torch's own Gloo, whose rendezvous nothing can

@@ -166,6 +166,14 @@ def _build_group(args, device_lane):
             "(torch's fault-tolerance regime, where reconfigure() sets up the group later), "
             "which compcoll does not support: create it without enable_reconfigure, or create "
             "it as \"gloo\" with COMPCOLL_ALGO unset")
+    # A rank with a bad COMPCOLL_* value tells the others before it raises:
+    # they would otherwise wait in the join, or fail later in the
+    # configuration exchange with a closed connection that names no rank.
+    try:
+        _C.validate_config()
+    except Exception as e:
+        _join.announce_bad_configuration(store, rank, size, e)
+        raise
     # A rank without COMPCOLL_ALGO would build torch's own Gloo instead, and
     # neither side would find the other before the group's timeout.
     _join.await_every_rank(store, rank, size, timeout, group_name if group_name else "0")
