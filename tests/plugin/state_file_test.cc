@@ -395,19 +395,27 @@ TEST(StateCheckpoint, StateDirSavesAtDestructionAndLoadsAtCreation) {
   std::filesystem::remove_all(dir);
 }
 
+// A fresh COMPCOLL_STATE_DIR under the test's temp dir, into which a
+// 2-rank dgc run of `calls` steps has saved; cfg is that run's.
+std::string saved_state_dir(const std::string& name, Config& cfg, int calls) {
+  const std::string dir = ::testing::TempDir() + name;
+  std::filesystem::remove_all(dir);
+  cfg = algo_config("dgc");
+  cfg.state_dir = dir;
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    steps(cc, 0, calls);
+  });
+  return dir;
+}
+
 // Files of one run's end have one clock. A rank that failed kept its older
 // file while the other saved: restoring both would give each rank a
 // residual of another step (replicas drift apart under a momentum
 // hand-over), so every rank starts fresh, and says why.
 TEST(StateCheckpoint, CheckpointsSavedAtDifferentPointsAreNotRestored) {
-  const std::string dir = ::testing::TempDir() + "compcoll-state-dir-clocks";
-  std::filesystem::remove_all(dir);
-  Config cfg = algo_config("dgc");
-  cfg.state_dir = dir;
-  testing::run_gloo_ranks(2, [&](Comm& comm) {
-    Communicator cc(std::make_unique<LentComm>(comm), cfg);
-    steps(cc, 0, 3);
-  });
+  Config cfg;
+  const std::string dir = saved_state_dir("compcoll-state-dir-clocks", cfg, 3);
   const std::string rank1 = dir + "/compcoll-state-rank1-of2.bin";
   StateFile f = parse_state_file(read_binary_file(rank1));
   f.clock += 2;  // as if rank 1 had saved two calls later
@@ -428,15 +436,9 @@ TEST(StateCheckpoint, CheckpointsSavedAtDifferentPointsAreNotRestored) {
 // peer: a failed communicator does not save) leaves nothing older than the
 // script's own newer model checkpoint for the next start to restore.
 TEST(StateCheckpoint, ACheckpointIsRestoredOnce) {
-  const std::string dir = ::testing::TempDir() + "compcoll-state-dir-once";
-  std::filesystem::remove_all(dir);
-  Config cfg = algo_config("dgc");
-  cfg.state_dir = dir;
+  Config cfg;
+  const std::string dir = saved_state_dir("compcoll-state-dir-once", cfg, 2);
   const std::string rank0 = dir + "/compcoll-state-rank0-of2.bin";
-  testing::run_gloo_ranks(2, [&](Comm& comm) {
-    Communicator cc(std::make_unique<LentComm>(comm), cfg);
-    steps(cc, 0, 2);
-  });
   const Bytes saved = read_binary_file(rank0);
   testing::run_gloo_ranks(2, [&](Comm& comm) {
     Communicator cc(std::make_unique<LentComm>(comm), cfg);
@@ -459,14 +461,8 @@ TEST(StateCheckpoint, ACheckpointIsRestoredOnce) {
 // disk) sends every rank fresh, and the others' good checkpoints are moved
 // to <file>.unused with a WARN, not silently replaced by this run's saves.
 TEST(StateCheckpoint, OneRanksMissingCheckpointCostsTheOthersNothing) {
-  const std::string dir = ::testing::TempDir() + "compcoll-state-dir-missing";
-  std::filesystem::remove_all(dir);
-  Config cfg = algo_config("dgc");
-  cfg.state_dir = dir;
-  testing::run_gloo_ranks(2, [&](Comm& comm) {
-    Communicator cc(std::make_unique<LentComm>(comm), cfg);
-    steps(cc, 0, 3);
-  });
+  Config cfg;
+  const std::string dir = saved_state_dir("compcoll-state-dir-missing", cfg, 3);
   const std::string rank0 = dir + "/compcoll-state-rank0-of2.bin";
   const Bytes rank0_saved = read_binary_file(rank0);
   std::filesystem::remove(dir + "/compcoll-state-rank1-of2.bin");
