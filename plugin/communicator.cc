@@ -197,7 +197,15 @@ void Communicator::load_state_dir() {
       // unsaved and a warning nobody reads.
       outcome = -2;
     } else if (!std::filesystem::exists(state_path_, ec)) {
-      log_.info("COMPCOLL_STATE_DIR: no checkpoint ", state_path_, " yet: starting fresh");
+      if (std::filesystem::exists(state_path_ + ".restored", ec)) {
+        // The run that restored it ended without saving (it failed, or was
+        // killed): its state is older than the script's model checkpoint.
+        log_.warn("COMPCOLL_STATE_DIR: no checkpoint ", state_path_, ": the run that restored ",
+                  state_path_, ".restored ended without saving (it failed or was killed), so "
+                  "this one starts fresh rather than restore that older state");
+      } else {
+        log_.info("COMPCOLL_STATE_DIR: no checkpoint ", state_path_, " yet: starting fresh");
+      }
     } else {
       try {
         std::string why_not;

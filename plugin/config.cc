@@ -510,7 +510,8 @@ const ConfigVar kTable[] = {
      "directory is created when missing, and a path that cannot be written fails every rank "
      "at creation, not at exit; a second live communicator of the same rank in one process "
      "(C API) writes <name>-comm2<.ext> beside it (WARN); without {rank} every rank writes the "
-     "one file and the last to finish wins (WARN, from rank 0); the PyTorch backend and the NCCL "
+     "one file and the last to finish wins (WARN, once per process that is a communicator's rank 0); "
+     "the PyTorch backend and the NCCL "
      "interposer write one file per process",
      CC_APPLY { cfg.stats_file = value; }},
     {"COMPCOLL_STATE_DIR", VarType::kString, "", "a directory",

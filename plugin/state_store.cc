@@ -31,11 +31,14 @@ CodecState& StateStore::get(const StateKey& key, size_t count,
       aside_.erase(aside);
       *created = false;
     } else {
+      // Made first: a make() that throws (an allocation) leaves the store
+      // as it was, not a key without a state.
+      std::unique_ptr<CodecState> fresh = make();
       if (it != entries_.end() && it->second.restored_unclaimed) {
         if (aside != aside_.end()) ++restored_dropped_;  // one aside per key
         aside_[k] = std::move(it->second);
       }
-      entries_[k] = Entry{make(), now_};
+      entries_[k] = Entry{std::move(fresh), now_};
     }
     it = entries_.find(k);
   }
@@ -111,7 +114,10 @@ std::vector<StateStore::Saved> StateStore::saved() const {
 }
 
 void StateStore::put(const std::string& key_text, std::unique_ptr<CodecState> state, uint64_t idle) {
-  entries_[key_text] = Entry{std::move(state), idle <= now_ ? now_ - idle : 0, true};
+  // An entry already idle in the checkpointed run would have been evicted
+  // there too, at the same call: dropping it unused is no partial resume.
+  const bool awaited = idle <= kRecentlyUsedCalls;
+  entries_[key_text] = Entry{std::move(state), idle <= now_ ? now_ - idle : 0, awaited};
 }
 
 size_t StateStore::memory_bytes() const {

@@ -75,7 +75,10 @@ class StateStore {
   // Replaces the store's clock (ages of restored entries count from it).
   void set_clock(uint64_t now) { now_ = now; }
   // Inserts (or replaces) the entry of a key text, `idle` calls old, as
-  // restored from a checkpoint: unclaimed until a get() of the same size.
+  // restored from a checkpoint: unclaimed until a get() of the same size
+  // when the checkpointed run had used it within kRecentlyUsedCalls (a
+  // training step's tensors); an entry idle longer there counts as used.
+  static constexpr uint64_t kRecentlyUsedCalls = 1000;
   void put(const std::string& key_text, std::unique_ptr<CodecState> state, uint64_t idle);
   // A resume that did not fully happen, for the communicator to say: the
   // entry of key was restored and no call has used it yet.

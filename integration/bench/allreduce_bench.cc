@@ -277,6 +277,7 @@ int allreduce_main(int argc, char** argv, int first) {
       a.insert(a.end(), {"--tx-iface", "eth0", "--ranks-per-host", std::to_string(ranks_per_host)});
     }
     if (probe_link) a.push_back("--probe-link");
+    if (r == 0 && isatty(STDERR_FILENO) == 1) a.push_back("--progress");  // TerminalProgress
     if (!hierarchy.empty()) a.insert(a.end(), {"--hierarchy", hierarchy});
     children.push_back(spawn(a, r, dir + "/rank" + std::to_string(r) + ".log"));
     watch_child(children.back().pid);

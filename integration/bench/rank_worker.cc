@@ -144,6 +144,8 @@ int worker_main(int argc, char** argv, int first) {
   const bool skip_baseline = args.flag("skip-dense-baseline", "do not time Gloo's own allreduce");
   const bool probe_link =
       args.flag("probe-link", "measure the cost model's link terms first, as auto does");
+  const bool progress =
+      args.flag("progress", "rank 0 writes its progress beside --out (the parent's terminal)");
   const std::string tx_iface =
       args.str("tx-iface", "", "meter this interface's tx bytes per timed call (host_tx_bytes)");
   const int ranks_per_host = static_cast<int>(
@@ -193,7 +195,8 @@ int worker_main(int argc, char** argv, int first) {
                               sizes + ";iters=" + std::to_string(iters) + ";warmup=" +
                               std::to_string(warmup) + ";gradient=" + gradient +
                               ";seed=" + std::to_string(seed) + ";ranks-per-host=" +
-                              std::to_string(ranks_per_host) + ";hierarchy=" + hierarchy_modes +
+                              std::to_string(ranks_per_host) + ";hierarchy=" +
+                              (hierarchy_modes.empty() ? cfg.hierarchy : hierarchy_modes) +
                               ";skip-dense-baseline=" + (skip_baseline ? "1" : "0") +
                               ";probe-link=" + (probe_link ? "1" : "0") +
                               ";tx-iface=" + (tx_iface.empty() ? "0" : "1"),
@@ -284,11 +287,12 @@ int worker_main(int argc, char** argv, int first) {
 
   std::vector<AllreduceResult> results;
   std::vector<float> buf(max_n);
-  // Rank 0's progress for the parent's terminal (allreduce_bench.cc): one
-  // line, replaced whole (written aside, then renamed) after every round of
+  // Rank 0's progress for the parent's terminal (allreduce_bench.cc; only
+  // with --progress, which the parent gives when stderr is one): one line,
+  // replaced whole (written aside, then renamed) after every round of
   // turns, so that a run of a minute is not a minute of silence.
   const auto say_progress = [&](size_t size_index, int done_rounds) {
-    if (rank != 0 || out_path.empty()) return;
+    if (!progress || rank != 0 || out_path.empty()) return;
     const std::string tmp = out_path + ".progress.tmp";
     std::ofstream(tmp) << counts[size_index] << " elements"
                        << (counts.size() > 1 ? " (size " + std::to_string(size_index + 1) + " of " +

@@ -207,10 +207,16 @@ void Interposer::check_config(int rank, int nranks) const {
     const std::string problem = stats_file_problem(stats_path(cfg.stats_file, rank));
     CC_CHECK(problem.empty(), kInvalidArgument, kStatsFileCannotBeWritten, ": rank ", rank, ": ",
              problem);
-    // Said, not refused, as the communicator says it (communicator.cc).
+    // Said, not refused, as the communicator says it (communicator.cc),
+    // without a count: the first communicator a process creates with rank
+    // 0 may be a subgroup's, and every process of the job writes the file.
     static std::atomic<bool> said{false};
-    const std::string shared = stats_file_shared_warning(cfg.stats_file, nranks);
-    if (!shared.empty() && rank == 0 && !said.exchange(true)) log_.warn(shared);
+    if (nranks > 1 && rank == 0 && cfg.stats_file.find("{rank}") == std::string::npos &&
+        !said.exchange(true)) {
+      log_.warn("COMPCOLL_STATS_FILE=", cfg.stats_file, " has no {rank}: every process of the "
+                "job writes that one file and it keeps the last to finish; put {rank} in the "
+                "name for a file per rank (said once per process)");
+    }
   }
   if (!cfg.state_dir.empty()) {
     const std::string problem = state_dir_problem(cfg.state_dir);

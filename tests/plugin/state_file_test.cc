@@ -454,6 +454,20 @@ TEST(StateCheckpoint, ACheckpointIsRestoredOnce) {
   // Its own save at the end.
   EXPECT_TRUE(std::filesystem::exists(rank0));
   EXPECT_NE(read_binary_file(rank0), saved);
+  // Had it ended without saving (removed here, as a failed run leaves the
+  // directory), the next start is fresh, and says why at WARN.
+  std::filesystem::remove(rank0);
+  std::filesystem::remove(dir + "/compcoll-state-rank1-of2.bin");
+  ::testing::internal::CaptureStderr();
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    EXPECT_EQ(cc.state_entries(), 0u);
+  });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("compcoll WARN [rank 0] COMPCOLL_STATE_DIR: no checkpoint " + rank0 +
+                     ": the run that restored " + rank0 + ".restored ended without saving"),
+            std::string::npos)
+      << err;
   std::filesystem::remove_all(dir);
 }
 

@@ -83,6 +83,13 @@ TEST(StateStore, KeepsARestoredEntryAsideForItsSizeAndCountsTheOnesDroppedUnused
   }
   EXPECT_EQ(store.entries(), 2u);
   EXPECT_EQ(store.restored_dropped(), 2u);  // "idle" and the aside "resized"
+  // One that was idle long in the checkpointed run would have been evicted
+  // there too: not awaited, and not counted when it goes.
+  const StateKey old{"old", 0, 4, DType::kFloat32};
+  store.put(old.str(), std::make_unique<CodecState>(4), StateStore::kRecentlyUsedCalls + 1);
+  EXPECT_FALSE(store.restored_unclaimed(old));
+  for (int i = 0; i < 5; ++i) store.tick();
+  EXPECT_EQ(store.restored_dropped(), 2u);
 }
 
 TEST(Stats, AccumulatesAndWritesJsonWithTheRankInThePath) {

@@ -20,7 +20,7 @@ for _ in range(3):
     opt.zero_grad()
     model(torch.randn(8, 256, generator=g)).sum().backward()
     opt.step()
-compressed = compcoll.stats()["calls"]
+compressed = compcoll.stats()["compressed_calls"]
 
 histogram = torch.full((20_000,), float(rank + 1), dtype=torch.float64)
 dist.all_reduce(histogram)
