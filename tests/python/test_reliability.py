@@ -2,6 +2,8 @@
 in the middle of training (issue 7, extended to the PyTorch layer), and a
 process that must not abort as it exits."""
 import math
+import re
+import time
 
 import pytest
 
@@ -36,18 +38,18 @@ def test_nonfinite_values_reach_every_rank_like_the_dense_sum(tmp_path):
                 f"{where}: clean step relative error {res['clean_rel_err']}"
 
 
-@pytest.mark.parametrize("algo", ["dgc", "onebit"])
-def test_rank_killed_mid_training_fails_every_survivor_in_time(algo, tmp_path):
-    """A rank SIGKILLed between allreduces of an unmodified "gloo" script
-    running under compcoll: every survivor's allreduce raises within the
-    process group's timeout + 2 s, naming compcoll, and no process hangs."""
-    timeout_s = 5
+def killed_run(algo, victim, timeout_s=5):
+    """reliability.py killed on 3 ranks: the survivors' results, after the
+    checks every such run passes: the victim died of its SIGKILL; every
+    survivor's allreduce raised within the group's timeout + 2 s, naming
+    compcoll, and its process ended."""
     ranks = launch([worker("reliability.py"), "killed"], 3,
                    env={"COMPCOLL_ALGO": algo, "TEST_TIMEOUT_S": str(timeout_s),
-                        "TEST_VICTIM": "2", "TEST_KILL_AFTER": "20"},
+                        "TEST_VICTIM": str(victim), "TEST_KILL_AFTER": "20"},
                    timeout=120, check=False)
-    assert ranks[2].returncode == -9, ranks[2].describe()
-    for r in ranks[:2]:
+    assert ranks[victim].returncode == -9, ranks[victim].describe()
+    survivors = [r for r in ranks if r.rank != victim]
+    for r in survivors:
         assert r.returncode == 0, r.describe()
         res = r.result
         assert res["backend"] == "compcoll", res
@@ -55,6 +57,28 @@ def test_rank_killed_mid_training_fails_every_survivor_in_time(algo, tmp_path):
         assert res["calls"] >= 20, res
         assert res["error_after_s"] <= timeout_s + 2, res
         assert "compcoll" in res["error"], res["error"]
+    return [r.result for r in survivors]
+
+
+@pytest.mark.parametrize("algo", ["dgc", "onebit"])
+def test_rank_killed_mid_training_is_named_by_every_survivor_in_time(algo, tmp_path):
+    """A rank SIGKILLed between allreduces of an unmodified "gloo" script
+    running under compcoll: every survivor's allreduce raises in time (Gloo
+    names only an address), and its error names the dead rank, with its pid
+    and host, from the group's failure board."""
+    for res in killed_run(algo, victim=2):
+        assert re.search(r"rank 2 \(pid \d+ on host [^)]+\) posted no failure", res["error"]), \
+            res["error"]
+
+
+def test_the_store_hosts_death_is_said_when_the_killed_rank_hosted_it(tmp_path):
+    """Rank 0 hosts the store (init_method env://, no launcher): killed, it
+    takes the failure board with it, and the survivors say so (the store's
+    host may be the rank that is gone) instead of naming nobody."""
+    for res in killed_run("dgc", victim=0):
+        assert "the store could not be asked" in res["error"], res["error"]
+        assert "rank 0's, unless a launcher such as torchrun hosts it" in res["error"], \
+            res["error"]
 
 
 @pytest.mark.parametrize("algo", ["dgc", "csc"])
@@ -76,6 +100,40 @@ def test_set_timeout_shortens_compcolls_own_waits(algo, tmp_path):
         assert res["error"] is not None, f"rank {r.rank}: the allreduce did not fail: {res}"
         assert res["error_after_s"] <= timeout_s + 2, res
         assert f"{timeout_s * 1000} ms" in res["error"], res["error"]
+        # The hung rank is alive, its connections open: only the board names it.
+        assert re.search(r"rank 2 \(pid \d+ on host [^)]+\) posted no failure", res["error"]), \
+            res["error"]
+
+
+def test_a_rank_waiting_in_an_operation_stops_when_another_ranks_failure_is_posted(tmp_path):
+    """Rank 0's timeout is short, rank 1's long (60 s), rank 2 hangs: rank 0
+    fails at its timeout and posts it; rank 1, still waiting, reads the post
+    and fails within seconds instead of a minute, naming rank 0's failure
+    and rank 2 as silent. Both processes then exit through the interpreter
+    with the broken group alive, promptly."""
+    short_s = 3
+    started = time.monotonic()
+    ranks = launch([worker("reliability.py"), "released"], 3,
+                   env={"COMPCOLL_ALGO": "dgc", "TEST_TIMEOUT_S": "60",
+                        "TEST_SHORT_S": str(short_s), "TEST_VICTIM": "2", "TEST_HANG_S": "30",
+                        "TEST_LINGER_S": "5"},
+                   timeout=120, check=False)
+    for r in ranks:
+        assert r.returncode == 0, r.describe()
+    assert time.monotonic() - started < 60, "a survivor waited out the long timeout"
+    first, waiting = ranks[0].result, ranks[1].result
+    # Rank 0's error comes from its watchdog or from its inner Gloo's wait,
+    # whichever is first at the same deadline: both name the timeout.
+    assert f"{short_s * 1000} ms" in first["error"], first
+    assert "rank 1 stopped waiting when a failure was posted" in first["error"], first
+    # Released at rank 0's post: its check follows within one read (0.5 s),
+    # then it listens for a tenth of its timeout at most 3 s.
+    assert waiting["error"] is not None and waiting["took_s"] < short_s + 5, waiting
+    assert "stopped waiting after" in waiting["error"], waiting
+    assert "rank 0 failed (it posted so on the group's failure board)" in waiting["error"], waiting
+    assert f"{short_s * 1000} ms" in waiting["error"], waiting  # rank 0's post, quoted
+    assert re.search(r"rank 2 \(pid \d+ on host [^)]+\) posted no failure", waiting["error"]), \
+        waiting
 
 
 def rank0_of_a_late_peer_run(mode, env):

@@ -189,7 +189,7 @@ def _build_group(args, device_lane):
     stats_rank, stats_world = _global_identity(rank, size, global_ranks)
     backend = _C.create_backend(inner, timeout, lane, factory, stats_rank, stats_world,
                                 _state_tag(group_name), _children(device_lane),
-                                _log_group(group_name))
+                                _log_group(group_name), store)
     global _groups_built
     with _lock:
         _groups_built += 1

@@ -40,6 +40,21 @@ std::exception_ptr as_compcoll_error(const std::exception& e, const std::string&
       "compcoll: " + (context.empty() ? what : context + " failed: " + what)));
 }
 
+// The error of a candidate that failed. A transport failure (a peer gone,
+// stuck or refused by it) leaves the group unusable on this rank: the
+// failure board is told, and says which other ranks failed and which are
+// silent, gone or stuck (failure_board.h).
+std::exception_ptr candidate_error(const std::exception& e, const std::string& context,
+                                   FailureBoard* board) {
+  const auto* error = dynamic_cast<const Error*>(&e);
+  if (board == nullptr || error == nullptr || error->kind() != ErrorKind::kTransport) {
+    return as_compcoll_error(e, context);
+  }
+  const std::string failure = context + " failed: " + message_without_prefix(e);
+  return std::make_exception_ptr(
+      std::runtime_error("compcoll: " + with_account(failure, board->report(failure))));
+}
+
 // The route's reason, in the Communicator's log, for a candidate sent exact
 // because of its group (mark_tensor_parallel) or where it was issued
 // (issue_scope.h).
@@ -59,7 +74,7 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
                    const at::Tensor& t, const at::Tensor& host, DType dtype, ReduceOp op,
                    const std::string& key, const std::string& dropped,
                    const std::string& merged, const std::string& context,
-                   const char* exact_reason) {
+                   const char* exact_reason, const std::shared_ptr<FailureBoard>& board) {
   try {
     const std::optional<c10::Stream> stream =
         lane->staged() ? lane->worker_stream(t.device()) : std::nullopt;
@@ -84,7 +99,7 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
       // before the work completes.
       if (lane->staged()) t.copy_(host);
     } catch (const std::exception& e) {
-      work->fail(as_compcoll_error(e, context));
+      work->fail(candidate_error(e, context, board.get()));
       return;
     }
     work->complete();  // with the stream current: a device future's events are on it
@@ -98,7 +113,7 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
 CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
                                  std::chrono::milliseconds timeout, DeviceLaneSpec device_lane,
                                  StatsIdentity stats_id, std::string state_tag,
-                                 std::string log_group)
+                                 std::string log_group, c10::intrusive_ptr<c10d::Store> store)
     : c10d::Backend(inner->getRank(), inner->getSize()),
       inner_(std::move(inner)),
       timeout_(std::make_shared<GroupTimeout>(timeout)),
@@ -136,7 +151,10 @@ CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
     device_ = std::make_shared<Lane>(device_lane.name, device_lane.type,
                                      std::move(device_lane.factory));
   }
-  worker_ = Worker::start(getRank(), getSize(), timeout_, log_);
+  if (store) {
+    board_ = std::make_shared<FailureBoard>(std::move(store), getRank(), getSize(), timeout_);
+  }
+  worker_ = Worker::start(getRank(), getSize(), timeout_, log_, board_);
   log_.info("torch backend over ", inner_->getBackendName(),
             device_ ? " (" + device_->name() + " tensors: a lane built on first use)" : "", ": ",
             getSize(), " ranks, algo ", cfg_.algo, ", timeout ", timeout.count(), " ms");
@@ -169,10 +187,10 @@ std::vector<c10::intrusive_ptr<CompcollBackend>> CompcollBackend::live() {
 c10::intrusive_ptr<CompcollBackend> CompcollBackend::create(
     c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
     DeviceLaneSpec device_lane, StatsIdentity stats_id, std::string state_tag,
-    std::string log_group) {
+    std::string log_group, c10::intrusive_ptr<c10d::Store> store) {
   auto b = c10::make_intrusive<CompcollBackend>(std::move(inner), timeout, std::move(device_lane),
                                                 stats_id, std::move(state_tag),
-                                                std::move(log_group));
+                                                std::move(log_group), std::move(store));
   std::lock_guard<std::mutex> lock(registry_mutex());
   registry().emplace_back(b);
   return b;
@@ -424,10 +442,10 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     log_slot_event(*lane, a, t.numel());
     return [lane, cfg = lane_cfg_, timeout = timeout_, work, t, host, dtype, op,
             key = a.key, dropped = a.dropped_key, merged = a.merged_key, exact_reason,
-            context = detail::concat("rank ", getRank(), "/", getSize(), ", group '",
+            board = board_, context = detail::concat("rank ", getRank(), "/", getSize(), ", group '",
                                      getGroupUid(), "': ", what)] {
       run_candidate(lane, cfg, timeout, work, t, host, dtype, op, key, dropped, merged, context,
-                    exact_reason);
+                    exact_reason, board);
     };
   }, op_timeout);
   return work;

@@ -101,6 +101,7 @@
 #include <vector>
 
 #include "integration/pytorch/csrc/buffer_slots.h"
+#include "integration/pytorch/csrc/failure_board.h"
 #include "integration/pytorch/csrc/group_stats.h"
 #include "integration/pytorch/csrc/group_timeout.h"
 #include "integration/pytorch/csrc/lane.h"
@@ -143,11 +144,15 @@ class CompcollBackend final : public c10d::Backend {
   // and every queued operation settles within it (setTimeout() changes it
   // for the operations submitted after). state_tag: names the group's
   // COMPCOLL_STATE_DIR files ("" for the default group; see _backend.py).
+  // store: the group's, for its failure board (failure_board.h: a failed
+  // operation's error names the ranks that are gone or stuck); none: errors
+  // name no peer.
   // log_group: the group its communicators' log lines name beside their
   // rank ("" for the default group, whose ranks are the job's).
   CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner, std::chrono::milliseconds timeout,
                   DeviceLaneSpec device_lane = {}, StatsIdentity stats_id = {},
-                  std::string state_tag = {}, std::string log_group = {});
+                  std::string state_tag = {}, std::string log_group = {},
+                  c10::intrusive_ptr<c10d::Store> store = {});
   ~CompcollBackend() override;
 
   const std::string getBackendName() const override { return "compcoll"; }
@@ -326,7 +331,8 @@ class CompcollBackend final : public c10d::Backend {
                                                     DeviceLaneSpec device_lane = {},
                                                     StatsIdentity stats_id = {},
                                                     std::string state_tag = {},
-                                                    std::string log_group = {});
+                                                    std::string log_group = {},
+                                                    c10::intrusive_ptr<c10d::Store> store = {});
   // Every live backend of this process (for the exit hook).
   static std::vector<c10::intrusive_ptr<CompcollBackend>> live();
 
@@ -376,6 +382,8 @@ class CompcollBackend final : public c10d::Backend {
   std::shared_ptr<Lane> host_;
   std::shared_ptr<Lane> device_;  // null without a device lane
   std::shared_ptr<Worker> worker_;
+  // Shared with the worker and the tasks; null without a store.
+  std::shared_ptr<FailureBoard> board_;
 
   std::atomic<bool> finished_{false};
   std::atomic<bool> momentum_agreed_{false};

@@ -21,6 +21,8 @@ using compcoll::torch_integration::BufferSlots;
 using compcoll::torch_integration::CompcollBackend;
 using compcoll::torch_integration::DeferredRelease;
 using compcoll::torch_integration::DeviceLaneSpec;
+using compcoll::torch_integration::FailureBoard;
+using compcoll::torch_integration::GroupTimeout;
 using compcoll::torch_integration::Lane;
 using compcoll::torch_integration::StatsIdentity;
 
@@ -168,7 +170,7 @@ PYBIND11_MODULE(_C, m) {
       [](const c10::intrusive_ptr<c10d::Backend>& inner, std::chrono::milliseconds timeout,
          std::optional<std::string> device_lane, std::optional<py::function> device_factory,
          int stats_rank, int stats_world_size, std::string state_tag,
-         std::optional<py::function> child, std::string log_group) {
+         std::optional<py::function> child, std::string log_group, py::object store) {
         DeviceLaneSpec spec;
         if (device_lane) {
           TORCH_CHECK(device_factory, "compcoll: a device lane needs a device_factory");
@@ -183,6 +185,8 @@ PYBIND11_MODULE(_C, m) {
           spec.name = *device_lane;
           spec.factory = backend_factory(std::move(*device_factory));
         }
+        c10::intrusive_ptr<c10d::Store> group_store;
+        if (!store.is_none()) group_store = store.cast<c10::intrusive_ptr<c10d::Store>>();
         compcoll::torch_integration::ChildFactory children;
         if (child) {
           children = child_factory(std::move(*child));
@@ -190,14 +194,15 @@ PYBIND11_MODULE(_C, m) {
         py::gil_scoped_release nogil;  // collective: other threads may need the GIL meanwhile
         auto backend = CompcollBackend::create(inner, timeout, std::move(spec),
                                                StatsIdentity{stats_rank, stats_world_size},
-                                               std::move(state_tag), std::move(log_group));
+                                               std::move(state_tag), std::move(log_group),
+                                               std::move(group_store));
         backend->set_child_factory(std::move(children));
         return c10::intrusive_ptr<c10d::Backend>(backend);
       },
       py::arg("inner"), py::arg("timeout"), py::arg("device_lane") = py::none(),
       py::arg("device_factory") = py::none(), py::arg("stats_rank") = -1,
       py::arg("stats_world_size") = -1, py::arg("state_tag") = "", py::arg("child") = py::none(),
-      py::arg("log_group") = "",
+      py::arg("log_group") = "", py::arg("store") = py::none(),
       "Wraps an inner (Gloo) backend; collective: every rank of the group calls it. "
       "device_lane ('cuda', or 'staged_cpu' for tests) with device_factory (a callable "
       "returning the inner backend for those tensors, called on their first operation) "
@@ -206,7 +211,42 @@ PYBIND11_MODULE(_C, m) {
       "names the group's COMPCOLL_STATE_DIR files ('' for the default group). child: "
       "child(store, rank, size, timeout, group_name) -> the backend of a group split or merged "
       "from this one (split_group, merge_remote_group); without it the group cannot do either. "
-      "log_group: the group its log lines name beside their rank ('' for the default group).");
+      "log_group: the group its log lines name beside their rank ('' for the default group). "
+      "store: the group's store, for the failure board that names the ranks gone or stuck when "
+      "an operation fails (none: errors name no peer).");
+
+  // The failure board a backend keeps on its group's store, on its own: for
+  // the tests, which drive it over real stores (a stale board, a store whose
+  // host is gone or stopped) without making a group fail.
+  py::class_<FailureBoard, std::shared_ptr<FailureBoard>>(
+      m, "_FailureBoard", "A group's failure board (failure_board.h); for tests.")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout) {
+             py::gil_scoped_release nogil;
+             return std::make_shared<FailureBoard>(store, rank, size,
+                                                   std::make_shared<GroupTimeout>(timeout));
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"))
+      .def("report",
+           [](FailureBoard& board, const std::string& failure, bool followed,
+              std::chrono::milliseconds timeout) {
+             py::gil_scoped_release nogil;
+             return board.report(failure, followed, timeout);
+           },
+           py::arg("failure"), py::arg("followed") = false,
+           py::arg("timeout") = std::chrono::milliseconds(0))
+      .def("check_peers",
+           [](FailureBoard& board) -> py::object {
+             std::optional<FailureBoard::Post> post;
+             {
+               py::gil_scoped_release nogil;
+               post = board.check_peers();
+             }
+             if (!post) return py::none();
+             return py::make_tuple(post->rank, post->followed, post->text);
+           })
+      .def("listen_for", &FailureBoard::listen_for, py::arg("timeout"))
+      .def_property_readonly("check_every", &FailureBoard::check_every);
 
   m.def("is_compcoll", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return static_cast<bool>(compcoll_or_null(b));

@@ -41,6 +41,13 @@ c10d::ReduceOp to_torch_op(ReduceOp op) {
   CC_THROW(kInvalidArgument, "TorchComm::allreduce does not take AVG (the collectives sum and divide)");
 }
 
+// torch's errors carry the C++ stack that raised them, which is not the
+// user's to read: the message alone.
+std::string without_stack(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  return c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
+}
+
 }  // namespace
 
 bool to_compcoll_dtype(c10::ScalarType t, DType* out) {
@@ -109,10 +116,11 @@ void TorchComm::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* wha
   try {
     work->wait(timeout);
   } catch (const std::exception& e) {
-    broken_ = std::string(what) + ": " + e.what();
+    const std::string why = without_stack(e);
+    broken_ = std::string(what) + ": " + why;
     CC_THROW(kTransport, "rank ", rank_, "/", size_, ": ", what,
              " through the inner ", inner_name_, " process group failed (timeout ",
-             timeout.count(), " ms): ", e.what());
+             timeout.count(), " ms): ", why);
   }
 }
 
@@ -123,9 +131,10 @@ void TorchComm::run(const char* what, Issue&& issue) {
   try {
     work = issue();
   } catch (const std::exception& e) {
-    broken_ = std::string(what) + ": " + e.what();
+    const std::string why = without_stack(e);
+    broken_ = std::string(what) + ": " + why;
     CC_THROW(kTransport, "rank ", rank_, "/", size_, ": ", what,
-             " could not be issued on the inner ", inner_name_, " process group: ", e.what());
+             " could not be issued on the inner ", inner_name_, " process group: ", why);
   }
   wait(work, what);
 }

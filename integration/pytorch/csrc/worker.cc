@@ -29,14 +29,14 @@ constexpr std::chrono::seconds kStopGrace{2};
 }  // namespace
 
 Worker::Worker(int rank, int size, std::shared_ptr<const GroupTimeout> timeout,
-               const Logger& log)
-    : rank_(rank), size_(size), timeout_(std::move(timeout)), log_(log) {}
+               const Logger& log, std::shared_ptr<FailureBoard> board)
+    : rank_(rank), size_(size), timeout_(std::move(timeout)), log_(log), board_(std::move(board)) {}
 
 std::shared_ptr<Worker> Worker::start(int rank, int size,
                                       std::shared_ptr<const GroupTimeout> timeout,
-                                      const Logger& log) {
+                                      const Logger& log, std::shared_ptr<FailureBoard> board) {
   CC_CHECK(timeout, kInvalidArgument, "the torch backend's worker needs the group's timeout");
-  std::shared_ptr<Worker> w(new Worker(rank, size, std::move(timeout), log));
+  std::shared_ptr<Worker> w(new Worker(rank, size, std::move(timeout), log, std::move(board)));
   std::lock_guard<std::mutex> lock(w->mu_);  // no task before worker_id_ is known
   w->worker_ = std::thread([w] { w->worker_loop(); });
   w->worker_id_ = w->worker_.get_id();
@@ -70,7 +70,7 @@ std::string Worker::where() const {
 
 void Worker::check_usable(const std::string& what) const {
   CC_CHECK(broken_.empty(), kTransport, where(), ": ", what,
-           " refused: the group is unusable on this rank since an operation timed out (",
+           " refused: the group is unusable on this rank since an earlier operation failed (",
            broken_, ")");
   CC_CHECK(!stopping_, kInvalidArgument, where(), ": ", what,
            " on a torch backend that has shut down");
@@ -93,8 +93,13 @@ uint64_t Worker::track(const std::string& what, const c10::intrusive_ptr<Compcol
     if (first == 0) first = id;  // the extension ends when this one settles
   }
   // Only after a shortened timeout can a new entry fall due before the
-  // watchdog wakes; then it must wake now and take this deadline.
-  if (e.deadline < watchdog_wakes_) watchdog_cv_.notify_all();
+  // watchdog wakes; then it must wake now and take this deadline. With a
+  // failure board, a watchdog asleep for longer than kCheckAfter (idle
+  // until now) must wake to read the board while this entry waits.
+  if (e.deadline < watchdog_wakes_ ||
+      (board_ && now + FailureBoard::kCheckAfter < watchdog_wakes_)) {
+    watchdog_cv_.notify_all();
+  }
   e.started = now;
   e.state = state;
   std::weak_ptr<Worker> self = weak_from_this();
@@ -256,10 +261,13 @@ void Worker::worker_loop() {
   }
 }
 
-std::string Worker::expire(uint64_t id, const Entry& e, Clock::time_point now) {
+std::string Worker::expire(uint64_t id, const Entry& e, Clock::time_point now,
+                           std::string* brief) {
   std::string reason;
+  const char* where_it_was = "";
   switch (e.state) {
     case Entry::kQueued:
+      where_it_was = "queued behind another operation";
       reason = detail::concat("it was waiting for the worker thread, which has been busy for ",
                               seconds(now - current_since_), " s with ", current_what_,
                               " (operation #", current_id_, ")");
@@ -271,6 +279,7 @@ std::string Worker::expire(uint64_t id, const Entry& e, Clock::time_point now) {
     case Entry::kRunning:
       // Running means waiting for peers: say which peers can hold it, since
       // ranks that called different collectives or sizes look the same here.
+      where_it_was = "waiting for its peers";
       reason = detail::concat("it had been running on the worker thread for ",
                               seconds(now - e.started),
                               " s, waiting for its peers (one that is gone or stuck, or one that "
@@ -278,6 +287,7 @@ std::string Worker::expire(uint64_t id, const Entry& e, Clock::time_point now) {
                               "it)");
       break;
     case Entry::kIssued:
+      where_it_was = "issued to the inner backend";
       reason = detail::concat("it was issued to the inner backend ", seconds(now - e.started),
                               " s ago and has not completed");
       break;
@@ -291,8 +301,44 @@ std::string Worker::expire(uint64_t id, const Entry& e, Clock::time_point now) {
           : std::string(),
       ": ", reason,
       ". The group cannot be used on this rank any more: destroy it and create a new one");
+  *brief = detail::concat(e.what, " (operation #", id, ") timed out after ", e.timeout.count(),
+                          " ms, ", where_it_was);
   broken_ = msg;
   return msg;
+}
+
+Worker::Clock::time_point Worker::next_board_check() const {
+  if (!board_ || pending_.empty()) return Clock::time_point::max();
+  // pending_ is ordered by id, so by submission: the first waited longest.
+  return std::max(pending_.begin()->second.submitted + FailureBoard::kCheckAfter,
+                  board_checked_ + board_->check_every());
+}
+
+void Worker::fail_all(std::unique_lock<std::mutex>& lock, uint64_t first,
+                      const std::string& first_msg, const std::string& cause,
+                      const std::string& board_says, bool followed) {
+  broken_ = first_msg;
+  auto it = pending_.find(first);
+  const std::chrono::milliseconds timeout =
+      it != pending_.end() ? it->second.timeout : timeout_->group();
+  std::vector<std::pair<c10::intrusive_ptr<CompcollWork>, std::string>> fail;
+  for (auto& [id, e] : pending_) {
+    fail.emplace_back(e.work, id == first
+                                  ? first_msg
+                                  : detail::concat(where(), ": ", e.what, " (operation #", id,
+                                                   ") cancelled: ", cause, " (", first_msg, ")"));
+  }
+  pending_.clear();
+  std::deque<std::pair<uint64_t, Task>> dropped = std::move(queue_);
+  queue_.clear();
+  lock.unlock();
+  // The worker is broken: nothing new is submitted while the board listens.
+  if (board_) {
+    const std::string said = board_->report(board_says, followed, timeout);
+    for (auto& f : fail) f.second = with_account(std::move(f.second), said);
+  }
+  fail_detached(std::move(fail), std::move(dropped));
+  lock.lock();
 }
 
 void Worker::watchdog_loop() {
@@ -313,28 +359,41 @@ void Worker::watchdog_loop() {
     }
     const Clock::time_point now = Clock::now();
     if (now < first->second.deadline) {
-      // A copy: wait_until reads its argument again after waking, and the
+      // Copies: wait_until reads its argument again after waking, and the
       // entry may have settled (been erased) while the lock was released.
       const Clock::time_point due = first->second.deadline;
-      watchdog_wakes_ = due;
-      watchdog_cv_.wait_until(lock, due);
+      const Clock::time_point check = next_board_check();
+      if (check <= now) {
+        board_checked_ = now;
+        lock.unlock();
+        const std::optional<FailureBoard::Post> post = board_->check_peers();
+        lock.lock();
+        if (post && !pending_.empty() && broken_.empty() && !watchdog_stop_) {
+          // The oldest unsettled operation is the one this rank waits in.
+          const auto& [id, e] = *pending_.begin();
+          const std::string msg = detail::concat(
+              where(), ": ", e.what, " (operation #", id, ") stopped waiting after ",
+              seconds(now - e.submitted), " s: rank ", post->rank,
+              post->followed ? " stopped waiting on the group" : " failed",
+              " (it posted so on the group's failure board) and takes part in no later operation "
+              "of the group. The group cannot be used on this rank any more: destroy it and "
+              "create a new one");
+          fail_all(lock, id, msg, detail::concat("rank ", post->rank, " failed"),
+                   detail::concat("stopped waiting in ", e.what, " (operation #", id,
+                                  ") when rank ", post->rank, "'s failure was posted"),
+                   /*followed=*/true);
+        }
+        continue;
+      }
+      watchdog_wakes_ = std::min(due, check);
+      const Clock::time_point wake = watchdog_wakes_;
+      watchdog_cv_.wait_until(lock, wake);
       continue;
     }
-    std::vector<std::pair<c10::intrusive_ptr<CompcollWork>, std::string>> fail;
-    const std::string msg = expire(first->first, first->second, now);
-    fail.emplace_back(first->second.work, msg);
-    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-      if (it == first) continue;
-      fail.emplace_back(it->second.work,
-                        detail::concat(where(), ": ", it->second.what, " (operation #", it->first,
-                                       ") cancelled: an earlier operation timed out (", msg, ")"));
-    }
-    pending_.clear();
-    std::deque<std::pair<uint64_t, Task>> dropped = std::move(queue_);
-    queue_.clear();
-    lock.unlock();
-    fail_detached(std::move(fail), std::move(dropped));
-    lock.lock();
+    const uint64_t id = first->first;
+    std::string brief;
+    const std::string msg = expire(id, first->second, now, &brief);
+    fail_all(lock, id, msg, "an earlier operation timed out", brief, /*followed=*/false);
   }
 }
 

@@ -34,6 +34,15 @@
 // watchdog runs no user code: failures, and so the futures' error
 // callbacks, are delivered on a short-lived thread of their own.
 //
+// Peers' failures. With a failure board (failure_board.h), the watchdog
+// reads it every FailureBoard::kCheckEvery while the oldest unsettled
+// operation is older than FailureBoard::kCheckAfter. When another rank has
+// posted a failure, that rank takes part in no later operation of the
+// group: every unsettled operation fails at once, naming it, as at a
+// deadline (the worker is broken), instead of waiting out the timeout. A
+// deadline's error, and these, end with what the board says of the other
+// ranks (who failed too, who is gone or stuck).
+//
 // Lifetime. The Worker is shared with its two threads. stop() drains
 // nothing (the backend drains first); it waits a bounded time for the
 // worker thread and, if that thread is wedged (in a callback that never
@@ -56,6 +65,7 @@
 #include <utility>
 #include <vector>
 
+#include "integration/pytorch/csrc/failure_board.h"
 #include "integration/pytorch/csrc/group_timeout.h"
 #include "integration/pytorch/csrc/work.h"
 #include "plugin/logging.h"
@@ -71,9 +81,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // timeout: the group's, read at each submission (dist.set_timeout moves
   // it; an operation submitted after a shortening wakes the watchdog when
   // its deadline falls before the watchdog's next wake-up).
+  // board: the group's failure board, or null.
   static std::shared_ptr<Worker> start(int rank, int size,
                                        std::shared_ptr<const GroupTimeout> timeout,
-                                       const Logger& log);
+                                       const Logger& log,
+                                       std::shared_ptr<FailureBoard> board = nullptr);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -137,7 +149,8 @@ class Worker : public std::enable_shared_from_this<Worker> {
     enum State { kQueued, kRunning, kIssued } state = kQueued;
   };
 
-  Worker(int rank, int size, std::shared_ptr<const GroupTimeout> timeout, const Logger& log);
+  Worker(int rank, int size, std::shared_ptr<const GroupTimeout> timeout, const Logger& log,
+         std::shared_ptr<FailureBoard> board);
   void worker_loop();
   void watchdog_loop();
   // Under mu_: a new entry for work, due a timeout from now, which forgets
@@ -153,7 +166,18 @@ class Worker : public std::enable_shared_from_this<Worker> {
   void check_usable(const std::string& what) const;  // under mu_
   std::string where() const;                         // "rank 0/2, group '1'"
   // Under mu_: the timeout error of entry id, and breaks the worker.
-  std::string expire(uint64_t id, const Entry& e, Clock::time_point now);
+  // *brief: the same in a few words, for the other ranks (failure board).
+  std::string expire(uint64_t id, const Entry& e, Clock::time_point now, std::string* brief);
+  // Under mu_ (released and taken again): breaks the worker with `broken`
+  // and fails every unsettled operation, `first` with first_msg and the
+  // others as cancelled, each message followed by the failure board's
+  // account (the board is told `board_says`; followed: this rank stopped
+  // waiting because of another's failure).
+  void fail_all(std::unique_lock<std::mutex>& lock, uint64_t first, const std::string& first_msg,
+                const std::string& cause, const std::string& board_says, bool followed);
+  // Under mu_: when the watchdog should next read the failure board
+  // (time_point::max(): not while nothing has been waiting long).
+  Clock::time_point next_board_check() const;
   // Fails works with their errors on a short-lived thread (no user code on
   // the caller's thread) and destroys the dropped tasks there.
   static void fail_detached(std::vector<std::pair<c10::intrusive_ptr<CompcollWork>, std::string>> f,
@@ -163,6 +187,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   const int size_;
   const std::shared_ptr<const GroupTimeout> timeout_;
   const Logger log_;
+  const std::shared_ptr<FailureBoard> board_;  // null: none
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable work_cv_;
@@ -187,6 +212,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   bool worker_exited_ = false;
   bool watchdog_stop_ = false;
   Clock::time_point watchdog_wakes_ = Clock::time_point::max();  // its next wake-up
+  Clock::time_point board_checked_{};  // the watchdog's last read of the board
   std::thread::id worker_id_;
   std::thread worker_;
   std::thread watchdog_;

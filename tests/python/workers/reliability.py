@@ -27,6 +27,14 @@ usage: reliability.py MODE
              compiles); rank 1 comes TEST_LATE_S late to the next allreduce
              and to the one after it (the extension has ended by then);
              every rank reports how long each took and the error
+  released   COMPCOLL_ALGO on the default group created with a
+             TEST_TIMEOUT_S timeout (long); after warm-up rank 0 alone
+             shortens it to TEST_SHORT_S, rank TEST_VICTIM hangs
+             (TEST_HANG_S, alive, connections open) and the others
+             allreduce: rank 0 fails at its short timeout and keeps its
+             process (and so the store it hosts) TEST_LINGER_S longer; every
+             survivor reports how long its allreduce took and its error,
+             then exits through the interpreter's normal exit
   timing     _enable_collectives_timing on the default group (which
              ProcessGroupGloo accepts); every rank reports _get_duration()
              of a compressed allreduce, then runs a delegated broadcast
@@ -145,6 +153,22 @@ def retimed():
     os._exit(0)  # the group is broken; skip its teardown
 
 
+def released():
+    rank, pg, backend = warm_group_with_timeout()
+    victim = int(os.environ["TEST_VICTIM"])
+    if rank == 0:
+        dist.set_timeout(timedelta(seconds=float(os.environ["TEST_SHORT_S"])))
+    if rank == victim:
+        time.sleep(float(os.environ["TEST_HANG_S"]))  # bounded: the survivors have left by then
+        emit({"rank": rank, "backend": backend, "victim": True})
+        os._exit(0)
+    outcome = late_call(-1, lambda: dist.all_reduce(gradient(rank, 3)))
+    emit(dict(outcome, rank=rank, backend=backend))
+    if rank == 0:
+        time.sleep(float(os.environ["TEST_LINGER_S"]))
+    sys.exit(0)  # the interpreter's own exit, with the broken group still alive
+
+
 def warm_group_with_timeout():
     """The default group with a TEST_TIMEOUT_S timeout, after three
     allreduces (the compressed path set up): rank, group, cpu backend name."""
@@ -220,4 +244,4 @@ def timing():
 
 
 {"nonfinite": nonfinite, "killed": killed, "retimed": retimed, "op_timeout": op_timeout,
- "ephemeral": ephemeral, "timing": timing}[MODE]()
+ "ephemeral": ephemeral, "timing": timing, "released": released}[MODE]()

@@ -1,0 +1,134 @@
+// FailureBoard: what the ranks of a group tell each other when it fails, so
+// that an error names the rank that is gone or stuck.
+//
+// Why. Torch's Gloo reports a dead peer by address ("Connection reset by
+// peer [10.0.0.7]:41235"), never by rank, and a stuck peer (SIGSTOP, a hang
+// in user code) not at all: every other rank waits out the group's timeout,
+// 30 minutes by default, and then says only that it waited. compcoll's own
+// Gloo transport (the C API, the benchmark) knows which rank each socket
+// leads to; through torch's process group that map is out of reach. The
+// group's store is not: every rank of the group can reach it.
+//
+// Keys (on the group's store, under the group's prefix):
+//   compcoll_board/who/<r>    set at creation: "pid P on host H"
+//   compcoll_board/count      failures posted so far (store add)
+//   compcoll_board/post/<n>   the n-th: "<rank>\t<failed|followed>\t<text>"
+// The count read at creation is this group's baseline: posts below it were
+// left by an earlier group of the same name on a reused store.
+//
+// Protocol.
+//   report()        A rank whose operation failed (a transport error, or its
+//                   deadline) posts its failure once, then reads the others'
+//                   posts until every rank has posted or listen_for() has
+//                   passed (a tenth of the failed operation's timeout,
+//                   between 0.5 s and 3 s up to 32 ranks: a failure's error
+//                   comes that much later, which a short timeout must not
+//                   double), and returns a sentence for its error: who
+//                   failed too, who stopped waiting because of a failure, and who
+//                   posted nothing (gone: killed, crashed, its host down; or
+//                   stuck), with their pid and host.
+//   check_peers()   A rank still waiting in an operation reads the count
+//                   (one store call) every check_every() once the operation
+//                   is kCheckAfter old (the worker's watchdog does): every
+//                   0.5 s up to 32 ranks, less often above (a rank 0 busy
+//                   with an evaluation keeps the others waiting, and their
+//                   reads all go to one store), at most every 5 s. A post by
+//                   another rank ends the wait at once, as a "followed"
+//                   failure: the rank that failed takes part in no later
+//                   operation of the group, so nothing is worth waiting for.
+//
+// Bounds. Every store call runs on a thread of its own and is given up after
+// kStoreWait: the store's host may be the rank that is gone (rank 0 hosts it
+// unless a launcher such as torchrun does) or a stopped one. A store that
+// failed or did not answer is said so in the sentence and never asked again.
+//
+// Thread-safe: one call at a time (a second report() waits for the first,
+// which is bounded, and returns its answer).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <functional>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "integration/pytorch/csrc/group_timeout.h"
+
+namespace compcoll::torch_integration {
+
+class FailureBoard {
+ public:
+  static constexpr std::chrono::milliseconds kCheckAfter{500};
+  static constexpr std::chrono::milliseconds kStoreWait{2000};
+
+  // A failure another rank posted: its rank and what it said.
+  struct Post {
+    int rank = -1;
+    bool followed = false;  // it stopped waiting because of another's failure
+    std::string text;
+  };
+
+  // Posts this rank's identity and reads the baseline (bounded store calls;
+  // a store that fails leaves a board that says so when asked). timeout:
+  // the group's (get(): an operation's own on a thread running it).
+  FailureBoard(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+               std::shared_ptr<const GroupTimeout> timeout);
+
+  // This rank's failure (`followed`: it stopped waiting because of another
+  // rank's). Posts it, the first time, and returns what the board says of
+  // the other ranks: a sentence to append to the error (never empty when
+  // the group has other ranks). Blocks at most listen_for(timeout) + 3
+  // kStoreWait on the first call; later calls return the first call's
+  // answer at once. timeout: the failed operation's (zero: the timeout's
+  // get() on this thread).
+  std::string report(const std::string& failure, bool followed = false,
+                     std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+
+  // The first failure another rank posted since this group was created, if
+  // any (one bounded store call when no post is known yet).
+  std::optional<Post> check_peers();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // How often a waiting rank reads the board, and how long a rank whose
+  // operation of `timeout` failed listens for the others' posts (see
+  // report() above).
+  std::chrono::milliseconds check_every() const;
+  std::chrono::milliseconds listen_for(std::chrono::milliseconds timeout) const;
+
+ private:
+  // Under mu_. fn(store) run on a thread of its own (fn must own what it
+  // touches: it may outlive the call); nullopt, and the store marked
+  // unusable with why, when it threw or did not return within kStoreWait.
+  template <typename R>
+  std::optional<R> call_store(const char* what, std::function<R(c10d::Store&)> fn);
+  // Reads posts baseline_+1..count not read yet into posts_ (store calls).
+  void read_posts();
+  std::string summary(std::chrono::milliseconds listened) const;  // posts_, who_, store_error_
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  const int rank_;
+  const int size_;
+  const std::shared_ptr<const GroupTimeout> timeout_;
+
+  std::mutex mu_;  // guards everything below; held through each public call
+  int64_t baseline_ = 0;
+  int64_t read_up_to_ = 0;      // posts read so far (absolute numbers)
+  std::map<int, Post> posts_;   // by rank, first post of each; this rank's too
+  std::map<int, std::string> who_;
+  std::string store_error_;     // "" while the store answers
+  bool posts_read_ = false;     // the posts were read at least once
+  std::optional<std::string> answer_;  // report()'s, once known
+};
+
+// error followed by the board's account of the other ranks (report()) as
+// its next sentence; error alone when the account is empty.
+std::string with_account(std::string error, const std::string& account);
+
+}  // namespace compcoll::torch_integration
