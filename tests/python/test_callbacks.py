@@ -57,6 +57,66 @@ dist.destroy_process_group()
 """
 
 
+# A callback of w1 waits for w2, submitted after w1 (queued behind it on the
+# worker). Rank 1 comes late to w1, so rank 0's w1 is still pending when its
+# callback is attached: the callback runs on rank 0's worker. Every kind of
+# w2: compressed, dense route, delegated (int64); then the group still works.
+CALLBACK_WAITS_FOR_A_LATER_OPERATION = """
+import json, threading, time, torch, torch.distributed as dist
+from datetime import timedelta
+dist.init_process_group("gloo", timeout=timedelta(seconds=TIMEOUT_S))
+rank, world = dist.get_rank(), dist.get_world_size()
+out = {"took_s": [], "sums_right": [], "callback_threads": []}
+for kind in ("compressed", "dense", "delegated"):
+    if rank == 1:
+        time.sleep(1.0)
+    a = torch.full((20000,), 1.0)
+    b = {"compressed": torch.full((20000,), float(rank)), "dense": torch.full((10,), 1.0),
+         "delegated": torch.ones(10, dtype=torch.int64)}[kind]
+    start = time.monotonic()
+    w1 = dist.all_reduce(a, async_op=True)
+    w2 = dist.all_reduce(b, async_op=True)
+    def cb(fut, w2=w2):
+        out["callback_threads"].append(threading.current_thread().name)
+        w2.wait()  # submitted after w1: queued behind it on the worker
+        return fut.value()
+    w1.get_future().then(cb).wait()
+    w2.wait()
+    out["took_s"].append(time.monotonic() - start)
+    want = {"compressed": float(sum(range(world))), "dense": float(world), "delegated": world}
+    # The compressed sum is a first step of error feedback: its total is
+    # what is checked, not every element.
+    got = float(b.sum()) / b.numel() if kind == "compressed" else float(b[0])
+    out["sums_right"].append(kind == "compressed" or got == want[kind])
+x = torch.ones(10, dtype=torch.int64)
+dist.all_reduce(x)
+out["usable"] = bool(torch.all(x == world))
+out["backend"] = dist.group.WORLD._get_backend(torch.device("cpu")).name()
+print("RESULT", json.dumps(out))
+dist.destroy_process_group()
+"""
+
+
+def test_a_callback_may_wait_for_an_operation_submitted_after_the_one_it_follows():
+    """w1.get_future().then(lambda f: w2.wait()) with w2 issued after w1: the
+    callback, run by rank 0's worker, waits for w2, which is queued behind
+    w1 on that worker; the worker runs w2 in the callback's wait, in queue
+    order, as ProcessGroupGloo (whose callbacks run on other threads)
+    completes it. Within seconds (the group's timeout is 30 s), for a
+    compressed, a dense-route and a delegated w2; the group still works."""
+    code = CALLBACK_WAITS_FOR_A_LATER_OPERATION.replace("TIMEOUT_S", "30")
+    ranks = launch(["-c", code], 2,
+                   env={"COMPCOLL_ALGO": "dgc", "COMPCOLL_MIN_ELEMS": "16384"}, timeout=120)
+    for r in ranks:
+        res = r.result
+        assert res["backend"] == "compcoll", res
+        assert all(t < 10 for t in res["took_s"]), res
+        assert all(res["sums_right"]), res
+        assert res["usable"], res
+    # Rank 0's callbacks ran on its worker (the case that used to hang).
+    assert all(t != "MainThread" for t in ranks[0].result["callback_threads"]), ranks[0].result
+
+
 def test_a_works_future_and_its_callbacks_are_done_when_wait_returns():
     """As with ProcessGroupGloo: once work.wait() returns, the work's future
     is done (value() works) and the callbacks it ran inline have run, for a

@@ -117,6 +117,9 @@ bool CompcollWork::wait(std::chrono::milliseconds timeout) {
     if (error_) std::rethrow_exception(error_);
     return true;
   }
+  // On the worker (a future callback waiting for a later operation of the
+  // group): the worker runs it, and what is queued ahead of it, now.
+  if (run_ahead_ && !settled_.load()) run_ahead_(this);
   if (handoff_.load() != Handoff::kNone) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     c10::intrusive_ptr<c10d::Work> in;

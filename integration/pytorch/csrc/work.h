@@ -78,6 +78,10 @@ class CompcollWork final : public c10d::Work {
   // The timeout the worker gave it (getTimeout(), as a Gloo work reports
   // its own). Set at submission.
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ms_ = timeout.count(); }
+  // What wait() calls first, while the work is unsettled: the worker's
+  // run_queued_through (worker.h), so that a future callback running on the
+  // worker may wait for an operation queued behind it. Set at submission.
+  void set_run_ahead(std::function<void(const CompcollWork*)> fn) { run_ahead_ = std::move(fn); }
 
   // As c10d::Work's; a callback of this work's own future, run while it is
   // being completed, gets the outcome at once (work.cc).
@@ -102,6 +106,7 @@ class CompcollWork final : public c10d::Work {
   std::atomic<int64_t> duration_us_{-1};  // set when a timed work settles
   std::atomic<int64_t> timeout_ms_{-1};   // set at submission
   std::function<void()> on_settle_;
+  std::function<void(const CompcollWork*)> run_ahead_;
   std::exception_ptr error_;  // fail()'s, set before the future's callbacks run
   enum class Handoff { kNone, kPending, kHanded, kNotHanded };
   std::atomic<Handoff> handoff_{Handoff::kNone};

@@ -170,6 +170,10 @@ std::chrono::milliseconds Worker::submit(const std::string& what,
     return timeout;
   }
   const uint64_t id = track(what, work, Entry::kQueued, timeout, own, extended);
+  std::weak_ptr<Worker> self = weak_from_this();
+  work->set_run_ahead([self](const CompcollWork* w) {
+    if (auto worker = self.lock()) worker->run_queued_through(w);
+  });
   queue_.emplace_back(id, std::move(task));
   lock.unlock();
   work_cv_.notify_one();
@@ -221,6 +225,41 @@ void Worker::run_and_wait(const std::string& what, std::function<void()> fn) {
       throw;
     }
   });
+}
+
+void Worker::run_queued_through(const CompcollWork* work) {
+  if (!on_worker_thread()) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto queued = [&] {
+    for (const auto& [id, task] : queue_) {
+      auto it = pending_.find(id);
+      if (it != pending_.end() && it->second.work.get() == work) return true;
+    }
+    return false;
+  };
+  // Bounded by the queue: each round runs its first task, and nothing is
+  // added behind work that could come before it.
+  while (!stopping_ && broken_.empty() && queued()) {
+    const uint64_t id = queue_.front().first;
+    Task task = std::move(queue_.front().second);
+    queue_.pop_front();
+    auto it = pending_.find(id);
+    const bool target = it != pending_.end() && it->second.work.get() == work;
+    if (it != pending_.end()) {
+      it->second.state = Entry::kRunning;
+      it->second.started = Clock::now();
+    }
+    lock.unlock();
+    try {
+      run_task(id, task);
+    } catch (const std::exception& e) {
+      log_.warn("a task of the torch backend's worker failed: ", e.what());
+    }
+    task = nullptr;
+    finished_running(id);
+    lock.lock();
+    if (target) break;
+  }
 }
 
 void Worker::worker_loop() {

@@ -23,6 +23,14 @@
 // submission. (The order NCCL gives such chains: its futures complete at
 // issue, so their callbacks run at once.)
 //
+// A callback may also wait for an operation submitted after the one it
+// follows (w1.get_future().then(lambda f: w2.wait())): on the worker, w2's
+// wait() runs the tasks queued ahead of w2, and w2's, there and then, in
+// queue order (run_queued_through), so the worker never waits for itself.
+// The order is the queue's, as on a rank whose callback ran on another
+// thread. (A wait on w2's future, rather than on w2, is torch's and cannot
+// do this: it holds the worker until the group's deadline, which fails it.)
+//
 // Deadlines. Every submitted operation must settle by its deadline,
 // submission + the group's timeout at submission. A watchdog thread fails the first one
 // that does not, whether it was queued (waiting for the worker), running on
@@ -120,6 +128,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // rethrows what it threw. fn may still be running after a timeout, so it
   // must own (or share) everything it touches.
   void run_and_wait(const std::string& what, std::function<void()> fn);
+
+  // On the worker thread: runs the queued tasks up to and including
+  // work's, in order, on this thread (see "Callbacks"); nothing when work
+  // is not queued (running, issued, settled) or elsewhere.
+  void run_queued_through(const CompcollWork* work);
 
   // Runs fn under the queue lock (for state kept in submission order).
   template <typename F>
