@@ -105,7 +105,10 @@ bool identical_everywhere(Comm& comm, const std::vector<float>& out) {
   return true;
 }
 
-// Gloo's own allreduce, straight on the Gloo context: the baseline.
+// Gloo's own allreduce, straight on the Gloo context: the baseline. Gloo's
+// errors name neither this rank nor the setting behind the limit: they are
+// rethrown as compcoll's (a timeout as TimeoutError, which the caller
+// names the setting in).
 void gloo_allreduce(GlooComm& comm, float* buf, size_t n) {
   if (n == 0) return;
   gloo::AllreduceOptions opts(comm.gloo_context());
@@ -114,7 +117,36 @@ void gloo_allreduce(GlooComm& comm, float* buf, size_t n) {
       static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
   opts.setTag(comm.reserve_tag());
   opts.setTimeout(comm.timeout());
-  gloo::allreduce(opts);
+  try {
+    gloo::allreduce(opts);
+  } catch (const std::exception& e) {
+    const std::string what = detail::concat(
+        "rank ", comm.rank(), "/", comm.size(), ": Gloo's own allreduce of ", n,
+        " floats (the dense baseline) failed: ", e.what());
+    // Gloo says a timeout only in its message (as in transport/call_scope.cc).
+    if (std::string_view(e.what()).find("Timed out") != std::string_view::npos) {
+      throw TimeoutError(what + " (no progress within the " +
+                             std::to_string(comm.timeout().count()) +
+                             " ms timeout: a rank may be dead, hung or slow)",
+                         comm.timeout());
+    }
+    CC_THROW(kTransport, what);
+  }
+}
+
+// The worker's calls outside a Communicator (Gloo's baseline, the fences,
+// the reductions of the results, an algorithm run on the bare GlooComm)
+// time out with the transport's message; like a Communicator's, theirs
+// then names the setting behind the limit.
+template <typename Call>
+auto naming_the_timeout(const Config& cfg, Call&& call) {
+  try {
+    return call();
+  } catch (const TimeoutError& e) {
+    throw naming_timeout_setting(
+        e, cfg, "a dead or stuck rank fails any limit; a slow --link or a large --count only a "
+                "short one");
+  }
 }
 
 }  // namespace
@@ -303,138 +335,141 @@ int worker_main(int argc, char** argv, int first) {
                        << "; the first " << warmup << " untimed)";
     std::rename(tmp.c_str(), (out_path + ".progress").c_str());
   };
-  for (size_t size_index = 0; size_index < counts.size(); ++size_index) {
-    const size_t count = counts[size_index];
-    std::vector<double> exact(grad.begin(), grad.begin() + count);
-    if (count) comm->allreduce(exact.data(), count, DType::kFloat64, ReduceOp::kSum);
-    double exact_norm = 0.0;
-    for (double x : exact) exact_norm += x * x;
-    exact_norm = std::sqrt(exact_norm);
+  // Every call below, however deep, names the setting behind a timeout.
+  naming_the_timeout(cfg, [&] {
+    for (size_t size_index = 0; size_index < counts.size(); ++size_index) {
+      const size_t count = counts[size_index];
+      std::vector<double> exact(grad.begin(), grad.begin() + count);
+      if (count) comm->allreduce(exact.data(), count, DType::kFloat64, ReduceOp::kSum);
+      double exact_norm = 0.0;
+      for (double x : exact) exact_norm += x * x;
+      exact_norm = std::sqrt(exact_norm);
 
-    // The rows and Gloo's own allreduce (the baseline, last turn index) take
-    // turns within each iteration, and the turn order rotates from one
-    // iteration to the next: a slow moment of the machine, or the
-    // after-effects of the previous call on the link (a dense call leaves
-    // the link and caches in another state than a sparse one), costs all of
-    // them alike, the baseline included.
-    struct Run {
-      std::unique_ptr<CodecState> state;
-      std::vector<double> running;
-      std::vector<double> times;
-      std::vector<double> cpu;  // this rank's CPU time per timed call
-      uint64_t wire = 0;
-      uint64_t host_tx = 0;  // this host's interface over the timed calls (reader only)
-      std::vector<float> out;
-    };
-    std::vector<Run> runs(rows.size());
-    for (size_t a = 0; a < rows.size(); ++a) {
-      if (rows[a].algorithm) runs[a].state = rows[a].algorithm->make_state(count, ranks);
-      runs[a].running.assign(count, 0.0);
-    }
-    std::vector<double> dense_times, dense_cpu;
-    std::vector<double> baseline_running(skip_baseline ? 0 : count, 0.0);
-    const size_t turns = rows.size() + (skip_baseline ? 0 : 1);
-    std::fprintf(stderr, "compcoll-bench worker rank %d: running %s at %zu elements\n", rank,
-                 algos.c_str(), count);
-    for (int it = -warmup; it < iters; ++it) {
-      for (size_t turn = 0; turn < turns; ++turn) {
-        const size_t a = (turn + static_cast<size_t>(it + warmup)) % turns;
-        std::copy(grad.begin(), grad.begin() + count, buf.begin());
-        if (a == rows.size()) {  // the baseline
+      // The rows and Gloo's own allreduce (the baseline, last turn index) take
+      // turns within each iteration, and the turn order rotates from one
+      // iteration to the next: a slow moment of the machine, or the
+      // after-effects of the previous call on the link (a dense call leaves
+      // the link and caches in another state than a sparse one), costs all of
+      // them alike, the baseline included.
+      struct Run {
+        std::unique_ptr<CodecState> state;
+        std::vector<double> running;
+        std::vector<double> times;
+        std::vector<double> cpu;  // this rank's CPU time per timed call
+        uint64_t wire = 0;
+        uint64_t host_tx = 0;  // this host's interface over the timed calls (reader only)
+        std::vector<float> out;
+      };
+      std::vector<Run> runs(rows.size());
+      for (size_t a = 0; a < rows.size(); ++a) {
+        if (rows[a].algorithm) runs[a].state = rows[a].algorithm->make_state(count, ranks);
+        runs[a].running.assign(count, 0.0);
+      }
+      std::vector<double> dense_times, dense_cpu;
+      std::vector<double> baseline_running(skip_baseline ? 0 : count, 0.0);
+      const size_t turns = rows.size() + (skip_baseline ? 0 : 1);
+      std::fprintf(stderr, "compcoll-bench worker rank %d: running %s at %zu elements\n", rank,
+                   algos.c_str(), count);
+      for (int it = -warmup; it < iters; ++it) {
+        for (size_t turn = 0; turn < turns; ++turn) {
+          const size_t a = (turn + static_cast<size_t>(it + warmup)) % turns;
+          std::copy(grad.begin(), grad.begin() + count, buf.begin());
+          if (a == rows.size()) {  // the baseline
+            const auto t0 = common_start(*comm);
+            const double cpu0 = process_cpu_ms();
+            gloo_allreduce(*comm, buf.data(), count);
+            if (it >= 0) {
+              dense_times.push_back(ms_since(t0));
+              dense_cpu.push_back(process_cpu_ms() - cpu0);
+            }
+            // The same untimed work as a row's turn (its running sum below):
+            // without it, the turn after the baseline found caches and ranks
+            // in another state than the turn after a row, and compcoll's own
+            // dense row, the same Gloo ring, measured ~10 % slower than Gloo.
+            for (size_t i = 0; i < count; ++i) baseline_running[i] += buf[i];
+            continue;
+          }
+          Run& run = runs[a];
+          // Metered calls are fenced by barriers (host_counters.h): whatever
+          // ran before (warm-up, the Gloo baseline, another algorithm) is off
+          // the wire when the counter is read, and all of this call is on it
+          // at the second read. The fences are outside the timed interval.
+          const bool metered = meter && it >= 0;
+          if (metered) {
+            comm->barrier();
+            meter->begin();
+          }
           const auto t0 = common_start(*comm);
           const double cpu0 = process_cpu_ms();
-          gloo_allreduce(*comm, buf.data(), count);
-          if (it >= 0) {
-            dense_times.push_back(ms_since(t0));
-            dense_cpu.push_back(process_cpu_ms() - cpu0);
+          const uint64_t before = comm->bytes_sent();
+          if (rows[a].communicator) {
+            rows[a].communicator->allreduce(buf.data(), count, DType::kFloat32, ReduceOp::kSum);
+          } else {
+            rows[a].algorithm->allreduce(*comm, buf.data(), count, /*average=*/false, *run.state);
           }
-          // The same untimed work as a row's turn (its running sum below):
-          // without it, the turn after the baseline found caches and ranks
-          // in another state than the turn after a row, and compcoll's own
-          // dense row, the same Gloo ring, measured ~10 % slower than Gloo.
-          for (size_t i = 0; i < count; ++i) baseline_running[i] += buf[i];
-          continue;
+          const double ms = ms_since(t0);
+          const double cpu = process_cpu_ms() - cpu0;
+          if (metered) {
+            comm->barrier();
+            run.host_tx += meter->end();
+          }
+          if (it >= 0) {
+            run.times.push_back(ms);
+            run.cpu.push_back(cpu);
+            run.wire += comm->bytes_sent() - before;
+          }
+          for (size_t i = 0; i < count; ++i) run.running[i] += buf[i];
+          if (it == iters - 1) run.out.assign(buf.begin(), buf.begin() + count);
         }
+        say_progress(size_index, it + warmup + 1);
+      }
+      const double dense_ms = median_over_ranks(*comm, dense_times, ReduceOp::kMax);
+      const double dense_cpu_ms = median_over_ranks(*comm, dense_cpu, ReduceOp::kSum);
+      for (size_t a = 0; a < rows.size(); ++a) {
         Run& run = runs[a];
-        // Metered calls are fenced by barriers (host_counters.h): whatever
-        // ran before (warm-up, the Gloo baseline, another algorithm) is off
-        // the wire when the counter is read, and all of this call is on it
-        // at the second read. The fences are outside the timed interval.
-        const bool metered = meter && it >= 0;
-        if (metered) {
-          comm->barrier();
-          meter->begin();
+        AllreduceResult r;
+        r.algo = rows[a].algo;
+        r.hierarchy = rows[a].hierarchy;
+        r.ranks = ranks;
+        r.count = count;
+        r.iters = iters;
+        r.time_ms = median_over_ranks(*comm, run.times, ReduceOp::kMax);
+        r.dense_time_ms = dense_ms;
+        r.cpu_ms = median_over_ranks(*comm, run.cpu, ReduceOp::kSum);
+        r.dense_cpu_ms = dense_cpu_ms;
+        r.wire_bytes = iters > 0 ? run.wire / iters : 0;
+        // What Gloo's ring sends from this rank, as the dense row's wire_bytes
+        // (a ring's share differs by rank at a few elements).
+        r.dense_wire_bytes = gloo_ring_bytes_sent(rank, ranks, count * sizeof(float), sizeof(float));
+        r.decision = rows[a].algorithm ? rows[a].algorithm->last_decision() : "";
+        double err = 0.0, run_err = 0.0;
+        const double calls = iters + warmup;
+        for (size_t i = 0; i < count; ++i) {
+          err += (run.out[i] - exact[i]) * (run.out[i] - exact[i]);
+          run_err += (run.running[i] - calls * exact[i]) * (run.running[i] - calls * exact[i]);
         }
-        const auto t0 = common_start(*comm);
-        const double cpu0 = process_cpu_ms();
-        const uint64_t before = comm->bytes_sent();
-        if (rows[a].communicator) {
-          rows[a].communicator->allreduce(buf.data(), count, DType::kFloat32, ReduceOp::kSum);
-        } else {
-          rows[a].algorithm->allreduce(*comm, buf.data(), count, /*average=*/false, *run.state);
+        r.rel_error = exact_norm > 0 ? std::sqrt(err) / exact_norm : std::sqrt(err);
+        r.running_rel_error = exact_norm > 0 ? std::sqrt(run_err) / (calls * exact_norm) : 0.0;
+        r.identical = identical_everywhere(*comm, run.out);
+        if (link_model) {
+          r.link_alpha_ms = link_model->alpha * 1e3;
+          r.link_alpha_ring_ms = link_model->alpha_ring * 1e3;
+          r.link_beta_ns = link_model->beta * 1e9;
         }
-        const double ms = ms_since(t0);
-        const double cpu = process_cpu_ms() - cpu0;
-        if (metered) {
-          comm->barrier();
-          run.host_tx += meter->end();
+        if (meter) {
+          // The busiest host: non-readers contribute 0 to the MAX.
+          int64_t tx = static_cast<int64_t>(run.host_tx);
+          comm->allreduce(&tx, 1, DType::kInt64, ReduceOp::kMax);
+          r.has_host_tx = true;
+          r.host_tx_bytes = iters > 0 ? static_cast<uint64_t>(tx) / static_cast<uint64_t>(iters) : 0;
+          r.ranks_per_host = ranks_per_host;
+          r.hosts = hosts;
         }
-        if (it >= 0) {
-          run.times.push_back(ms);
-          run.cpu.push_back(cpu);
-          run.wire += comm->bytes_sent() - before;
-        }
-        for (size_t i = 0; i < count; ++i) run.running[i] += buf[i];
-        if (it == iters - 1) run.out.assign(buf.begin(), buf.begin() + count);
+        results.push_back(r);
       }
-      say_progress(size_index, it + warmup + 1);
+      std::fprintf(stderr, "compcoll-bench worker rank %d: %s done\n", rank, algos.c_str());
     }
-    const double dense_ms = median_over_ranks(*comm, dense_times, ReduceOp::kMax);
-    const double dense_cpu_ms = median_over_ranks(*comm, dense_cpu, ReduceOp::kSum);
-    for (size_t a = 0; a < rows.size(); ++a) {
-      Run& run = runs[a];
-      AllreduceResult r;
-      r.algo = rows[a].algo;
-      r.hierarchy = rows[a].hierarchy;
-      r.ranks = ranks;
-      r.count = count;
-      r.iters = iters;
-      r.time_ms = median_over_ranks(*comm, run.times, ReduceOp::kMax);
-      r.dense_time_ms = dense_ms;
-      r.cpu_ms = median_over_ranks(*comm, run.cpu, ReduceOp::kSum);
-      r.dense_cpu_ms = dense_cpu_ms;
-      r.wire_bytes = iters > 0 ? run.wire / iters : 0;
-      // What Gloo's ring sends from this rank, as the dense row's wire_bytes
-      // (a ring's share differs by rank at a few elements).
-      r.dense_wire_bytes = gloo_ring_bytes_sent(rank, ranks, count * sizeof(float), sizeof(float));
-      r.decision = rows[a].algorithm ? rows[a].algorithm->last_decision() : "";
-      double err = 0.0, run_err = 0.0;
-      const double calls = iters + warmup;
-      for (size_t i = 0; i < count; ++i) {
-        err += (run.out[i] - exact[i]) * (run.out[i] - exact[i]);
-        run_err += (run.running[i] - calls * exact[i]) * (run.running[i] - calls * exact[i]);
-      }
-      r.rel_error = exact_norm > 0 ? std::sqrt(err) / exact_norm : std::sqrt(err);
-      r.running_rel_error = exact_norm > 0 ? std::sqrt(run_err) / (calls * exact_norm) : 0.0;
-      r.identical = identical_everywhere(*comm, run.out);
-      if (link_model) {
-        r.link_alpha_ms = link_model->alpha * 1e3;
-        r.link_alpha_ring_ms = link_model->alpha_ring * 1e3;
-        r.link_beta_ns = link_model->beta * 1e9;
-      }
-      if (meter) {
-        // The busiest host: non-readers contribute 0 to the MAX.
-        int64_t tx = static_cast<int64_t>(run.host_tx);
-        comm->allreduce(&tx, 1, DType::kInt64, ReduceOp::kMax);
-        r.has_host_tx = true;
-        r.host_tx_bytes = iters > 0 ? static_cast<uint64_t>(tx) / static_cast<uint64_t>(iters) : 0;
-        r.ranks_per_host = ranks_per_host;
-        r.hosts = hosts;
-      }
-      results.push_back(r);
-    }
-    std::fprintf(stderr, "compcoll-bench worker rank %d: %s done\n", rank, algos.c_str());
-  }
+  });
   if (rank == 0 && !out_path.empty()) {
     std::ofstream(out_path) << results_json(results) << "\n";
     std::ofstream(out_path + ".txt") << results_table(results);

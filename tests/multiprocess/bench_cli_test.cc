@@ -430,6 +430,36 @@ TEST(BenchCli, WorkersStartedWithDifferentFlagsNameTheDifference) {
   }
 }
 
+// A rank that stops answering mid-run (SIGSTOP): the other's error names
+// itself, and the setting behind the limit, whichever call was waiting
+// (Gloo's own baseline allreduce, a fence, the exact sum, an algorithm on
+// the bare communicator): Gloo's baseline said only "Timed out waiting".
+TEST(BenchCli, AStuckRankFailsTheOtherNamingTheTimeoutSetting) {
+  TempDir store, d0, d1;
+  ChildSet children;
+  const auto worker = [&](int rank, const std::string& dir) {
+    return children.add(start({"worker", "--rank", std::to_string(rank), "--ranks", "2",
+                               "--rendezvous", "file://" + store.path(), "--algo", "dense,dgc",
+                               "--count", "200000", "--iters", "1000000", "--warmup", "0"},
+                              clean_env({"COMPCOLL_TIMEOUT_MS=2000"}), dir));
+  };
+  const pid_t p0 = worker(0, d0.path());
+  const pid_t p1 = worker(1, d1.path());
+  // Stopped once it is measuring (its "running" line), bounded.
+  const auto until = Clock::now() + milliseconds(30000);
+  while (read_file(d1.path() + "/err").find("running") == std::string::npos &&
+         Clock::now() < until) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  std::this_thread::sleep_for(milliseconds(300));  // well into the calls
+  ASSERT_EQ(kill(p1, SIGSTOP), 0);
+  const BenchRun r = finish(children, p0, d0.path(), milliseconds(30000));
+  kill(p1, SIGKILL);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("rank 0/2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("COMPCOLL_TIMEOUT_MS=2000 sets this limit"), std::string::npos) << r.err;
+}
+
 // On a terminal the run is not a minute of silence: stderr shows the ranks'
 // progress on one line, replaced as it goes and erased before the table.
 TEST(BenchCli, ATerminalSeesTheRunsProgressAndThenOnlyTheTable) {

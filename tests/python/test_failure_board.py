@@ -137,5 +137,6 @@ def test_a_stopped_store_host_costs_at_most_the_bound(store_host):
     finally:
         os.kill(host.pid, signal.SIGCONT)
     assert 1.5 <= took <= 8, (took, said)  # a store call's bound (2 s), not the store's 60 s
-    assert re.search(r"the store could not be asked \(posting this rank's failure: no answer "
-                     r"within 2\.0 s\)", said), said
+    # SIGSTOP lands asynchronously: the post may still have been answered.
+    assert re.search(r"the store could not be asked \((posting this rank's failure|reading the "
+                     r"failures posted): no answer within 2\.0 s\)", said), said
