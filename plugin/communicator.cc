@@ -792,23 +792,35 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
   // Sharded, a rank keeps the state of its slice only.
   const size_t elems = hierarchical ? hier_->state_elems(count) : count;
   const size_t restored_dropped = states_.restored_dropped();
-  if (const CodecState* old = states_.find(skey); old != nullptr && old->size() != elems) {
-    // A restored checkpoint (or a reused key) for a tensor of another size.
-    log_.info(states_.restored_unclaimed(skey) ? "checkpointed " : "", "error-feedback state of ",
-              skey_text, " has ", old->size(), " elements, this rank's ",
-              elems == count ? "tensor " : "slice of the tensor ", elems, ": starting it fresh",
-              states_.restored_unclaimed(skey) ? " (the checkpointed state is kept aside for a "
-                                                 "call of its size, as DDP's rebuilt bucket makes)"
-                                               : "");
-  }
   // Under the hierarchy only leaders compress, so only they keep state, sized
   // for the leaders' communicator.
   if (route.compressed && (!hierarchical || hier_->is_leader())) {
-    bool created = false;
+    const CodecState* old = states_.find(skey);
+    const size_t old_size = old != nullptr ? old->size() : 0;
+    StateStore::Got got = StateStore::Got::kExisting;
     const int algo_world = hierarchical ? hier_->layout().hosts() : comm_->size();
-    state = &states_.get(skey, elems, [&] { return algo_->make_state(elems, algo_world); },
-                         &created);
-    if (created) log_.trace("new error-feedback state for ", skey_text, " (", count, " elements)");
+    state = &states_.get(skey, elems, [&] { return algo_->make_state(elems, algo_world); }, &got);
+    const char* what = elems == count ? "tensor " : "slice of the tensor ";
+    switch (got) {
+      case StateStore::Got::kExisting: break;
+      case StateStore::Got::kNew:
+        log_.trace("new error-feedback state for ", skey_text, " (", count, " elements)");
+        break;
+      case StateStore::Got::kReplaced:  // a reused key: another tensor at the address
+        log_.info("error-feedback state of ", skey_text, " has ", old_size,
+                  " elements, this rank's ", what, elems, ": starting it fresh");
+        break;
+      case StateStore::Got::kKeptAside:
+        log_.info("checkpointed error-feedback state of ", skey_text, " has ", old_size,
+                  " elements, this rank's ", what, elems,
+                  ": starting this one fresh; the checkpointed state is kept aside for a call of "
+                  "its size, as DDP's rebuilt bucket makes");
+        break;
+      case StateStore::Got::kBackFromAside:
+        log_.info("checkpointed error-feedback state of ", skey_text, " (", elems,
+                  " elements), kept aside by a call of another size, is back at its size");
+        break;
+    }
   }
   // The logged-decision maps only remember; bound them like the state store
   // (keys by address multiply when buffers move).

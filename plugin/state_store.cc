@@ -18,25 +18,27 @@ std::string StateKey::str() const {
 
 CodecState& StateStore::get(const StateKey& key, size_t count,
                             const std::function<std::unique_ptr<CodecState>()>& make,
-                            bool* created) {
+                            Got* got) {
   const std::string k = key.str();
   auto it = entries_.find(k);
-  *created = it == entries_.end() || it->second.state->size() != count;
-  if (*created) {
+  *got = Got::kExisting;
+  if (it == entries_.end() || it->second.state->size() != count) {
     const auto aside = aside_.find(k);
     if (aside != aside_.end() && aside->second.state->size() == count) {
       // The restored entry kept aside by a call of another size: its own
       // size is back. (What that call used is dropped, as it would be.)
       entries_[k] = std::move(aside->second);
       aside_.erase(aside);
-      *created = false;
+      *got = Got::kBackFromAside;
     } else {
       // Made first: a make() that throws (an allocation) leaves the store
       // as it was, not a key without a state.
       std::unique_ptr<CodecState> fresh = make();
+      *got = it == entries_.end() ? Got::kNew : Got::kReplaced;
       if (it != entries_.end() && it->second.restored_unclaimed) {
         if (aside != aside_.end()) ++restored_dropped_;  // one aside per key
         aside_[k] = std::move(it->second);
+        *got = Got::kKeptAside;
       }
       entries_[k] = Entry{std::move(fresh), now_};
     }
@@ -107,8 +109,13 @@ size_t StateStore::rescale(float factor) {
 
 std::vector<StateStore::Saved> StateStore::saved() const {
   std::vector<Saved> out;
-  out.reserve(entries_.size());
-  for (const auto& [k, e] : entries_) out.push_back({&k, e.state.get(), now_ - e.last_used});
+  out.reserve(entries_.size() + aside_.size());
+  for (const auto& [k, e] : entries_) {
+    if (aside_.count(k) == 0) out.push_back({&k, e.state.get(), now_ - e.last_used});
+  }
+  // In its key's place (see the header); an aside entry whose key's entry
+  // was evicted meanwhile is saved too.
+  for (const auto& [k, e] : aside_) out.push_back({&k, e.state.get(), now_ - e.last_used});
   std::sort(out.begin(), out.end(), [](const Saved& a, const Saved& b) { return *a.key < *b.key; });
   return out;
 }

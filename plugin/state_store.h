@@ -32,14 +32,21 @@ class StateStore {
   explicit StateStore(uint64_t evict_after) : evict_after_(evict_after) {}
 
   // The entry for key, created by make() when absent or when the existing
-  // entry has another element count. `created` reports which.
+  // entry has another element count; `got` says what happened.
   // A restored entry (put()) that no call has used yet is not replaced by a
   // call of another size but kept aside, and comes back at the key's first
   // call of its own size: DDP's first iteration after a restart reduces its
   // initial bucket under the key its rebuilt bucket had, at another size,
   // and the rebuilt bucket of the second iteration gets its state back.
+  enum class Got {
+    kExisting,      // the key's entry, at this size
+    kNew,           // made: the key had no entry
+    kReplaced,      // made: the key's entry had another size and is dropped
+    kKeptAside,     // made: the key's restored, unused entry had another size, kept aside
+    kBackFromAside  // the restored entry kept aside earlier: this is its size
+  };
   CodecState& get(const StateKey& key, size_t count,
-                  const std::function<std::unique_ptr<CodecState>()>& make, bool* created);
+                  const std::function<std::unique_ptr<CodecState>()>& make, Got* got);
 
   // Advances the call clock and drops entries unused for evict_after calls.
   // Returns how many were dropped.
@@ -58,7 +65,11 @@ class StateStore {
   const CodecState* find(const StateKey& key) const;
 
   // Checkpoints (plugin/state_file.h): every entry with its key text and the
-  // calls since its last use, sorted by key; and the way back in.
+  // calls since its last use, sorted by key; and the way back in. A key
+  // whose restored entry is kept aside saves that entry, not the one made
+  // by the call of another size: a run that ends before the size comes back
+  // (DDP stopped after its first iteration, whose initial bucket took the
+  // key) passes the checkpointed state on instead of losing it.
   struct Saved {
     const std::string* key;
     const CodecState* state;
@@ -105,7 +116,7 @@ class StateStore {
   size_t restored_dropped_ = 0;
   std::unordered_map<std::string, Entry> entries_;
   // Restored entries kept aside by a call of another size (see get); aged
-  // and evicted as entries are, not saved in checkpoints.
+  // and evicted as entries are, saved in their key's place.
   std::unordered_map<std::string, Entry> aside_;
 };
 

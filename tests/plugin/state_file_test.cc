@@ -268,6 +268,45 @@ TEST(StateCheckpoint, ARestoredStateMetAtAnotherSizeFirstResumesAtItsOwnSize) {
   });
 }
 
+// The same, for a run stopped after DDP's first iteration (its initial
+// bucket took the key at another size, its rebuilt bucket never came): its
+// checkpoint passes the state it restored on, and the run after it resumes
+// bit for bit. (Saving the initial bucket's state lost it.)
+TEST(StateCheckpoint, ARunStoppedBeforeTheSizeCameBackPassesTheRestoredStateOn) {
+  const Config cfg = algo_config("dgc");
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    std::vector<std::vector<float>> whole;
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), cfg);
+      whole = steps(cc, 0, 6);
+    }
+    Bytes saved;
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), cfg);
+      steps(cc, 0, 4);
+      saved = cc.save_state();
+    }
+    const auto initial_bucket = [&](Communicator& cc) {
+      std::vector<float> b = gradient(cc.rank(), 4, kCounts[0] + kCounts[1], 0);
+      cc.allreduce(b.data(), b.size(), DType::kFloat32, ReduceOp::kAvg, "w0");
+    };
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), cfg);
+      ASSERT_TRUE(cc.load_state(saved));
+      initial_bucket(cc);  // and stopped
+      saved = cc.save_state();
+    }
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    ASSERT_TRUE(cc.load_state(saved));
+    initial_bucket(cc);
+    const auto resumed = steps(cc, 4, 6);
+    for (size_t i = 0; i < resumed.size(); ++i) {
+      ASSERT_EQ(std::memcmp(whole[8 + i].data(), resumed[i].data(), resumed[i].size() * 4), 0)
+          << "call " << 8 + i << " differs on rank " << comm.rank();
+    }
+  });
+}
+
 // load_state returned true, so the caller believes the run resumed: states
 // restored for tensors this run never reduces are dropped when unused for
 // the store's eviction age, and that is said once at WARN, not only in an

@@ -12,35 +12,37 @@ namespace {
 
 TEST(StateStore, KeysByExplicitKeyOrByAddressCountAndDtype) {
   StateStore store(100);
-  bool created = false;
+  StateStore::Got got = StateStore::Got::kExisting;
   auto make = [] { return std::make_unique<CodecState>(10); };
   StateKey a{"", 0x1000, 10, DType::kFloat32};
-  CodecState& s1 = store.get(a, 10, make, &created);
-  EXPECT_TRUE(created);
+  CodecState& s1 = store.get(a, 10, make, &got);
+  EXPECT_EQ(got, StateStore::Got::kNew);
   s1.v[3] = 7.0f;
-  CodecState& s2 = store.get(a, 10, make, &created);
-  EXPECT_FALSE(created);
+  CodecState& s2 = store.get(a, 10, make, &got);
+  EXPECT_EQ(got, StateStore::Got::kExisting);
   EXPECT_EQ(s2.v[3], 7.0f);
-  store.get({"", 0x1000, 10, DType::kFloat16}, 10, make, &created);
-  EXPECT_TRUE(created);  // another dtype is another tensor
-  store.get({"bucket0", 0x2000, 10, DType::kFloat32}, 10, make, &created);
-  EXPECT_TRUE(created);
-  store.get({"bucket0", 0x3000, 10, DType::kFloat32}, 10, make, &created);
-  EXPECT_FALSE(created);  // an explicit key survives a buffer move
+  store.get({"", 0x1000, 10, DType::kFloat16}, 10, make, &got);
+  EXPECT_EQ(got, StateStore::Got::kNew);  // another dtype is another tensor
+  store.get({"bucket0", 0x2000, 10, DType::kFloat32}, 10, make, &got);
+  EXPECT_EQ(got, StateStore::Got::kNew);
+  store.get({"bucket0", 0x3000, 10, DType::kFloat32}, 10, make, &got);
+  EXPECT_EQ(got, StateStore::Got::kExisting);  // an explicit key survives a buffer move
+  store.get({"bucket0", 0x3000, 12, DType::kFloat32}, 12, make, &got);
+  EXPECT_EQ(got, StateStore::Got::kReplaced);  // another size: another tensor under the key
   EXPECT_EQ(store.entries(), 3u);
   EXPECT_EQ(store.memory_bytes(), 3 * 10 * sizeof(float));
 }
 
 TEST(StateStore, EvictsEntriesUnusedForManyCalls) {
   StateStore store(3);
-  bool created = false;
+  StateStore::Got got = StateStore::Got::kExisting;
   auto make = [] { return std::make_unique<CodecState>(4); };
-  store.get({"old", 0, 4, DType::kFloat32}, 4, make, &created);
+  store.get({"old", 0, 4, DType::kFloat32}, 4, make, &got);
   for (int i = 0; i < 3; ++i) {
-    store.get({"hot", 0, 4, DType::kFloat32}, 4, make, &created);
+    store.get({"hot", 0, 4, DType::kFloat32}, 4, make, &got);
     EXPECT_EQ(store.tick(), 0u);
   }
-  store.get({"hot", 0, 4, DType::kFloat32}, 4, make, &created);
+  store.get({"hot", 0, 4, DType::kFloat32}, 4, make, &got);
   EXPECT_EQ(store.tick(), 1u);  // "old" unused for 4 calls
   EXPECT_EQ(store.entries(), 1u);
 }
@@ -51,7 +53,7 @@ TEST(StateStore, EvictsEntriesUnusedForManyCalls) {
 // kept-aside ones included.
 TEST(StateStore, KeepsARestoredEntryAsideForItsSizeAndCountsTheOnesDroppedUnused) {
   StateStore store(3);
-  bool created = false;
+  StateStore::Got got = StateStore::Got::kExisting;
   auto make4 = [] { return std::make_unique<CodecState>(4); };
   auto make6 = [] { return std::make_unique<CodecState>(6); };
   const StateKey used{"used", 0, 4, DType::kFloat32}, resized{"resized", 0, 4, DType::kFloat32},
@@ -62,23 +64,34 @@ TEST(StateStore, KeepsARestoredEntryAsideForItsSizeAndCountsTheOnesDroppedUnused
     store.put(k->str(), std::move(s), 0);
     EXPECT_TRUE(store.restored_unclaimed(*k));
   }
-  EXPECT_EQ(store.get(used, 4, make4, &created).v[0], 7.0f);
-  EXPECT_FALSE(created);
+  EXPECT_EQ(store.get(used, 4, make4, &got).v[0], 7.0f);
+  EXPECT_EQ(got, StateStore::Got::kExisting);
   EXPECT_FALSE(store.restored_unclaimed(used));
   // Another size first: a fresh entry, the restored one aside ...
-  EXPECT_EQ(store.get(resized, 6, make6, &created).v[0], 0.0f);
-  EXPECT_TRUE(created);
+  EXPECT_EQ(store.get(resized, 6, make6, &got).v[0], 0.0f);
+  EXPECT_EQ(got, StateStore::Got::kKeptAside);
   EXPECT_EQ(store.memory_bytes(), (4 + 6 + 4 + 4) * sizeof(float));
+  // ... which a checkpoint taken now saves in the key's place: the state the
+  // run restored, not the one the call of another size made.
+  size_t saved_resized = 0;
+  for (const StateStore::Saved& e : store.saved()) {
+    if (*e.key == resized.str()) {
+      ++saved_resized;
+      EXPECT_EQ(e.state->size(), 4u);
+      EXPECT_EQ(e.state->v[0], 7.0f);
+    }
+  }
+  EXPECT_EQ(saved_resized, 1u);
   // ... and back at its own size.
-  EXPECT_EQ(store.get(resized, 4, make4, &created).v[0], 7.0f);
-  EXPECT_FALSE(created);
+  EXPECT_EQ(store.get(resized, 4, make4, &got).v[0], 7.0f);
+  EXPECT_EQ(got, StateStore::Got::kBackFromAside);
   EXPECT_EQ(store.restored_dropped(), 0u);
   // Aside once more, then never used: evicted and counted, as "idle" is.
   store.put(resized.str(), std::make_unique<CodecState>(4), 0);
-  store.get(resized, 6, make6, &created);
+  store.get(resized, 6, make6, &got);
   for (int i = 0; i < 5; ++i) {
-    store.get(used, 4, make4, &created);
-    store.get(resized, 6, make6, &created);
+    store.get(used, 4, make4, &got);
+    store.get(resized, 6, make6, &got);
     store.tick();
   }
   EXPECT_EQ(store.entries(), 2u);

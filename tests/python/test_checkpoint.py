@@ -190,6 +190,8 @@ def test_ddp_resume_gives_the_rebuilt_bucket_its_checkpointed_state(tmp_path):
         assert "restored the error-feedback state of 2 tensors" in res.stderr, res.stderr[-3000:]
         assert "the checkpointed state is kept aside for a call of its size" in res.stderr, \
             res.stderr[-3000:]
+        assert "kept aside by a call of another size, is back at its size" in res.stderr, \
+            res.stderr[-3000:]
         assert rebuilt_made_new not in res.stderr, res.stderr[-3000:]
         assert "WARN" not in res.stderr, res.stderr[-3000:]
 
