@@ -110,6 +110,24 @@ class TerminalProgress {
   std::string last_;
 };
 
+// --plot's python3 and matplotlib, checked before any rank starts: the
+// default run takes a minute, which a plot failing after it would waste.
+bool plotter_ready(const std::string& dir) {
+  const std::string log = dir + "/plot-check.log";
+  std::vector<Child> check{spawn({"/usr/bin/env", "python3", "-c", "import matplotlib"}, 0, log)};
+  watch_child(check.back().pid);
+  const ReapOnExit reap(check);
+  if (wait_all(check, std::chrono::steady_clock::now() + std::chrono::seconds(60),
+               std::chrono::seconds(1))) {
+    return true;
+  }
+  std::cerr << "compcoll-bench allreduce: --plot needs python3 with matplotlib, and the python3 "
+               "on PATH has none (activate the project's venv, source .venv/bin/activate, or "
+               "pip install matplotlib); nothing was run: "
+            << tail_of(log, 300) << "\n";
+  return false;
+}
+
 }  // namespace
 
 int allreduce_main(int argc, char** argv, int first) {
@@ -247,6 +265,7 @@ int allreduce_main(int argc, char** argv, int first) {
   const std::string dir = run_dir.path();
   const std::string spec = rendezvous.empty() ? "file://" + dir + "/store" : rendezvous;
   const std::string out = dir + "/results.json";
+  if (!plot.empty() && !plotter_ready(dir)) return 1;
 
   std::vector<Child> children;
   const ReapOnExit reap(children);  // destroyed before run_dir: no rank writes into a removed dir
