@@ -117,6 +117,39 @@ def test_a_callback_may_wait_for_an_operation_submitted_after_the_one_it_follows
     assert all(t != "MainThread" for t in ranks[0].result["callback_threads"]), ranks[0].result
 
 
+# Nested: w1's callback waits for w3, so the worker runs w2 and w3 in that
+# wait; w2's callback, run there, waits for w1, whose completion is still
+# running its callbacks (the outcome is known).
+NESTED_WAITS = """
+import json, time, torch, torch.distributed as dist
+from datetime import timedelta
+dist.init_process_group("gloo", timeout=timedelta(seconds=30))
+rank = dist.get_rank()
+if rank == 1:
+    time.sleep(1.0)
+start = time.monotonic()
+xs = [torch.full((20000,), float(i)) for i in range(3)]
+w1, w2, w3 = (dist.all_reduce(x, async_op=True) for x in xs)
+w1.get_future().then(lambda f: w3.wait())
+w2.get_future().then(lambda f: w1.wait())
+for w in (w1, w2, w3):
+    w.wait()
+print("RESULT", json.dumps({"took_s": time.monotonic() - start}))
+dist.destroy_process_group()
+"""
+
+
+def test_callbacks_run_ahead_inside_another_may_wait_for_the_one_completing():
+    """w1's callback waits for w3 (the worker runs w2 and w3 in that wait);
+    w2's callback, run there, waits for w1, whose completion is what runs
+    it: the outcome is known, so it returns (it used to hold the worker for
+    ever, past the group's timeout)."""
+    ranks = launch(["-c", NESTED_WAITS], 2,
+                   env={"COMPCOLL_ALGO": "dgc", "COMPCOLL_MIN_ELEMS": "16384"}, timeout=120)
+    for r in ranks:
+        assert r.result["took_s"] < 10, r.result
+
+
 def test_a_works_future_and_its_callbacks_are_done_when_wait_returns():
     """As with ProcessGroupGloo: once work.wait() returns, the work's future
     is done (value() works) and the callbacks it ran inline have run, for a

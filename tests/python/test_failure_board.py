@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from compcoll import _C
 
-TIMEOUT = timedelta(seconds=5)  # the group's: report() listens a tenth, 0.5 s
+TIMEOUT = timedelta(seconds=5)  # the group's: report() listens a tenth, at least 1 s
 
 
 def boards(store, size, timeout=TIMEOUT):
@@ -29,9 +29,9 @@ def test_a_failed_rank_names_the_ranks_that_posted_nothing_with_pid_and_host():
     start = time.monotonic()
     said = b[0].report("all_reduce failed: Connection reset by peer [10.0.0.7]:41235")
     took = time.monotonic() - start
-    assert 0.4 <= took <= 2.0, took  # it listened for the others, bounded
+    assert 0.9 <= took <= 2.5, took  # it listened for the others, bounded
     me = f"pid {os.getpid()} on host {os.uname().nodename}"
-    assert f"ranks 1 ({me}) and 2 ({me}) posted no failure within 0.5 s" in said, said
+    assert f"ranks 1 ({me}) and 2 ({me}) posted no failure within 1.0 s" in said, said
     assert "gone (killed, crashed" in said and "stuck" in said, said
     # The others see it when they look, and a second report is the first's.
     assert b[2].check_peers() == (0, False,
@@ -74,6 +74,18 @@ def test_posts_left_on_the_store_by_an_earlier_group_are_not_this_groups():
     assert "earlier" not in said, said
 
 
+def test_a_post_counted_and_never_written_hides_no_later_post():
+    """A poster that died between its two store calls (count, then post)
+    leaves a hole: the posts after it are read all the same."""
+    store = dist.HashStore()
+    b = boards(store, 3)
+    store.add("compcoll_board/count", 1)  # the dead poster's count, its post never set
+    b[1].report("all_reduce failed: Connection reset by peer")
+    assert b[2].check_peers() == (1, False, "all_reduce failed: Connection reset by peer")
+    said = b[0].report("all_reduce timed out")
+    assert "rank 1 failed too" in said and "rank 2 (" in said, said
+
+
 def test_a_rank_with_no_peers_has_nothing_to_say():
     assert boards(dist.HashStore(), 1)[0].report("failed") == ""
 
@@ -82,17 +94,21 @@ def test_the_listening_and_reading_follow_the_timeout_and_the_group_size():
     store = dist.HashStore()
     small = _C._FailureBoard(store, 0, 4, timedelta(minutes=30))
     assert small.check_every == timedelta(seconds=0.5)
-    # A waiting rank's read, and then some; a short timeout is not doubled.
+    # A tenth of the timeout, from a waiting rank's read and half a second
+    # more (so that it is heard from) to that read and 2.5 s.
     assert small.listen_for(timedelta(minutes=30)) == timedelta(seconds=3)
-    assert small.listen_for(timedelta(seconds=3)) == timedelta(seconds=0.5)
+    assert small.listen_for(timedelta(seconds=3)) == timedelta(seconds=1)
+    mid = _C._FailureBoard(store, 0, 128, timedelta(seconds=10))
+    assert mid.check_every == timedelta(seconds=2)  # 128 ranks' reads go to one store
+    assert mid.listen_for(timedelta(seconds=10)) == timedelta(seconds=2.5)
     large = _C._FailureBoard(store, 0, 1024, timedelta(minutes=30))
-    assert large.check_every == timedelta(seconds=5)  # 1024 ranks' reads go to one store
+    assert large.check_every == timedelta(seconds=5)
     assert large.listen_for(timedelta(minutes=30)) == timedelta(seconds=7.5)
     # An operation's own timeout, not the group's, bounds the listening.
     b = boards(store, 2, timeout=timedelta(minutes=30))[0]
     start = time.monotonic()
     b.report("an all_reduce with a 500 ms timeout failed", timeout=timedelta(seconds=0.5))
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < 2
 
 
 @pytest.fixture
@@ -136,7 +152,32 @@ def test_a_stopped_store_host_costs_at_most_the_bound(store_host):
         took = time.monotonic() - start
     finally:
         os.kill(host.pid, signal.SIGCONT)
-    assert 1.5 <= took <= 8, (took, said)  # a store call's bound (2 s), not the store's 60 s
+    # A store call's bound (2 s) and the listening (1 s), not the store's 60 s.
+    assert 1.5 <= took <= 8, (took, said)
     # SIGSTOP lands asynchronously: the post may still have been answered.
-    assert re.search(r"the store could not be asked \((posting this rank's failure|reading the "
+    assert re.search(r"the store was slow to answer \((posting this rank's failure|reading the "
                      r"failures posted): no answer within 2\.0 s\)", said), said
+    assert "busy or stopped" in said and "gone" not in said, said
+
+
+def test_a_store_slow_for_a_while_is_asked_again(store_host):
+    """A store host stopped for longer than a call's bound (rank 0's process
+    busy, say) does not end the board: once it answers again, a waiting rank
+    reads the failure posted meanwhile."""
+    host, client = store_host
+    b = boards(client, 3)
+    os.kill(host.pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        assert b[1].check_peers() is None
+        assert 1.5 <= time.monotonic() - start <= 4
+    finally:
+        os.kill(host.pid, signal.SIGCONT)
+    b[0].report("all_reduce failed: Connection reset by peer")
+    seen = None
+    for _ in range(50):  # bounded: the stalled call returns once the host runs
+        seen = b[1].check_peers()
+        if seen is not None:
+            break
+        time.sleep(0.1)
+    assert seen == (0, False, "all_reduce failed: Connection reset by peer")

@@ -85,7 +85,8 @@ def test_the_store_hosts_death_is_said_when_the_killed_rank_hosted_it(tmp_path):
 def test_set_timeout_shortens_compcolls_own_waits(algo, tmp_path):
     """dist.set_timeout() on a live group reaches compcoll's waits, not only
     Gloo's: created with 600 s, shortened to 3 s, a compressed allreduce
-    whose peer hangs fails within 3 s + 2 s, naming the new timeout."""
+    whose peer hangs fails within 3 s + 3 s (2 s of slack and the failure
+    board's 1 s of listening), naming the new timeout."""
     timeout_s = 3
     ranks = launch([worker("reliability.py"), "retimed"], 3,
                    env={"COMPCOLL_ALGO": algo, "TEST_TIMEOUT_S": str(timeout_s),
@@ -98,7 +99,7 @@ def test_set_timeout_shortens_compcolls_own_waits(algo, tmp_path):
         res = r.result
         assert res["backend"] == "compcoll", res
         assert res["error"] is not None, f"rank {r.rank}: the allreduce did not fail: {res}"
-        assert res["error_after_s"] <= timeout_s + 2, res
+        assert res["error_after_s"] <= timeout_s + 3, res
         assert f"{timeout_s * 1000} ms" in res["error"], res["error"]
         # The hung rank is alive, its connections open: only the board names it.
         assert re.search(r"rank 2 \(pid \d+ on host [^)]+\) posted no failure", res["error"]), \

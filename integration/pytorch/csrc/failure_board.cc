@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <regex>
+#include <set>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -96,6 +97,11 @@ FailureBoard::FailureBoard(c10::intrusive_ptr<c10d::Store> store, int rank, int 
 template <typename R>
 std::optional<R> FailureBoard::call_store(const char* what, std::function<R(c10d::Store&)> fn) {
   if (!store_ || !store_error_.empty()) return std::nullopt;
+  // One call at a time: a call that did not answer in time may still be
+  // blocked in the store (a stopped host); another would queue behind it
+  // (the store's client serialises its calls) and leave one more thread.
+  if (outstanding_ && !outstanding_()) return std::nullopt;
+  outstanding_ = nullptr;
   struct Call {
     std::mutex mu;
     std::condition_variable cv;
@@ -132,50 +138,86 @@ std::optional<R> FailureBoard::call_store(const char* what, std::function<R(c10d
   });
   std::lock_guard<std::mutex> lock(call->mu);
   if (!done) {
-    store_error_ = detail::concat(what, ": no answer within ", seconds(kStoreWait), " s");
+    // Slow is not gone: the host (rank 0's process, unless a launcher hosts
+    // the store) may be busy. Asked again once this call has returned.
+    store_slow_ = detail::concat(what, ": no answer within ", seconds(kStoreWait), " s");
+    outstanding_ = [call] {
+      std::lock_guard<std::mutex> l(call->mu);
+      return call->done;
+    };
     return std::nullopt;
   }
   if (!call->error.empty()) {
     store_error_ = detail::concat(what, ": ", call->error);
     return std::nullopt;
   }
+  store_slow_.clear();
   return std::move(call->value);
 }
 
 void FailureBoard::read_posts() {
+  // Posts from the first one not read yet, those read out of order aside, a
+  // bounded number per read (the first read after many ranks failed).
+  constexpr int64_t kPerRead = 64;
   const int64_t from = read_up_to_;
-  // Enough for every rank to post twice: a bound on what one read can cost
-  // however many earlier groups used the store.
-  const int64_t cap = 2 * static_cast<int64_t>(size_);
-  using Read = std::vector<std::pair<int64_t, std::string>>;
-  auto read = call_store<Read>("reading the failures posted", [from, cap](c10d::Store& s) {
+  const std::set<int64_t> got = read_ahead_;
+  using Read = std::pair<int64_t, std::vector<std::pair<int64_t, std::optional<std::string>>>>;
+  auto read = call_store<Read>("reading the failures posted", [from, got](c10d::Store& s) {
     Read out;
-    const int64_t count = s.add(kCount, 0);
-    for (int64_t n = from + 1; n <= count && n <= from + cap; ++n) {
+    out.first = s.add(kCount, 0);
+    for (int64_t n = from + 1; n <= out.first && n <= from + kPerRead; ++n) {
+      if (got.count(n) != 0) continue;
       const std::string key = kPost + std::to_string(n);
-      if (!s.check({key})) break;  // counted, not yet set: the next read takes it
-      out.emplace_back(n, text(s.get(key)));
+      // Counted, not set (yet, or ever: its poster died in between).
+      if (!s.check({key})) {
+        out.second.emplace_back(n, std::nullopt);
+        continue;
+      }
+      out.second.emplace_back(n, text(s.get(key)));
     }
     return out;
   });
   if (!read) return;
   posts_read_ = true;
-  for (const auto& [n, value] : *read) {
-    read_up_to_ = n;
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [n, value] : read->second) {
+    if (!value) {
+      holes_.emplace(n, now);  // first seen now, unless seen before
+      continue;
+    }
+    holes_.erase(n);
+    read_ahead_.insert(n);
     // "<rank>\t<failed|followed>\t<text>"; anything else is not a post of ours.
-    const size_t a = value.find('\t');
-    const size_t b = a == std::string::npos ? a : value.find('\t', a + 1);
+    const size_t a = value->find('\t');
+    const size_t b = a == std::string::npos ? a : value->find('\t', a + 1);
     if (b == std::string::npos) continue;
     Post p;
     try {
-      p.rank = std::stoi(value.substr(0, a));
+      p.rank = std::stoi(value->substr(0, a));
     } catch (const std::exception&) {
       continue;
     }
     if (p.rank < 0 || p.rank >= size_) continue;
-    p.followed = value.compare(a + 1, b - a - 1, "followed") == 0;
-    p.text = value.substr(b + 1);
+    p.followed = value->compare(a + 1, b - a - 1, "followed") == 0;
+    p.text = value->substr(b + 1);
     posts_.emplace(p.rank, std::move(p));  // a rank's first post stands
+  }
+  // The read prefix moves past posts read and past holes older than a
+  // second: a post counted and never set must not hide the ones after it.
+  for (;;) {
+    const int64_t next = read_up_to_ + 1;
+    if (read_ahead_.erase(next) != 0) {
+      read_up_to_ = next;
+      continue;
+    }
+    const auto hole = holes_.find(next);
+    if (next <= read->first && hole != holes_.end() &&
+        now - hole->second >= std::chrono::seconds(1)) {
+      holes_.erase(hole);
+      read_up_to_ = next;
+      continue;
+    }
+    break;
   }
 }
 
@@ -194,8 +236,11 @@ std::chrono::milliseconds FailureBoard::check_every() const {
 }
 
 std::chrono::milliseconds FailureBoard::listen_for(std::chrono::milliseconds timeout) const {
+  // At least one read of a waiting rank and half a second more: a rank that
+  // only waits is heard from, not named as gone.
+  const std::chrono::milliseconds least = check_every() + std::chrono::milliseconds(500);
   const std::chrono::milliseconds most = check_every() + std::chrono::milliseconds(2500);
-  return std::clamp(timeout / 10, std::chrono::milliseconds(500), most);
+  return std::clamp(timeout / 10, least, most);
 }
 
 std::string FailureBoard::report(const std::string& failure, bool followed,
@@ -207,15 +252,22 @@ std::string FailureBoard::report(const std::string& failure, bool followed,
   posts_[rank_] = Post{rank_, followed, failure};
   const std::string value = detail::concat(rank_, "\t", followed ? "followed" : "failed", "\t",
                                            failure.substr(0, kPostChars));
-  call_store<bool>("posting this rank's failure", [value](c10d::Store& s) {
-    const int64_t n = s.add(kCount, 1);
-    s.set(kPost + std::to_string(n), bytes(value));
-    return true;
-  });
+  const auto post = [&] {
+    return call_store<bool>("posting this rank's failure", [value](c10d::Store& s) {
+             const int64_t n = s.add(kCount, 1);
+             s.set(kPost + std::to_string(n), bytes(value));
+             return true;
+           }).has_value();
+  };
+  bool posted = post();
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + listen_for(timeout);
-  while (store_error_.empty() && posts_.size() < static_cast<size_t>(size_)) {
-    read_posts();
+  while (store_error_.empty() && (!posted || posts_.size() < static_cast<size_t>(size_))) {
+    if (!posted) {
+      posted = post();  // a slow store, asked again once its last call returned
+    } else {
+      read_posts();
+    }
     if (std::chrono::steady_clock::now() >= deadline) break;
     without_gil([] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
   }
@@ -256,8 +308,14 @@ std::optional<FailureBoard::Post> FailureBoard::check_peers() {
   };
   if (auto known = first_other()) return known;
   if (size_ <= 1 || !store_error_.empty()) return std::nullopt;
-  read_posts();
+  read_posts();  // nothing when a slow call is still outstanding
   return first_other();
+}
+
+std::optional<FailureBoard::Post> FailureBoard::own_post() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = posts_.find(rank_);
+  return it == posts_.end() ? std::nullopt : std::optional<Post>(it->second);
 }
 
 std::string FailureBoard::summary(std::chrono::milliseconds listened) const {
@@ -303,6 +361,7 @@ std::string FailureBoard::summary(std::chrono::milliseconds listened) const {
   // Silent ranks are known once the board was read: the store may go away
   // later (its host's process ended with its own failure).
   if (!silent.empty() && posts_read_) {
+    // (A slow store leaves the word to the posts read before it.)
     parts.push_back(detail::concat(
         ranks_phrase(silent), " posted no failure ",
         store_error_.empty() ? "within " : "in the ", seconds(listened),
@@ -337,6 +396,12 @@ std::string FailureBoard::summary(std::chrono::milliseconds listened) const {
         posts_read_ ? ""
                     : ", so the other ranks are not known: the process hosting it (rank 0's, "
                       "unless a launcher such as torchrun hosts it) may be gone too"));
+  } else if (!store_slow_.empty()) {
+    parts.push_back(detail::concat(
+        "the store was slow to answer (", store_slow_,
+        posts_read_ ? ")" : "), so the other ranks are not known",
+        ": the process hosting it (rank 0's, unless a launcher such as torchrun hosts it) is "
+        "busy or stopped"));
   }
   std::string out = "The group's failure board (compcoll's, on the group's store) says: ";
   for (size_t i = 0; i < parts.size(); ++i) out += (i == 0 ? "" : "; ") + parts[i];

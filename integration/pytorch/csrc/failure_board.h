@@ -21,9 +21,11 @@
 //                   deadline) posts its failure once, then reads the others'
 //                   posts until every rank has posted or listen_for() has
 //                   passed (a tenth of the failed operation's timeout,
-//                   between 0.5 s and 3 s up to 32 ranks: a failure's error
-//                   comes that much later, which a short timeout must not
-//                   double), and returns a sentence for its error: who
+//                   between check_every() + 0.5 s, so that ranks that only
+//                   wait are heard from, and check_every() + 2.5 s: 1 s to
+//                   3 s up to 32 ranks; a failure's error comes that much
+//                   later, which a short timeout must not double), and
+//                   returns a sentence for its error: who
 //                   failed too, who stopped waiting because of a failure, and who
 //                   posted nothing (gone: killed, crashed, its host down; or
 //                   stuck), with their pid and host.
@@ -34,13 +36,19 @@
 //                   with an evaluation keeps the others waiting, and their
 //                   reads all go to one store), at most every 5 s. A post by
 //                   another rank ends the wait at once, as a "followed"
-//                   failure: the rank that failed takes part in no later
-//                   operation of the group, so nothing is worth waiting for.
+//                   failure: the group is unusable on the rank that failed
+//                   (its communicator or its worker is broken), so what
+//                   waits on that rank waits for nothing.
 //
 // Bounds. Every store call runs on a thread of its own and is given up after
 // kStoreWait: the store's host may be the rank that is gone (rank 0 hosts it
-// unless a launcher such as torchrun does) or a stopped one. A store that
-// failed or did not answer is said so in the sentence and never asked again.
+// unless a launcher such as torchrun does), a stopped one, or one busy. A
+// call that failed ends the board's use of the store; a call that did not
+// answer in time is asked again once it has returned (one outstanding call
+// at most). The sentence says which.
+//
+// A post counted and never set (its poster died between the two calls) is
+// skipped after a second, so it cannot hide the posts after it.
 //
 // Thread-safe: one call at a time (a second report() waits for the first,
 // which is bounded, and returns its answer).
@@ -55,6 +63,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -93,6 +102,8 @@ class FailureBoard {
   // The first failure another rank posted since this group was created, if
   // any (one bounded store call when no post is known yet).
   std::optional<Post> check_peers();
+  // This rank's own post, if it made one (report()).
+  std::optional<Post> own_post();
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -122,8 +133,12 @@ class FailureBoard {
   int64_t read_up_to_ = 0;      // posts read so far (absolute numbers)
   std::map<int, Post> posts_;   // by rank, first post of each; this rank's too
   std::map<int, std::string> who_;
-  std::string store_error_;     // "" while the store answers
+  std::string store_error_;     // "" while no store call failed; then never asked again
+  std::string store_slow_;      // the last call that did not answer in time ("" once one did)
+  std::function<bool()> outstanding_;  // whether that call has returned since
   bool posts_read_ = false;     // the posts were read at least once
+  std::set<int64_t> read_ahead_;  // posts read beyond read_up_to_
+  std::map<int64_t, std::chrono::steady_clock::time_point> holes_;  // counted, unset: since
   std::optional<std::string> answer_;  // report()'s, once known
 };
 

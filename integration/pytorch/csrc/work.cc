@@ -20,22 +20,33 @@ std::vector<c10::Device> device_outputs(const std::vector<at::Tensor>& outputs) 
   return devices;
 }
 
-// The work whose future this thread is completing (markCompleted or
-// setError runs the future's callbacks inline), or null.
-thread_local const CompcollWork* t_completing = nullptr;
-
-// Marks the thread as completing `work` for the scope's life (nested: a
-// callback may complete another work).
+// Marks the thread as completing `work` (markCompleted or setError runs the
+// future's callbacks inline) for the scope's life. Nested: a callback may
+// complete another work (it issues one, or the worker runs one queued
+// behind, worker.h), and a callback of the inner one may wait for any work
+// of the stack, whose outcome is known.
 class CompletingScope {
  public:
-  explicit CompletingScope(const CompcollWork* work) : prev_(t_completing) { t_completing = work; }
-  ~CompletingScope() { t_completing = prev_; }
+  explicit CompletingScope(const CompcollWork* work) : work_(work), outer_(top_) { top_ = this; }
+  ~CompletingScope() { top_ = outer_; }
   CompletingScope(const CompletingScope&) = delete;
   CompletingScope& operator=(const CompletingScope&) = delete;
 
+  // Whether this thread is completing work, at any depth.
+  static bool completing(const CompcollWork* work) {
+    for (const CompletingScope* s = top_; s != nullptr; s = s->outer_) {
+      if (s->work_ == work) return true;
+    }
+    return false;
+  }
+
  private:
-  const CompcollWork* prev_;
+  const CompcollWork* work_;
+  const CompletingScope* outer_;
+  static thread_local const CompletingScope* top_;
 };
+
+thread_local const CompletingScope* CompletingScope::top_ = nullptr;
 
 }  // namespace
 
@@ -110,10 +121,11 @@ bool CompcollWork::fail(std::exception_ptr e) {
 }
 
 bool CompcollWork::wait(std::chrono::milliseconds timeout) {
-  if (t_completing == this) {
-    // A callback of this work's own future, run while the future is being
-    // completed and before the work is: the outcome is known, and waiting
-    // for finish() on this thread would never return.
+  if (CompletingScope::completing(this)) {
+    // A callback of this work's own future (or of a work completed inside
+    // its completion), run while the future is being completed and before
+    // the work is: the outcome is known, and waiting for finish() on this
+    // thread would never return.
     if (error_) std::rethrow_exception(error_);
     return true;
   }

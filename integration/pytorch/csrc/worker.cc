@@ -230,16 +230,20 @@ void Worker::run_and_wait(const std::string& what, std::function<void()> fn) {
 void Worker::run_queued_through(const CompcollWork* work) {
   if (!on_worker_thread()) return;
   std::unique_lock<std::mutex> lock(mu_);
-  const auto queued = [&] {
-    for (const auto& [id, task] : queue_) {
-      auto it = pending_.find(id);
-      if (it != pending_.end() && it->second.work.get() == work) return true;
+  // work's place in the queue. Only this thread takes tasks off it (the
+  // worker loop is this thread, busy in the callback), and submissions go
+  // behind: the tasks ahead of work are these, whatever is submitted
+  // meanwhile.
+  size_t ahead = queue_.size();
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    auto it = pending_.find(queue_[i].first);
+    if (it != pending_.end() && it->second.work.get() == work) {
+      ahead = i;
+      break;
     }
-    return false;
-  };
-  // Bounded by the queue: each round runs its first task, and nothing is
-  // added behind work that could come before it.
-  while (!stopping_ && broken_.empty() && queued()) {
+  }
+  if (ahead == queue_.size()) return;  // not queued: running, issued or settled
+  for (size_t run = 0; run <= ahead && !stopping_ && broken_.empty() && !queue_.empty(); ++run) {
     const uint64_t id = queue_.front().first;
     Task task = std::move(queue_.front().second);
     queue_.pop_front();
@@ -405,19 +409,30 @@ void Worker::watchdog_loop() {
       if (check <= now) {
         board_checked_ = now;
         lock.unlock();
-        const std::optional<FailureBoard::Post> post = board_->check_peers();
+        // This rank's own failure first (a compressed allreduce that failed
+        // here leaves the worker usable): the operations after it wait for
+        // nothing either, and no other rank is to blame.
+        const std::optional<FailureBoard::Post> own = board_->own_post();
+        const std::optional<FailureBoard::Post> post = own ? own : board_->check_peers();
         lock.lock();
         if (post && !pending_.empty() && broken_.empty() && !watchdog_stop_) {
           // The oldest unsettled operation is the one this rank waits in.
           const auto& [id, e] = *pending_.begin();
+          const std::string who =
+              own ? std::string("this rank failed earlier in the group (its earlier error says "
+                                "why)")
+                  : detail::concat("rank ", post->rank,
+                                   post->followed ? " stopped waiting on the group" : " failed",
+                                   " (it posted so on the group's failure board), and the group "
+                                   "is unusable there");
           const std::string msg = detail::concat(
               where(), ": ", e.what, " (operation #", id, ") stopped waiting after ",
-              seconds(now - e.submitted), " s: rank ", post->rank,
-              post->followed ? " stopped waiting on the group" : " failed",
-              " (it posted so on the group's failure board) and takes part in no later operation "
-              "of the group. The group cannot be used on this rank any more: destroy it and "
-              "create a new one");
-          fail_all(lock, id, msg, detail::concat("rank ", post->rank, " failed"),
+              seconds(now - e.submitted), " s: ", who,
+              ". The group cannot be used on this rank any more: destroy it and create a new "
+              "one");
+          fail_all(lock, id, msg,
+                   own ? std::string("this rank failed earlier")
+                       : detail::concat("rank ", post->rank, " failed"),
                    detail::concat("stopped waiting in ", e.what, " (operation #", id,
                                   ") when rank ", post->rank, "'s failure was posted"),
                    /*followed=*/true);

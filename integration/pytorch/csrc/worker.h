@@ -43,11 +43,12 @@
 // callbacks, are delivered on a short-lived thread of their own.
 //
 // Peers' failures. With a failure board (failure_board.h), the watchdog
-// reads it every FailureBoard::kCheckEvery while the oldest unsettled
+// reads it every FailureBoard::check_every() while the oldest unsettled
 // operation is older than FailureBoard::kCheckAfter. When another rank has
-// posted a failure, that rank takes part in no later operation of the
-// group: every unsettled operation fails at once, naming it, as at a
-// deadline (the worker is broken), instead of waiting out the timeout. A
+// posted a failure (or this one has: a compressed allreduce that failed
+// here leaves the worker usable), the group is unusable on that rank:
+// every unsettled operation fails at once, naming it, as at a deadline
+// (the worker is broken), instead of waiting out the timeout. A
 // deadline's error, and these, end with what the board says of the other
 // ranks (who failed too, who is gone or stuck).
 //
