@@ -81,7 +81,9 @@ std::string ignored_by_in_words(const ConfigVar& var) {
   std::string words;
   for (const FrontEnd f : {FrontEnd::kStandalone, FrontEnd::kTorchBackend, FrontEnd::kNcclInterposer}) {
     if ((var.ignored_by & bit(f)) == 0) continue;
-    if (!words.empty()) words += "; ";
+    // "the C API and compcoll-bench, nor by the PyTorch backend's groups":
+    // a front end's name may hold an "and" of its own.
+    if (!words.empty()) words += ", nor by ";
     words += front_end_name(f);
   }
   return words;

@@ -17,10 +17,14 @@ namespace {
 
 void usage() {
   std::puts(
-      "usage: compcoll-bench <subcommand> [flags]   (--help after a subcommand lists its flags)\n"
-      "  codec      --algo A --count N [--density D] [--json]\n"
-      "  allreduce  --ranks R --algo A[,B...] --count N [--iters K] [--json]\n"
-      "  project    --ranks 4,16,... --link 1gbit,... --count N [--plot PNG] [--validate] [--json]");
+      "usage: compcoll-bench <subcommand> [flags]   (--help after a subcommand lists its flags,\n"
+      "       with their defaults)\n"
+      "  codec      [--algo A] [--count N] [--density D] [--json]\n"
+      "  allreduce  [--ranks R] [--algo A[,B...]] [--count N | --sizes S[,S...]] [--iters K]\n"
+      "             [--link RATE] [--json]\n"
+      "  project    [--ranks 4,16,...] [--link 1gbit,...] [--count N] [--plot PNG] [--validate]\n"
+      "             [--json]\n"
+      "a first look, in seconds: compcoll-bench allreduce --ranks 2 --sizes 1M");
 }
 
 }  // namespace

@@ -108,11 +108,11 @@ std::string describe(const std::vector<std::string>& args, const BenchRun& r) {
   return cmd + "\n  exit " + std::to_string(r.code) + "\n  stdout: " + r.out + "\n  stderr: " + r.err;
 }
 
-// Subcommands named in the top-level usage ("  codec      --algo ...").
+// Subcommands named in the top-level usage ("  codec      [--algo ...").
 std::vector<std::string> subcommands() {
   const BenchRun r = bench({"--help"});
   std::vector<std::string> subs;
-  const std::regex line(R"(^  ([a-z]+) +--)");
+  const std::regex line(R"(^  ([a-z]+) +\[?--)");
   std::istringstream in(r.out);
   for (std::string l; std::getline(in, l);) {
     std::smatch m;
