@@ -38,13 +38,21 @@ CallInfo ChunkedNormAllreduce::run(Comm& comm, float* buf, size_t n, bool averag
   csc_accumulate_norms(config_, buf, n, state, norms.data());
   if (warm_up) {
     decision_.set(warmup_decision(step, warmup_steps_));
-  } else {
-    decision_.set("compressed");
+  }
+  const size_t keep = warm_up ? chunks : csc_selected_count(chunks, config_.fraction);
+  if (!warm_up) {
+    // At least one chunk is sent: a tensor of a few chunks sends a larger
+    // share than COMPCOLL_CSC_FRACTION, and one of one chunk sends all of it
+    // (said, so that "compressed" is not read as a ratio it did not have).
+    decision_.set(keep >= chunks ? detail::concat("compressed in name only: ", keep, " of ",
+                                                  chunks, chunks == 1 ? " chunk" : " chunks",
+                                                  " (the whole tensor; COMPCOLL_CSC_CHUNK is ",
+                                                  config_.chunk, " elements)")
+                                 : detail::concat("compressed: ", keep, " of ", chunks, " chunks"));
     // The norms only choose chunks: the warm-up selects them all.
     if (chunks > 0) comm.allreduce(norms.data(), chunks, DType::kFloat32, ReduceOp::kSum);
   }
-  const std::vector<uint32_t> selected = csc_select_chunks(
-      norms.data(), chunks, warm_up ? chunks : csc_selected_count(chunks, config_.fraction));
+  const std::vector<uint32_t> selected = csc_select_chunks(norms.data(), chunks, keep);
   std::vector<float> packed;
   csc_pack(state, selected, config_.chunk, packed);
   csc_commit(state, selected, config_.chunk, warm_up ? warmup_masking_ : config_.masking);

@@ -137,12 +137,18 @@ const char* idle_without_warmup(const Config& cfg) {
                                       : nullptr;
 }
 
-// Without a momentum of its own and none taken from the optimizer
-// (COMPCOLL_MOMENTUM_HANDOVER=0), nothing is corrected or masked.
+// Without a momentum of its own and none taken from the optimizer, nothing
+// is corrected or masked. Only the PyTorch backend's groups take one (an
+// optimizer is theirs to see), and only with COMPCOLL_MOMENTUM_HANDOVER=auto.
 const char* idle_without_momentum(const Config& cfg) {
-  return cfg.params.momentum == 0.0f && !cfg.params.momentum_from_optimizer
-             ? "with COMPCOLL_MOMENTUM=0 and COMPCOLL_MOMENTUM_HANDOVER=0: there is no momentum "
-               "correction"
+  if (cfg.params.momentum != 0.0f) return nullptr;
+  if (!cfg.params.momentum_from_optimizer) {
+    return "with COMPCOLL_MOMENTUM=0 and COMPCOLL_MOMENTUM_HANDOVER=0: there is no momentum "
+           "correction";
+  }
+  return cfg.front_end != FrontEnd::kTorchBackend
+             ? "with COMPCOLL_MOMENTUM=0 outside the PyTorch backend (whose groups take the "
+               "optimizer's momentum): there is no momentum correction"
              : nullptr;
 }
 
@@ -332,7 +338,8 @@ const ConfigVar kTable[] = {
      CC_APPLY { cfg.params.csc_chunk = static_cast<size_t>(int_at_least(var, value, 1)); },
      "csc"},
     {"COMPCOLL_CSC_FRACTION", VarType::kDouble, "0.01", "(0, 1]",
-     "fraction of chunks csc sends per step",
+     "fraction of chunks csc sends per step, at least one: a tensor of fewer than 1/fraction "
+     "chunks sends more (one of one chunk, below COMPCOLL_CSC_CHUNK elements: all of it)",
      CC_APPLY { cfg.params.csc_fraction = fraction_in_unit(var, value); },
      "csc"},
     {"COMPCOLL_ONEBIT_BLOCK", VarType::kInt, "2048", "power of two in [8, 16777216]",

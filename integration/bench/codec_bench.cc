@@ -326,6 +326,13 @@ int codec_main(int argc, char** argv, int first) {
   o.iters = static_cast<int>(iters);
   const std::vector<std::string> list = split_names("algo", algos);
   validate_codecs(o, list);
+  // onebit sends every sign: a --density its row ignores is said, as
+  // compcoll-bench allreduce says the density its rows ignore.
+  if (!std::isnan(o.density) && std::find(list.begin(), list.end(), "onebit") != list.end()) {
+    std::cerr << "compcoll-bench codec: warning: --density changes nothing for onebit (it sends "
+                 "every sign)"
+              << (list.size() == 1 ? ", so nothing in this run" : "") << "\n";
+  }
   const std::vector<float> grad = make_gradient(o.dist, o.count, o.seed);
 
   std::vector<JsonObject> results;

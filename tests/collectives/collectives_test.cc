@@ -342,6 +342,21 @@ TEST(Allreduce, OnebitWarmUpIsDenseThenCompressed) {
   });
 }
 
+// A tensor of one chunk sends all of it: csc says so, not "compressed".
+TEST(Allreduce, CscSaysWhenOneChunkIsTheWholeTensor) {
+  AlgoParams p;
+  p.warmup_steps = 0;
+  const auto algo = make_algorithm("csc", p);  // 16384-element chunks
+  testing::run_gloo_ranks(2, [&](Comm& comm) {
+    auto state = algo->make_state(16000, 2);
+    std::vector<float> buf = gradient_of(comm.rank(), 16000);
+    algo->allreduce(comm, buf.data(), buf.size(), false, *state);
+    EXPECT_EQ(algo->last_decision(),
+              "compressed in name only: 1 of 1 chunk (the whole tensor; COMPCOLL_CSC_CHUNK is "
+              "16384 elements)");
+  });
+}
+
 // COMPCOLL_WARMUP_STEPS for csc: the first calls of a tensor send every
 // chunk (exact, residual empty, no norm allreduce) and say so; the velocity
 // of a momentum correction survives them unless masking applies at density
@@ -377,7 +392,7 @@ TEST(Allreduce, CscWarmUpSendsEveryChunkThenItsFraction) {
             EXPECT_EQ(state->u, u) << "not masked in the warm-up: the velocity goes on";
           }
         } else {
-          EXPECT_EQ(decision, "compressed");
+          EXPECT_EQ(decision, "compressed: 1 of 50 chunks");
           EXPECT_EQ(info.selected, 1000u) << "one chunk of 50";
         }
       }

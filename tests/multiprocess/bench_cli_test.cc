@@ -394,6 +394,15 @@ TEST(BenchCli, FlagsThatChangeNothingAreSaidAndTheRunGoesOn) {
     EXPECT_NE(r.err.find("compcoll-bench allreduce: warning: " + c.said), std::string::npos)
         << describe(args, r);
   }
+  // The codec table's --density (elements, or csc's chunks) and onebit.
+  const std::vector<std::string> codec{"codec", "--algo", "onebit", "--count", "10000",
+                                       "--density", "0.01", "--json"};
+  const BenchRun c = bench(codec, {});
+  EXPECT_EQ(c.code, 0) << describe(codec, c);
+  EXPECT_NE(c.err.find("compcoll-bench codec: warning: --density changes nothing for onebit (it "
+                       "sends every sign), so nothing in this run"),
+            std::string::npos)
+      << describe(codec, c);
   // Nothing to say: a compressible count without those flags.
   const std::vector<std::string> quiet{"allreduce", "--ranks", "2", "--iters", "1", "--json",
                                        "--algo", "dgc", "--count", "20000"};

@@ -132,8 +132,17 @@ TEST(InertSettings, MomentumSettingsWithoutAnyMomentumAreNamed) {
                    {"COMPCOLL_NESTEROV", "1"}, {"COMPCOLL_MOMENTUM_MASKING_DENSITY", "0"}}),
             (std::vector<std::string>{"COMPCOLL_NESTEROV=1" + why,
                                       "COMPCOLL_MOMENTUM_MASKING_DENSITY=0" + why}));
-  // The optimizer's momentum (handover auto) or compcoll's own is corrected.
-  EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_NESTEROV", "1"}}).empty());
+  // The optimizer's momentum (handover auto) is corrected where there is an
+  // optimizer to take it from: under the PyTorch backend, not elsewhere.
+  EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_NESTEROV", "1"}},
+                    FrontEnd::kTorchBackend)
+                  .empty());
+  EXPECT_EQ(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_NESTEROV", "1"}}),
+            std::vector<std::string>{
+                "COMPCOLL_NESTEROV=1 changes nothing with COMPCOLL_MOMENTUM=0 outside the PyTorch "
+                "backend (whose groups take the optimizer's momentum): there is no momentum "
+                "correction"});
+  // compcoll's own momentum is corrected everywhere.
   EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_MOMENTUM_HANDOVER", "0"},
                      {"COMPCOLL_MOMENTUM", "0.9"}, {"COMPCOLL_NESTEROV", "1"}})
                   .empty());
