@@ -61,14 +61,25 @@ CallInfo SparseAllreduce::run(Comm& comm, float* buf, size_t n, bool average, Co
                               bool list_support, const Addends& addends) const {
   const SparsePattern p = pattern_for(n, comm.size());
   if (pattern_ == SparsePattern::kAuto) {
-    char text[160];
-    std::snprintf(text, sizeof text, "%s (auto: predicted %.3f ms allgather, %.3f ms scatter%s)",
-                  sparse_pattern_name(p),
-                  predict_seconds(sparse_pattern_cost(SparsePattern::kAllgather, n, comm.size(),
-                                                      density_, bytes_per_entry_), link_) * 1e3,
-                  predict_seconds(sparse_pattern_cost(SparsePattern::kScatter, n, comm.size(),
-                                                      density_, bytes_per_entry_), link_) * 1e3,
-                  link_known_ ? "" : " on an assumed link");
+    char text[200];
+    if (!link_known_ && comm.size() <= 2) {
+      // attach() measures no link where scatter cannot win: no prediction.
+      std::snprintf(text, sizeof text,
+                    "%s (auto: at %d ranks scatter cannot send less; the link is not measured)",
+                    sparse_pattern_name(p), comm.size());
+    } else {
+      // The cost model's time of each pattern's exchange on the wire (link
+      // latency and bandwidth), not of the whole call: the codecs' time is
+      // the same in both.
+      std::snprintf(
+          text, sizeof text, "%s (auto: predicted exchange %.3f ms allgather, %.3f ms scatter%s)",
+          sparse_pattern_name(p),
+          predict_seconds(sparse_pattern_cost(SparsePattern::kAllgather, n, comm.size(), density_,
+                                              bytes_per_entry_), link_) * 1e3,
+          predict_seconds(sparse_pattern_cost(SparsePattern::kScatter, n, comm.size(), density_,
+                                              bytes_per_entry_), link_) * 1e3,
+          link_known_ ? "" : " on an assumed link");
+    }
     std::lock_guard<std::mutex> lock(decision_mutex_);
     last_decision_ = text;
   }
