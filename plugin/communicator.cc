@@ -627,14 +627,17 @@ void Communicator::warn_if_nothing_compressed() const {
   }
   uint64_t by_caller = 0;
   for (const auto& [reason, n] : exact_by_caller_) {
-    add(detail::concat(n, " were sent exact by the front end (", reason, ")"));
+    add(detail::concat(n, n == 1 ? " was" : " were", " sent exact by the front end (", reason, ")"));
     by_caller += n;
   }
-  if (const uint64_t policy = dense_route_calls_ - by_caller; policy != 0) {
-    add(detail::concat(policy, " took the dense route (under COMPCOLL_MIN_ELEMS=",
-                       cfg_.min_elems,
-                       " elements, a dtype other than float32, float16 and bfloat16, or "
-                       "MIN/MAX/PRODUCT)"));
+  // The dense route's reasons that occurred, each with its count.
+  for (const auto& [reason, n] : dense_by_reason_) {
+    const auto by = exact_by_caller_.find(reason);
+    const uint64_t policy = n - (by != exact_by_caller_.end() ? by->second : 0);
+    if (policy == 0) continue;
+    const bool min_elems = reason.find("COMPCOLL_MIN_ELEMS") != std::string::npos;
+    add(detail::concat(policy, " took the dense route (", reason,
+                       min_elems ? detail::concat("=", cfg_.min_elems) : std::string(), ")"));
   }
   if (const uint64_t chosen = calls - warmup - dense_route_calls_; chosen != 0) {
     add(detail::concat(chosen, " ran dense by ", cfg_.algo, "'s own choice"));
@@ -886,6 +889,7 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
   rec.warmup_dense = route.compressed && is_warmup_decision(decision);
   rec.in_warmup = in_warmup;
   dense_route_calls_ += !route.compressed;
+  if (!route.compressed) ++dense_by_reason_[route.reason];
   rec.elements = count;
   rec.selected = info.selected;
   rec.dense_bytes = ring_allreduce_bytes(count * dtype_size(dtype), comm_->size());

@@ -234,6 +234,9 @@ class Communicator {
   CodecState undo_{0};
   uint64_t discarded_calls_ = 0;
   uint64_t dense_route_calls_ = 0;  // calls sent dense: by choose_route or allreduce_exact
+  // Those calls by their route's reason (choose_route's few fixed reasons,
+  // and allreduce_exact's), for the warning that nothing was compressed.
+  std::map<std::string, uint64_t> dense_by_reason_;
   // allreduce_exact's calls by reason (a front end's few fixed reasons).
   std::map<std::string, uint64_t> exact_by_caller_;
   bool finished_ = false;

@@ -340,8 +340,8 @@ TEST(CommunicatorWarning, NothingCompressedIsWarnedOncePerProcess) {
   EXPECT_EQ(occurrences(o.err, "compcoll WARN"), 2u) << o.err;
   EXPECT_EQ(occurrences(o.err, kAloneWarning), 1u) << o.err;
   EXPECT_EQ(occurrences(o.err, "COMPCOLL_ALGO=dgc compressed none of this communicator's 1 "
-                               "allreduce calls: 1 took the dense route (under "
-                               "COMPCOLL_MIN_ELEMS=16384 elements"),
+                               "allreduce calls: 1 took the dense route (tensor is smaller than "
+                               "COMPCOLL_MIN_ELEMS=16384)"),
             1u)
       << o.err;
 }
