@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -109,6 +110,30 @@ class TerminalProgress {
   bool on_;
   std::string last_;
 };
+
+// The machine's 1-minute load average (/proc/loadavg), or a negative value
+// where it cannot be read.
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1.0;
+  if (!(in >> load)) return -1.0;
+  return load;
+}
+
+// The table's times are wall times on a machine others may use: the load
+// when the run started, and a warning where it exceeds the cores (every
+// time of the table then carries the other work).
+std::string machine_load_line(double load) {
+  if (load < 0.0) return {};
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  char line[200];
+  std::snprintf(line, sizeof line, "# machine: load average %.2f on %u cores when the run started%s\n",
+                load, cores,
+                load > cores ? " (more than the cores: other work is in these times; rerun on an "
+                               "idle machine)"
+                             : "");
+  return line;
+}
 
 // --plot's python3 and matplotlib, checked before any rank starts: the
 // default run takes a minute, which a plot failing after it would waste.
@@ -266,6 +291,7 @@ int allreduce_main(int argc, char** argv, int first) {
   const std::string spec = rendezvous.empty() ? "file://" + dir + "/store" : rendezvous;
   const std::string out = dir + "/results.json";
   if (!plot.empty() && !plotter_ready(dir)) return 1;
+  const double load_at_start = load_average();  // before the ranks add theirs
 
   std::vector<Child> children;
   const ReapOnExit reap(children);  // destroyed before run_dir: no rank writes into a removed dir
@@ -326,6 +352,7 @@ int allreduce_main(int argc, char** argv, int first) {
                             std::to_string(cfg.params.warmup_steps) +
                             " calls are denser by default; set the variable to time them)\n");
   }
+  if (!json) std::cout << machine_load_line(load_at_start);
   if (net && !json) {
     std::cout << "# link: " << hosts << " network namespaces (" << ranks_per_host
               << " rank(s) each) on a bridge, every link shaped with tbf to " << net->rate().text
