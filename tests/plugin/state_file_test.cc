@@ -239,32 +239,51 @@ TEST_P(Resume, SaveAndLoadStateMatchesAnUninterruptedRunBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Algorithms, Resume,
                          ::testing::Values("dgc", "sbc", "sdagc", "csc", "onebit"));
 
+// Two runs over the same calls: six steps uninterrupted, and four steps
+// checkpointed. DDP's restart tests go on from there.
+struct RunAndCheckpoint {
+  std::vector<std::vector<float>> whole;  // every call's output of the six steps
+  Bytes saved;                            // the checkpoint after four
+};
+RunAndCheckpoint run_and_checkpoint_at_four(Comm& comm, const Config& cfg) {
+  RunAndCheckpoint r;
+  {
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    r.whole = steps(cc, 0, 6);
+  }
+  Communicator cc(std::make_unique<LentComm>(comm), cfg);
+  steps(cc, 0, 4);
+  r.saved = cc.save_state();
+  return r;
+}
+
+// DDP's first iteration after a restart: its initial bucket, both tensors
+// in one, under the key its rebuilt bucket ("w0") had, at another size.
+void reduce_initial_bucket(Communicator& cc) {
+  std::vector<float> b = gradient(cc.rank(), 4, kCounts[0] + kCounts[1], 0);
+  cc.allreduce(b.data(), b.size(), DType::kFloat32, ReduceOp::kAvg, "w0");
+}
+
+// Steps 4 and 5 of a resumed run, bit for bit those of the whole run.
+void expect_resumed_bit_for_bit(Communicator& cc, const RunAndCheckpoint& r) {
+  const auto resumed = steps(cc, 4, 6);
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    ASSERT_EQ(std::memcmp(r.whole[8 + i].data(), resumed[i].data(), resumed[i].size() * 4), 0)
+        << "call " << 8 + i << " differs on rank " << cc.rank();
+  }
+}
+
 // DDP's first iteration after a restart reduces its initial bucket under
 // the key its rebuilt bucket had, at another size: the restored state is
 // kept aside through that call and the rebuilt bucket resumes bit for bit.
 TEST(StateCheckpoint, ARestoredStateMetAtAnotherSizeFirstResumesAtItsOwnSize) {
   const Config cfg = algo_config("dgc");
   testing::run_gloo_ranks(2, [&](Comm& comm) {
-    std::vector<std::vector<float>> whole;
-    {
-      Communicator cc(std::make_unique<LentComm>(comm), cfg);
-      whole = steps(cc, 0, 6);
-    }
-    Bytes saved;
-    {
-      Communicator cc(std::make_unique<LentComm>(comm), cfg);
-      steps(cc, 0, 4);
-      saved = cc.save_state();
-    }
+    const RunAndCheckpoint r = run_and_checkpoint_at_four(comm, cfg);
     Communicator cc(std::make_unique<LentComm>(comm), cfg);
-    ASSERT_TRUE(cc.load_state(saved));
-    std::vector<float> initial_bucket = gradient(cc.rank(), 4, kCounts[0] + kCounts[1], 0);
-    cc.allreduce(initial_bucket.data(), initial_bucket.size(), DType::kFloat32, ReduceOp::kAvg, "w0");
-    const auto resumed = steps(cc, 4, 6);
-    for (size_t i = 0; i < resumed.size(); ++i) {
-      ASSERT_EQ(std::memcmp(whole[8 + i].data(), resumed[i].data(), resumed[i].size() * 4), 0)
-          << "call " << 8 + i << " differs on rank " << comm.rank();
-    }
+    ASSERT_TRUE(cc.load_state(r.saved));
+    reduce_initial_bucket(cc);
+    expect_resumed_bit_for_bit(cc, r);
   });
 }
 
@@ -275,35 +294,17 @@ TEST(StateCheckpoint, ARestoredStateMetAtAnotherSizeFirstResumesAtItsOwnSize) {
 TEST(StateCheckpoint, ARunStoppedBeforeTheSizeCameBackPassesTheRestoredStateOn) {
   const Config cfg = algo_config("dgc");
   testing::run_gloo_ranks(2, [&](Comm& comm) {
-    std::vector<std::vector<float>> whole;
+    RunAndCheckpoint r = run_and_checkpoint_at_four(comm, cfg);
     {
       Communicator cc(std::make_unique<LentComm>(comm), cfg);
-      whole = steps(cc, 0, 6);
-    }
-    Bytes saved;
-    {
-      Communicator cc(std::make_unique<LentComm>(comm), cfg);
-      steps(cc, 0, 4);
-      saved = cc.save_state();
-    }
-    const auto initial_bucket = [&](Communicator& cc) {
-      std::vector<float> b = gradient(cc.rank(), 4, kCounts[0] + kCounts[1], 0);
-      cc.allreduce(b.data(), b.size(), DType::kFloat32, ReduceOp::kAvg, "w0");
-    };
-    {
-      Communicator cc(std::make_unique<LentComm>(comm), cfg);
-      ASSERT_TRUE(cc.load_state(saved));
-      initial_bucket(cc);  // and stopped
-      saved = cc.save_state();
+      ASSERT_TRUE(cc.load_state(r.saved));
+      reduce_initial_bucket(cc);  // and stopped
+      r.saved = cc.save_state();
     }
     Communicator cc(std::make_unique<LentComm>(comm), cfg);
-    ASSERT_TRUE(cc.load_state(saved));
-    initial_bucket(cc);
-    const auto resumed = steps(cc, 4, 6);
-    for (size_t i = 0; i < resumed.size(); ++i) {
-      ASSERT_EQ(std::memcmp(whole[8 + i].data(), resumed[i].data(), resumed[i].size() * 4), 0)
-          << "call " << 8 + i << " differs on rank " << comm.rank();
-    }
+    ASSERT_TRUE(cc.load_state(r.saved));
+    reduce_initial_bucket(cc);
+    expect_resumed_bit_for_bit(cc, r);
   });
 }
 
