@@ -203,8 +203,20 @@ int main(int argc, char** argv) {
     return 1;
   }
   print_table();
-  std::printf("\nthe current environment is valid: algo %s, %s (what ranks agree on; a setting "
-              "that changes nothing enters at its default)\n",
-              cfg.algo.c_str(), cfg.agreement_description().c_str());
+  // What the user set, in the table's words; then what ranks compare, whose
+  // internal form (auto as -1 or as a flag) is the INFO line's.
+  std::string set_here;
+  for (const ConfigVar& v : config_table()) {
+    const char* value = std::getenv(v.name);
+    if (value == nullptr || *value == '\0') continue;
+    set_here += (set_here.empty() ? "" : ", ") + std::string(v.name) + "=" + value;
+  }
+  std::printf("\nthe current environment is valid: algo %s; set here: %s (the rest at the "
+              "defaults above)\n",
+              cfg.algo.empty() ? "(unset: compression off)" : cfg.algo.c_str(),
+              set_here.empty() ? "nothing" : set_here.c_str());
+  std::printf("what ranks compare at creation, in its internal form (auto as -1 or as a flag; a "
+              "setting that changes nothing at its default): %s\n",
+              cfg.agreement_description().c_str());
   return 0;
 }

@@ -154,7 +154,9 @@ TEST(InfoCli, UnknownNamesAreWarnedWithTheNearestKnownName) {
   EXPECT_EQ(o.err.find("COMPCOLL_VENV"), std::string::npos) << "a script's variable: " << o.err;
   EXPECT_EQ(lines_of(o.err).size(), 2u) << o.err;
   // The misspelt algorithm really was ignored.
-  EXPECT_NE(o.out.find("the current environment is valid: algo dense,"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("the current environment is valid: algo dense; set here: "),
+            std::string::npos)
+      << o.out;
 
   const Output clean = info({"COMPCOLL_ALGO=dgc"});
   EXPECT_EQ(clean.code, 0);
