@@ -490,7 +490,9 @@ void CompcollBackend::log_slot_event(const Lane& lane, const SlotAssignment& a, 
           ? detail::concat(" (the freed buffer served ", a.lasting_uses,
                            " calls: a lasting tensor that is gone, and the new buffer another "
                            "one, as when a new DDP model follows a freed one)")
-          : std::string(" (first replacement, as at DDP's bucket rebuild: its layout may differ)");
+          : std::string(" (first replacement of this slot: DDP's bucket rebuild, whose layout may "
+                        "differ, or a comm hook's fresh tensor each step, whose slots are merged "
+                        "once that pattern repeats, buffer_slots.h)");
   log_.info("error-feedback state ", a.key, " (", lane.name(), "): a new buffer of ", numel,
             " elements replaced a freed one; the freed buffer's residual (", a.dropped_elems,
             " elements) is dropped", why);
