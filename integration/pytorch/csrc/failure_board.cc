@@ -260,6 +260,13 @@ std::string FailureBoard::report(const std::string& failure, bool followed,
            }).has_value();
   };
   bool posted = post();
+  // Who the ranks not heard from yet are, now: the store's host may be a
+  // rank that fails too, and its process may end before this one has
+  // listened (the silent ones among them are named with pid and host).
+  if (posted) {
+    read_posts();
+    read_who();
+  }
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + listen_for(timeout);
   while (store_error_.empty() && (!posted || posts_.size() < static_cast<size_t>(size_))) {
@@ -273,27 +280,30 @@ std::string FailureBoard::report(const std::string& failure, bool followed,
   }
   const auto listened = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - start);
-  // Who the silent ranks are (a few: they are named, the rest counted).
-  std::vector<int> silent;
-  for (int r = 0; r < size_ && silent.size() < kNamed; ++r) {
-    if (posts_.count(r) == 0 && who_.count(r) == 0) silent.push_back(r);
-  }
-  if (!silent.empty()) {
-    using Who = std::vector<std::pair<int, std::string>>;
-    auto who = call_store<Who>("reading who the silent ranks are", [silent](c10d::Store& s) {
-      Who out;
-      for (int r : silent) {
-        const std::string key = kWho + std::to_string(r);
-        if (s.check({key})) out.emplace_back(r, text(s.get(key)));
-      }
-      return out;
-    });
-    if (who) {
-      for (auto& [r, w] : *who) who_[r] = std::move(w);
-    }
-  }
+  read_who();  // those still silent whose identity the first read missed
   answer_ = summary(listened);
   return *answer_;
+}
+
+void FailureBoard::read_who() {
+  // A few: they are named, the rest counted.
+  std::vector<int> silent;
+  for (int r = 0; r < size_ && silent.size() < kNamed; ++r) {
+    if (r != rank_ && posts_.count(r) == 0 && who_.count(r) == 0) silent.push_back(r);
+  }
+  if (silent.empty()) return;
+  using Who = std::vector<std::pair<int, std::string>>;
+  auto who = call_store<Who>("reading who the silent ranks are", [silent](c10d::Store& s) {
+    Who out;
+    for (int r : silent) {
+      const std::string key = kWho + std::to_string(r);
+      if (s.check({key})) out.emplace_back(r, text(s.get(key)));
+    }
+    return out;
+  });
+  if (who) {
+    for (auto& [r, w] : *who) who_[r] = std::move(w);
+  }
 }
 
 std::optional<FailureBoard::Post> FailureBoard::check_peers() {

@@ -122,6 +122,9 @@ class FailureBoard {
   // Reads posts baseline_+1..count not read yet into posts_ (store calls).
   void read_posts();
   std::string summary(std::chrono::milliseconds listened) const;  // posts_, who_, store_error_
+  // Under mu_: the identity (pid and host) of a few ranks that have not
+  // posted and are not known yet (one bounded store call).
+  void read_who();
 
   c10::intrusive_ptr<c10d::Store> store_;
   const int rank_;
