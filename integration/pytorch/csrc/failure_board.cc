@@ -91,7 +91,7 @@ FailureBoard::FailureBoard(c10::intrusive_ptr<c10d::Store> store, int rank, int 
     s.set(who_key, bytes(me));
     return s.add(kCount, 0);
   });
-  if (baseline) baseline_ = read_up_to_ = *baseline;
+  if (baseline) read_up_to_ = *baseline;
 }
 
 template <typename R>

@@ -119,7 +119,7 @@ class FailureBoard {
   // unusable with why, when it threw or did not return within kStoreWait.
   template <typename R>
   std::optional<R> call_store(const char* what, std::function<R(c10d::Store&)> fn);
-  // Reads posts baseline_+1..count not read yet into posts_ (store calls).
+  // Reads the posts after read_up_to_ not read yet into posts_ (store calls).
   void read_posts();
   std::string summary(std::chrono::milliseconds listened) const;  // posts_, who_, store_error_
   // Under mu_: the identity (pid and host) of a few ranks that have not
@@ -132,8 +132,9 @@ class FailureBoard {
   const std::shared_ptr<const GroupTimeout> timeout_;
 
   std::mutex mu_;  // guards everything below; held through each public call
-  int64_t baseline_ = 0;
-  int64_t read_up_to_ = 0;      // posts read so far (absolute numbers)
+  // Posts read so far (absolute numbers): from the count at creation, the
+  // baseline (posts below it are an earlier group's).
+  int64_t read_up_to_ = 0;
   std::map<int, Post> posts_;   // by rank, first post of each; this rank's too
   std::map<int, std::string> who_;
   std::string store_error_;     // "" while no store call failed; then never asked again
