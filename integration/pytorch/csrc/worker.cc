@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <iterator>
+#include <tuple>
+#include <utility>
 #include <exception>
 
 #include "compcoll/error.h"
@@ -244,26 +246,35 @@ void Worker::run_queued_through(const CompcollWork* work) {
   }
   if (ahead == queue_.size()) return;  // not queued: running, issued or settled
   for (size_t run = 0; run <= ahead && !stopping_ && broken_.empty() && !queue_.empty(); ++run) {
-    const uint64_t id = queue_.front().first;
-    Task task = std::move(queue_.front().second);
-    queue_.pop_front();
-    auto it = pending_.find(id);
+    auto it = pending_.find(queue_.front().first);
     const bool target = it != pending_.end() && it->second.work.get() == work;
-    if (it != pending_.end()) {
-      it->second.state = Entry::kRunning;
-      it->second.started = Clock::now();
-    }
+    auto [id, task] = take_front();
     lock.unlock();
-    try {
-      run_task(id, task);
-    } catch (const std::exception& e) {
-      log_.warn("a task of the torch backend's worker failed: ", e.what());
-    }
-    task = nullptr;
-    finished_running(id);
+    run_taken(id, std::move(task));
     lock.lock();
     if (target) break;
   }
+}
+
+std::pair<uint64_t, Worker::Task> Worker::take_front() {
+  std::pair<uint64_t, Task> front = std::move(queue_.front());
+  queue_.pop_front();
+  auto it = pending_.find(front.first);
+  if (it != pending_.end()) {
+    it->second.state = Entry::kRunning;
+    it->second.started = Clock::now();
+  }
+  return front;
+}
+
+void Worker::run_taken(uint64_t id, Task task) {
+  try {
+    run_task(id, task);  // tasks report their own errors through their work
+  } catch (const std::exception& e) {
+    log_.warn("a task of the torch backend's worker failed: ", e.what());
+  }
+  task = nullptr;  // what it captured goes now, not when the next one comes
+  finished_running(id);
 }
 
 void Worker::worker_loop() {
@@ -279,26 +290,14 @@ void Worker::worker_loop() {
         exit_cv_.notify_all();
         return;
       }
-      id = queue_.front().first;
-      task = std::move(queue_.front().second);
-      queue_.pop_front();
+      std::tie(id, task) = take_front();
       busy_ = true;
       current_id_ = id;
       current_since_ = Clock::now();
       auto it = pending_.find(id);
       current_what_ = it != pending_.end() ? it->second.what : std::string("an operation");
-      if (it != pending_.end()) {
-        it->second.state = Entry::kRunning;
-        it->second.started = current_since_;
-      }
     }
-    try {
-      run_task(id, task);  // tasks report their own errors through their work
-    } catch (const std::exception& e) {
-      log_.warn("a task of the torch backend's worker failed: ", e.what());
-    }
-    task = nullptr;  // what it captured goes now, not when the next one comes
-    finished_running(id);
+    run_taken(id, std::move(task));
     std::lock_guard<std::mutex> lock(mu_);
     busy_ = false;
   }

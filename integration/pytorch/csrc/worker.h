@@ -175,6 +175,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // Runs task as entry id's: on this thread, the group's timeout is the one
   // the entry was given.
   void run_task(uint64_t id, const Task& task);
+  // Under mu_: takes the queue's front task and marks its entry running.
+  std::pair<uint64_t, Task> take_front();
+  // Runs a task take_front() took (errors go through its work; an escaping
+  // exception is logged) and marks its entry finished running.
+  void run_taken(uint64_t id, Task task);
   void forget(uint64_t id);
   void finished_running(uint64_t id);
   void check_usable(const std::string& what) const;  // under mu_
