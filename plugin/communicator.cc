@@ -324,8 +324,10 @@ Bytes Communicator::save_state(size_t* saved_entries) {
     f.entries.push_back({*s.key, s.idle, s.state, nullptr});
   }
   if (skipped) {
-    log_.info("checkpoint leaves out ", skipped, " error-feedback states keyed by buffer address "
-              "(valid in this process only; pass explicit keys to keep them)");
+    // At WARN: the caller asked for a checkpoint and gets less than it holds.
+    log_.warn("checkpoint leaves out ", skipped, " of ", skipped + f.entries.size(),
+              " error-feedback states: those of calls with a NULL key, keyed by their buffer's "
+              "address, which means nothing to another process; pass a key to keep them");
   }
   if (saved_entries != nullptr) *saved_entries = f.entries.size();
   return serialize_state_file(f);
@@ -774,6 +776,32 @@ Communicator::StatsSnapshot Communicator::stats_snapshot() const {
   return snapshot_;
 }
 
+void Communicator::report_evicted(const StateStore::Evicted& evicted) {
+  if (evicted.entries == 0) return;
+  const std::string what = detail::concat(
+      "dropped ", evicted.entries, " error-feedback state", evicted.entries == 1 ? "" : "s",
+      " unused for ", kEvictAfterCalls, " compressed calls (calls on the dense route do not count)");
+  if (evicted.holding == 0) {
+    log_.info(what, ", none holding anything not sent yet");
+    return;
+  }
+  std::string keys;
+  for (const std::string& k : evicted.keys) keys += (keys.empty() ? "" : ", ") + k;
+  if (evicted.holding > evicted.keys.size()) keys += ", ...";
+  const std::string loss = detail::concat(
+      evicted.holding, " of them held error feedback not sent yet (residual L1 norm ",
+      evicted.residual_l1, "; ", keys, "), which is lost: a tensor reduced again under its key "
+      "starts afresh");
+  if (eviction_loss_said_) {
+    log_.info(what, "; ", loss);
+    return;
+  }
+  eviction_loss_said_ = true;
+  log_.warn(what, "; ", loss, ". Keys that change between steps (buffers at new addresses under "
+            "NULL keys) do this on every step: give each tensor a stable key. Later evictions "
+            "are said at INFO");
+}
+
 void Communicator::refresh_stats_snapshot() {
   const size_t bytes = state_bytes();
   std::lock_guard<std::mutex> lock(snapshot_mu_);
@@ -896,15 +924,13 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
   rec.wire_bytes = comm_->bytes_sent() - before;
   rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   stats_.record(rec);
-  if (const size_t dropped = states_.tick()) {
-    log_.info("evicted ", dropped, " error-feedback states unused for ", kEvictAfterCalls, " calls");
-  }
+  report_evicted(states_.tick());
   // load_state told the caller the run resumed: a restored state dropped
   // unused means it did not, for some tensors. Said once, at WARN.
   if (states_.restored_dropped() > restored_dropped && !partial_resume_said_) {
     partial_resume_said_ = true;
     log_.warn("checkpointed error-feedback state dropped with no call of its key and size in ",
-              kEvictAfterCalls, " calls: the checkpoint was restored for tensors this run does not reduce (the "
+              kEvictAfterCalls, " compressed calls: the checkpoint was restored for tensors this run does not reduce (the "
               "model's tensors or DDP's buckets differ from the checkpointed run's), so the "
               "resume was partial (said once)");
   }

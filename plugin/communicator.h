@@ -220,6 +220,10 @@ class Communicator {
   StateStore states_;
   // A partial resume (restored states dropped unused) is said once.
   bool partial_resume_said_ = false;
+  // Evicted states that held error feedback not sent yet: the first time
+  // at WARN, later ones at INFO (buffers that move every step evict on
+  // every call).
+  bool eviction_loss_said_ = false;
   Stats stats_;
   Logger log_;
   std::unordered_map<std::string, std::string> routes_;     // key -> last logged route
@@ -246,6 +250,8 @@ class Communicator {
   // stats_snapshot's copy of stats_ and state_bytes(), taken on the thread
   // that changed them.
   void refresh_stats_snapshot();
+  // Says what StateStore::tick() dropped (see eviction_loss_said_).
+  void report_evicted(const StateStore::Evicted& evicted);
   // Collective (creation): decides COMPCOLL_HIERARCHY and builds hier_.
   void setup_hierarchy();
   // At creation: COMPCOLL_CODEC_THREADS=auto becomes a number (config()

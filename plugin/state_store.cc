@@ -1,6 +1,7 @@
 #include "plugin/state_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <utility>
 
@@ -20,6 +21,7 @@ CodecState& StateStore::get(const StateKey& key, size_t count,
                             const std::function<std::unique_ptr<CodecState>()>& make,
                             Got* got) {
   const std::string k = key.str();
+  used_since_tick_ = true;
   auto it = entries_.find(k);
   *got = Got::kExisting;
   if (it == entries_.end() || it->second.state->size() != count) {
@@ -49,21 +51,45 @@ CodecState& StateStore::get(const StateKey& key, size_t count,
   return *it->second.state;
 }
 
-size_t StateStore::tick() {
+namespace {
+
+// Whether a state holds error feedback not sent yet, and its residual's L1 norm.
+bool holds_unsent(const CodecState& s, double* residual_l1) {
+  if (s.device) return true;  // not read back to find out: counted as holding
+  double l1 = 0.0;
+  bool any = false;
+  for (const float x : s.v) {
+    l1 += std::fabs(static_cast<double>(x));
+    any = any || x != 0.0f;
+  }
+  for (const float x : s.u) any = any || x != 0.0f;
+  *residual_l1 += l1;
+  return any;
+}
+
+}  // namespace
+
+StateStore::Evicted StateStore::tick() {
+  Evicted out;
+  if (!used_since_tick_) return out;
+  used_since_tick_ = false;
   ++now_;
-  size_t dropped = 0;
   for (auto* map : {&entries_, &aside_}) {
     for (auto it = map->begin(); it != map->end();) {
       if (now_ - it->second.last_used > evict_after_) {
         restored_dropped_ += it->second.restored_unclaimed;
+        ++out.entries;
+        if (holds_unsent(*it->second.state, &out.residual_l1)) {
+          ++out.holding;
+          if (out.keys.size() < kKeysNamed) out.keys.push_back(it->first);
+        }
         it = map->erase(it);
-        ++dropped;
       } else {
         ++it;
       }
     }
   }
-  return dropped;
+  return out;
 }
 
 StateStore::Merge StateStore::merge(const StateKey& from, const StateKey& into) {

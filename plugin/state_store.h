@@ -1,9 +1,11 @@
 // Per-communicator error-feedback memory (residuals, momenta), one entry per
 // tensor. The key is the caller's explicit key when given, else (buffer
 // address, element count, dtype), which is what DDP buckets and NCCL callers
-// provide. Entries unused for `evict_after` calls of this communicator are
-// dropped (their residual is lost, and that is logged), so a model whose
-// buffers move cannot grow memory without bound.
+// provide. Entries unused for `evict_after` calls of this communicator that
+// use the store (calls on the dense route, an evaluation loop's metrics, do
+// not age them) are dropped, so a model whose buffers move cannot grow
+// memory without bound; what a dropped entry had not sent yet is lost, and
+// tick() says how much, for the communicator to warn.
 #pragma once
 
 #include <cstdint>
@@ -48,9 +50,20 @@ class StateStore {
   CodecState& get(const StateKey& key, size_t count,
                   const std::function<std::unique_ptr<CodecState>()>& make, Got* got);
 
-  // Advances the call clock and drops entries unused for evict_after calls.
-  // Returns how many were dropped.
-  size_t tick();
+  // What tick() dropped.
+  struct Evicted {
+    size_t entries = 0;
+    // Of those, the ones holding error feedback not sent yet (a nonzero
+    // residual or momentum; a device-resident one is counted unread), the
+    // L1 norm of their host residuals and their first key texts.
+    size_t holding = 0;
+    double residual_l1 = 0.0;
+    std::vector<std::string> keys;  // up to kKeysNamed
+  };
+  static constexpr size_t kKeysNamed = 3;
+  // Ends a call: when the call used the store (get()), advances the call
+  // clock and drops the entries unused for evict_after such calls.
+  Evicted tick();
 
   // Drops one entry now (its owner knows it is gone); false if absent.
   bool erase(const StateKey& key) { return entries_.erase(key.str()) > 0; }
@@ -113,6 +126,7 @@ class StateStore {
   };
   uint64_t evict_after_;
   uint64_t now_ = 0;
+  bool used_since_tick_ = false;  // a get() since the last tick()
   size_t restored_dropped_ = 0;
   std::unordered_map<std::string, Entry> entries_;
   // Restored entries kept aside by a call of another size (see get); aged

@@ -308,13 +308,22 @@ TEST(StateCheckpoint, ARunStoppedBeforeTheSizeCameBackPassesTheRestoredStateOn) 
   });
 }
 
+// Compressed calls of another tensor, n of them (the store's clock counts
+// calls that use error-feedback state). One rank: they cost nothing to send.
+void compressed_calls_of_another_tensor(Communicator& cc, int n) {
+  std::vector<float> other(1000);  // min_elems: compressed
+  for (int call = 0; call < n; ++call) {
+    other.assign(other.size(), 0.0f);
+    cc.allreduce(other.data(), other.size(), DType::kFloat32, ReduceOp::kSum, "other");
+  }
+}
+
 // load_state returned true, so the caller believes the run resumed: states
 // restored for tensors this run never reduces are dropped when unused for
 // the store's eviction age, and that is said once at WARN, not only in an
 // INFO line about evictions.
 TEST(StateCheckpoint, RestoredStatesDroppedUnusedAreSaidAtWarnOnce) {
   ::testing::internal::CaptureStderr();
-  // One rank: the 10,000 calls the eviction takes cost nothing to send.
   testing::run_gloo_ranks(1, [&](Comm& comm) {
     Bytes saved;
     {
@@ -324,19 +333,71 @@ TEST(StateCheckpoint, RestoredStatesDroppedUnusedAreSaidAtWarnOnce) {
     }
     Communicator cc(std::make_unique<LentComm>(comm), algo_config("dgc"));
     ASSERT_TRUE(cc.load_state(saved));
-    std::vector<float> other(10);  // another tensor only (below min_elems: exact)
-    for (int call = 0; call < 10050; ++call) {
-      cc.allreduce(other.data(), other.size(), DType::kFloat32, ReduceOp::kSum, "other");
-    }
+    compressed_calls_of_another_tensor(cc, 10050);
   });
   const std::string err = ::testing::internal::GetCapturedStderr();
   const std::string line =
       "compcoll WARN [rank 0] checkpointed error-feedback state dropped with no call of its key "
-      "and size in 10000 calls: the checkpoint was restored for tensors this run does not reduce";
+      "and size in 10000 compressed calls: the checkpoint was restored for tensors this run does "
+      "not reduce";
   const size_t first = err.find(line);
   EXPECT_NE(first, std::string::npos) << err;
   // Once, for two states dropped at different calls.
-  if (first != std::string::npos) EXPECT_EQ(err.find(line, first + 1), std::string::npos) << err;
+  if (first != std::string::npos) {
+    EXPECT_EQ(err.find(line, first + 1), std::string::npos) << err;
+  }
+}
+
+// An evaluation loop of many small allreduces (the dense route) between two
+// training steps leaves the error feedback alone; a state evicted by many
+// compressed calls of other tensors while it held feedback not sent yet is
+// a loss, said at WARN once with the key and how much.
+TEST(StateEviction, DenseRouteCallsDoNotAgeStatesAndALossIsSaidAtWarnOnce) {
+  ::testing::internal::CaptureStderr();
+  testing::run_gloo_ranks(1, [&](Comm& comm) {
+    Communicator cc(std::make_unique<LentComm>(comm), algo_config("dgc"));
+    steps(cc, 0, 1);
+    const size_t held = cc.state_bytes();
+    ASSERT_GT(held, 0u);
+    std::vector<float> metric(1);  // below min_elems: the dense route
+    for (int call = 0; call < 10050; ++call) {
+      cc.allreduce(metric.data(), metric.size(), DType::kFloat32, ReduceOp::kSum, "metric");
+    }
+    EXPECT_EQ(cc.state_bytes(), held);
+    compressed_calls_of_another_tensor(cc, 10002);
+    EXPECT_LT(cc.state_bytes(), held);  // w0 and w1 went
+  });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  // w0 goes a call before w1 (a step reduces w0 first): one WARN, for w0;
+  // w1's loss is said at INFO.
+  const std::string line =
+      "compcoll WARN [rank 0] dropped 1 error-feedback state unused for 10000 compressed calls "
+      "(calls on the dense route do not count); 1 of them held error feedback not sent yet "
+      "(residual L1 norm ";
+  const size_t first = err.find(line);
+  ASSERT_NE(first, std::string::npos) << err;
+  EXPECT_NE(err.find("; key:w0), which is lost", first), std::string::npos) << err;
+  EXPECT_EQ(err.find("compcoll WARN [rank 0] dropped", first + 1), std::string::npos) << err;
+}
+
+// A checkpoint cannot keep a state keyed by a buffer's address (a NULL
+// key): it says so at WARN, with how many of how many, not at INFO only.
+TEST(StateCheckpoint, StatesOfNullKeysLeftOutAreSaidAtWarn) {
+  ::testing::internal::CaptureStderr();
+  size_t saved_entries = 99;
+  testing::run_gloo_ranks(1, [&](Comm& comm) {
+    Communicator cc(std::make_unique<LentComm>(comm), algo_config("dgc"));
+    std::vector<float> g = gradient(0, 0, 5000, 0), h = gradient(0, 0, 5000, 1);
+    cc.allreduce(g.data(), g.size(), DType::kFloat32, ReduceOp::kSum, nullptr);
+    cc.allreduce(h.data(), h.size(), DType::kFloat32, ReduceOp::kSum, "kept");
+    cc.save_state(&saved_entries);
+  });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(saved_entries, 1u);
+  EXPECT_NE(err.find("compcoll WARN [rank 0] checkpoint leaves out 1 of 2 error-feedback states: "
+                     "those of calls with a NULL key"),
+            std::string::npos)
+      << err;
 }
 
 TEST(StateCheckpoint, AnotherConfigurationOrRankIsAFreshStartNotAMismatch) {

@@ -33,17 +33,26 @@ TEST(StateStore, KeysByExplicitKeyOrByAddressCountAndDtype) {
   EXPECT_EQ(store.memory_bytes(), 3 * 10 * sizeof(float));
 }
 
-TEST(StateStore, EvictsEntriesUnusedForManyCalls) {
+TEST(StateStore, EvictsEntriesUnusedForManyCallsThatUseIt) {
   StateStore store(3);
   StateStore::Got got = StateStore::Got::kExisting;
   auto make = [] { return std::make_unique<CodecState>(4); };
-  store.get({"old", 0, 4, DType::kFloat32}, 4, make, &got);
-  for (int i = 0; i < 3; ++i) {
+  store.get({"old", 0, 4, DType::kFloat32}, 4, make, &got).v[2] = -1.5f;  // not sent yet
+  store.get({"spent", 0, 4, DType::kFloat32}, 4, make, &got);            // all zero
+  EXPECT_EQ(store.tick().entries, 0u);
+  // Calls that do not use the store (the dense route's) do not age it.
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(store.tick().entries, 0u);
+  EXPECT_EQ(store.entries(), 2u);
+  for (int i = 0; i < 2; ++i) {
     store.get({"hot", 0, 4, DType::kFloat32}, 4, make, &got);
-    EXPECT_EQ(store.tick(), 0u);
+    EXPECT_EQ(store.tick().entries, 0u);
   }
   store.get({"hot", 0, 4, DType::kFloat32}, 4, make, &got);
-  EXPECT_EQ(store.tick(), 1u);  // "old" unused for 4 calls
+  const StateStore::Evicted evicted = store.tick();  // unused for 4 calls
+  EXPECT_EQ(evicted.entries, 2u);
+  EXPECT_EQ(evicted.holding, 1u);  // "spent" held nothing
+  EXPECT_DOUBLE_EQ(evicted.residual_l1, 1.5);
+  EXPECT_EQ(evicted.keys, std::vector<std::string>{"key:old"});
   EXPECT_EQ(store.entries(), 1u);
 }
 
@@ -101,7 +110,11 @@ TEST(StateStore, KeepsARestoredEntryAsideForItsSizeAndCountsTheOnesDroppedUnused
   const StateKey old{"old", 0, 4, DType::kFloat32};
   store.put(old.str(), std::make_unique<CodecState>(4), StateStore::kRecentlyUsedCalls + 1);
   EXPECT_FALSE(store.restored_unclaimed(old));
-  for (int i = 0; i < 5; ++i) store.tick();
+  for (int i = 0; i < 5; ++i) {
+    store.get(used, 4, make4, &got);
+    store.tick();
+  }
+  EXPECT_EQ(store.find(old), nullptr);  // gone
   EXPECT_EQ(store.restored_dropped(), 2u);
 }
 
