@@ -18,10 +18,22 @@ double l2_norm(const float* g, size_t n) {
   return std::sqrt(sum);
 }
 
+double finite_l2_norm(const float* g, size_t n) {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    if (std::isfinite(g[i])) sum += double(g[i]) * g[i];
+  }
+  return std::sqrt(sum);
+}
+
 float clip_scale(const float* g, size_t n, float clip, int world_size) {
   if (!(clip > 0.0f) || n == 0) return 1.0f;
   const double limit = clip / std::sqrt(static_cast<double>(world_size < 1 ? 1 : world_size));
-  const double norm = l2_norm(g, n);
+  double norm = l2_norm(g, n);
+  // A non-finite element reaches the output as it is, and never the
+  // residual: the finite rest is clipped by its own norm, as it would be
+  // without it (the second pass is paid only then).
+  if (!std::isfinite(norm)) norm = finite_l2_norm(g, n);
   if (!std::isfinite(norm) || norm <= limit) return 1.0f;
   return static_cast<float>(limit / norm);
 }

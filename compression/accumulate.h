@@ -81,9 +81,14 @@ inline auto dispatch_momentum(MomentumMode mode, Fn&& fn) {
 // L2 norm of g (double accumulation in eight lanes so it vectorises).
 double l2_norm(const float* g, size_t n);
 
+// L2 norm of g's finite elements (non-finite ones left out).
+double finite_l2_norm(const float* g, size_t n);
+
 // DGC's local gradient clipping: the factor that brings ||g|| down to
-// clip / sqrt(world_size), or 1 when clipping is off, not needed, or the
-// norm is not finite (non-finite values must reach the output unchanged).
+// clip / sqrt(world_size), or 1 when clipping is off or not needed. The
+// norm is that of the finite elements: a NaN or Inf (which reaches the
+// output as it is, never the residual) does not turn clipping off for the
+// rest of the tensor.
 float clip_scale(const float* g, size_t n, float clip, int world_size);
 
 }  // namespace compcoll

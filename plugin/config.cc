@@ -152,6 +152,13 @@ const char* idle_without_momentum(const Config& cfg) {
              : nullptr;
 }
 
+// dgc's normalized selection (its second-moment pass) runs on one thread.
+const char* idle_with_normalized_selection(const Config& cfg) {
+  return cfg.params.selection == Selection::kNormalized
+             ? "with COMPCOLL_SELECTION=normalized: the normalized encode runs on one thread"
+             : nullptr;
+}
+
 // dgc's entry settings reach sbc only through its exact warm-up.
 const char* idle_for_binary_sbc(const Config& cfg) {
   if (!sbc_in_use(cfg) || cfg.params.sbc_runs_exact_warmup()) return nullptr;
@@ -223,7 +230,12 @@ const ConfigVar kTable[] = {
      "so set the optimizer's momentum to 0 when you set this (or keep it equal and set "
      "COMPCOLL_MOMENTUM_HANDOVER=1); the PyTorch backend says once at WARN when the optimizer "
      "does not fit (docs/pytorch.md)",
-     CC_APPLY { cfg.params.momentum = static_cast<float>(double_in_range(var, value, 0.0, 1.0, false)); },
+     CC_APPLY {
+       const float m = static_cast<float>(double_in_range(var, value, 0.0, 1.0, false));
+       // Stored in single precision: a value that rounds to 1 there is 1.
+       if (m >= 1.0f) reject(var, value, "out of range (it rounds to 1 in single precision)");
+       cfg.params.momentum = m;
+     },
      "dgc,sdagc,sbc,csc"},
     {"COMPCOLL_NESTEROV", VarType::kBool, "0", "0|1", "Nesterov form of the momentum correction",
      CC_APPLY { cfg.params.nesterov = parse_bool(var, value); },
@@ -287,7 +299,7 @@ const ConfigVar kTable[] = {
        check_enum(var, value);
        cfg.params.sbc_exact_warmup = value == "exact";
      },
-     "sbc"},
+     "sbc", idle_without_warmup},
     {"COMPCOLL_SBC_SIDES", VarType::kEnum, "both", "both|one",
      "what sbc's binarised steps send: both = the top density/2 of the positive and of the "
      "negative entries, each sign with its own mean (one more bit per position); one = only the "
@@ -401,7 +413,7 @@ const ConfigVar kTable[] = {
        cfg.params.codec_threads =
            value == "auto" ? kAutoCodecThreads : static_cast<int>(int_at_least(var, value, 1, 64));
      },
-     "dgc"},
+     "dgc", idle_with_normalized_selection},
     {"COMPCOLL_DEVICE_CODECS", VarType::kEnum, "off", "on|off",
      "the NCCL interposer's compressed calls on device memory: on = dgc, sdagc and sbc run "
      "the GPU codecs where the tensor lies (the allgather pattern, no host hierarchy, "

@@ -173,6 +173,10 @@ int main(int argc, char** argv) {
   Config cfg;
   try {
     cfg = load_config();
+    // What a communicator's creation checks of the settings together (the
+    // algorithm's own refusals: auto with a momentum, a hand-over without
+    // a momentum to hand over), so that "valid" means a run accepts them.
+    (void)make_algorithm(cfg.algo, cfg.params);
   } catch (const std::exception& e) {
     // Alone: a 65-line table before it would bury the one line that matters.
     std::fprintf(stderr, "compcoll-info: %s\n", without_library_prefix(e.what()).c_str());

@@ -25,10 +25,15 @@ float clip_scale_gpu(const float* d_grad, size_t n, float clip, int world_size,
   if (!(clip > 0.0f) || n == 0) return 1.0f;
   const double limit = clip / std::sqrt(static_cast<double>(world_size < 1 ? 1 : world_size));
   partial.resize(1024);
-  const size_t blocks = sum_squares(d_grad, n, partial.data(), s);
-  double sum = 0.0;
-  for (const double p : to_host(partial.data(), blocks, s)) sum += p;
-  const double norm = std::sqrt(sum);
+  auto norm_of = [&](bool finite_only) {
+    const size_t blocks = sum_squares(d_grad, n, partial.data(), s, finite_only);
+    double sum = 0.0;
+    for (const double p : to_host(partial.data(), blocks, s)) sum += p;
+    return std::sqrt(sum);
+  };
+  double norm = norm_of(false);
+  // As clip_scale: a non-finite element does not turn clipping off for the rest.
+  if (!std::isfinite(norm)) norm = norm_of(true);
   if (!std::isfinite(norm) || norm <= limit) return 1.0f;
   return static_cast<float>(limit / norm);
 }

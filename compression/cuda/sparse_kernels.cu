@@ -144,10 +144,13 @@ __global__ void sparse_residual_kernel(float* v, float* u, const uint32_t* idx, 
   }
 }
 
-__global__ void sum_squares_kernel(const float* g, size_t n, double* partial) {
+__global__ void sum_squares_kernel(const float* g, size_t n, double* partial, bool finite_only) {
   __shared__ double warp_sums[kThreads / 32];
   double acc = 0.0;
-  for (size_t i = first(); i < n; i += step()) { acc = dadd(acc, dmul(double(g[i]), double(g[i]))); }
+  for (size_t i = first(); i < n; i += step()) {
+    const double x = g[i];
+    if (!finite_only || finite(g[i])) acc = dadd(acc, dmul(x, x));
+  }
   for (int off = 16; off > 0; off >>= 1) acc = dadd(acc, __shfl_down_sync(0xffffffffu, acc, off));
   if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x / 32] = acc;
   __syncthreads();
@@ -234,10 +237,10 @@ void sparse_residual(float* v, float* u, const uint32_t* idx, const float* sent,
   check(cudaGetLastError(), "sparse_residual");
 }
 
-size_t sum_squares(const float* g, size_t n, double* partial, cudaStream_t s) {
+size_t sum_squares(const float* g, size_t n, double* partial, cudaStream_t s, bool finite_only) {
   const size_t blocks = std::min<size_t>(1024, (n + kThreads - 1) / kThreads);
   if (blocks == 0) return 0;
-  sum_squares_kernel<<<unsigned(blocks), kThreads, 0, s>>>(g, n, partial);
+  sum_squares_kernel<<<unsigned(blocks), kThreads, 0, s>>>(g, n, partial, finite_only);
   check(cudaGetLastError(), "sum_squares");
   return blocks;
 }

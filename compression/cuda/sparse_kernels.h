@@ -54,8 +54,10 @@ void set_at(float* v, const uint32_t* idx, size_t k, float value, cudaStream_t s
 // either is not finite) and u[i] = 0 (momentum factor masking; u may be null).
 void sparse_residual(float* v, float* u, const uint32_t* idx, const float* sent, size_t k, cudaStream_t s);
 
-// Per-block partial sums of g[i]^2 in double, for the clipping norm; returns
-// the number of partials written to partial (at most 1024).
-size_t sum_squares(const float* g, size_t n, double* partial, cudaStream_t s);
+// Per-block partial sums of g[i]^2 in double, for the clipping norm (of the
+// finite elements only, with finite_only); returns the number of partials
+// written to partial (at most 1024).
+size_t sum_squares(const float* g, size_t n, double* partial, cudaStream_t s,
+                   bool finite_only = false);
 
 }  // namespace compcoll::cuda::detail

@@ -100,6 +100,22 @@ TEST(InertSettings, AWarmUpShapeWithoutAWarmUpIsNamed) {
             std::vector<std::string>{"COMPCOLL_WARMUP_SHAPE=stages changes nothing with "
                                      "COMPCOLL_WARMUP_STEPS=0: there is no warm-up to shape"});
   EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_WARMUP_SHAPE", "stages"}}).empty());
+  // sbc's choice of what its warm-up sends, likewise.
+  EXPECT_EQ(inert({{"COMPCOLL_ALGO", "sbc"}, {"COMPCOLL_WARMUP_STEPS", "0"},
+                   {"COMPCOLL_SBC_WARMUP", "binary"}}),
+            std::vector<std::string>{"COMPCOLL_SBC_WARMUP=binary changes nothing with "
+                                     "COMPCOLL_WARMUP_STEPS=0: there is no warm-up to shape"});
+}
+
+// The normalized selection's encode runs on one thread: threads for it are
+// named as changing nothing.
+TEST(InertSettings, CodecThreadsUnderTheNormalizedSelectionAreNamed) {
+  EXPECT_EQ(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_SELECTION", "normalized"},
+                   {"COMPCOLL_CODEC_THREADS", "2"}}),
+            std::vector<std::string>{"COMPCOLL_CODEC_THREADS=2 changes nothing with "
+                                     "COMPCOLL_SELECTION=normalized: the normalized encode runs "
+                                     "on one thread"});
+  EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_CODEC_THREADS", "2"}}).empty());
 }
 
 // sbc sends dgc's entries over its exact warm-up only; its binarised steps
@@ -285,14 +301,15 @@ TEST(InertSettings, AVariableAnAlgorithmDoesNotReadLeavesItsResultsBitForBit) {
             }())
       << "every variable with a list of algorithms or a condition needs another value here";
   // The runs below set a warm-up of 2 calls (so that warm-up and after are
-  // both covered), none, sbc's binary warm-up, no momentum at all, or no
-  // host hierarchy.
+  // both covered), none, sbc's binary warm-up, no momentum at all, no
+  // host hierarchy, or the normalized selection.
   const std::vector<std::map<std::string, std::string>> bases = {
       {{"COMPCOLL_WARMUP_STEPS", "2"}},
       {{"COMPCOLL_WARMUP_STEPS", "0"}},
       {{"COMPCOLL_WARMUP_STEPS", "2"}, {"COMPCOLL_SBC_WARMUP", "binary"}},
       {{"COMPCOLL_WARMUP_STEPS", "2"}, {"COMPCOLL_MOMENTUM_HANDOVER", "0"}},
-      {{"COMPCOLL_WARMUP_STEPS", "2"}, {"COMPCOLL_HIERARCHY", "off"}}};
+      {{"COMPCOLL_WARMUP_STEPS", "2"}, {"COMPCOLL_HIERARCHY", "off"}},
+      {{"COMPCOLL_WARMUP_STEPS", "2"}, {"COMPCOLL_SELECTION", "normalized"}}};
   std::set<std::string> seen_idle;
   size_t checked = 0;
   for (const std::string& algo : algos) {

@@ -107,6 +107,7 @@ TEST(InfoCli, ABadValueIsPrintedAloneOnceWithOnePrefix) {
     std::string env, allowed;
   };
   for (const Case& c : {Case{"COMPCOLL_DENSITY=2", "(0, 1]"}, Case{"COMPCOLL_MOMENTUM=1", "[0, 1)"},
+                        Case{"COMPCOLL_MOMENTUM=0.99999999999", "[0, 1)"},
                         Case{"COMPCOLL_TIMEOUT_MS=0", ">= 1"},
                         Case{"COMPCOLL_DEBUG=LOUD", "WARN|INFO|TRACE"}}) {
     const Output o = info({c.env});
@@ -116,6 +117,23 @@ TEST(InfoCli, ABadValueIsPrintedAloneOnceWithOnePrefix) {
     EXPECT_EQ(o.err.rfind("compcoll-info: " + c.env + ": ", 0), 0u) << o.err;
     EXPECT_EQ(occurrences(o.err, "compcoll"), 1u) << "prefix doubled: " << o.err;
     EXPECT_EQ(occurrences(o.err, c.allowed), 1u) << "allowed values not given exactly once: " << o.err;
+  }
+}
+
+// Settings each valid alone that a communicator's creation refuses
+// together are not "valid": the same error, alone, exit 1.
+TEST(InfoCli, SettingsCreationRefusesTogetherMakeTheEnvironmentInvalid) {
+  for (const auto& [env, said] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"COMPCOLL_ALGO=auto", "COMPCOLL_MOMENTUM=0.9"},
+            "auto does not support momentum correction"},
+           {{"COMPCOLL_ALGO=dgc", "COMPCOLL_MOMENTUM_HANDOVER=1"},
+            "COMPCOLL_MOMENTUM_HANDOVER=1 needs COMPCOLL_MOMENTUM in (0, 1)"},
+           {{"COMPCOLL_ALGO=onebit", "COMPCOLL_MOMENTUM_HANDOVER=1", "COMPCOLL_MOMENTUM=0.9"},
+            "COMPCOLL_MOMENTUM_HANDOVER=1 with COMPCOLL_ALGO=onebit"}}) {
+    const Output o = info(env);
+    EXPECT_EQ(o.code, 1) << said << ": " << o.err;
+    EXPECT_EQ(o.out, "") << said;
+    EXPECT_NE(o.err.find(said), std::string::npos) << o.err;
   }
 }
 

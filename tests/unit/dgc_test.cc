@@ -2,6 +2,8 @@
 // masking against a scalar reference, local clipping, warm-up, sdagc's lambda.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -136,6 +138,32 @@ TEST(Dgc, LocalClippingBoundsTheGradientNormByClipOverRootN) {
   small[3] = 1.0f;
   codec.encode(small.data(), n, *st, payload);
   EXPECT_EQ(decode_sparse(payload, n).values[0], 1.0f);
+}
+
+// A NaN or Inf element does not turn clipping off for the rest of the
+// tensor: the finite elements are clipped by their own norm.
+TEST(Dgc, ANonFiniteElementLeavesTheRestClipped) {
+  const size_t n = 10000;
+  DgcConfig c;
+  c.density = 1.0;
+  c.clip = 8.0f;
+  c.world_size = 4;
+  DgcCodec codec(c);
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::infinity()}) {
+    auto st = codec.make_state(n);
+    auto g = bench::make_gradient(GradientKind::kGaussian, n, 5);  // norm ~100
+    g[7] = bad;
+    Bytes payload;
+    codec.encode(g.data(), n, *st, payload);
+    const SparseEntries e = decode_sparse(payload, n);
+    double norm = 0;
+    for (float x : e.values) {
+      if (std::isfinite(x)) norm += double(x) * x;
+    }
+    EXPECT_NEAR(std::sqrt(norm), 8.0 / 2.0, 1e-3) << bad;
+    for (size_t i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(st->v[i])) << i;
+  }
 }
 
 TEST(Dgc, MomentumMaskingAppliesOnlyAtStepsAtOrBelowTheMaskingDensity) {

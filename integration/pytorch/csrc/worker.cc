@@ -414,7 +414,14 @@ void Worker::watchdog_loop() {
         const std::optional<FailureBoard::Post> own = board_->own_post();
         const std::optional<FailureBoard::Post> post = own ? own : board_->check_peers();
         lock.lock();
-        if (post && !pending_.empty() && broken_.empty() && !watchdog_stop_) {
+        // The operation that posted this rank's failure fails with its own
+        // error (the cause, then the board's account) right after its
+        // report() returns, and may still be pending here: found the first
+        // time, the post is acted on at the next read, a read period later,
+        // so that operation's cause is not replaced by "failed earlier".
+        const bool own_new = own && !own_post_seen_;
+        own_post_seen_ = own_post_seen_ || own.has_value();
+        if (post && !own_new && !pending_.empty() && broken_.empty() && !watchdog_stop_) {
           // The oldest unsettled operation is the one this rank waits in.
           const auto& [id, e] = *pending_.begin();
           const std::string who =

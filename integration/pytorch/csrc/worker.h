@@ -232,6 +232,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
   bool watchdog_stop_ = false;
   Clock::time_point watchdog_wakes_ = Clock::time_point::max();  // its next wake-up
   Clock::time_point board_checked_{};  // the watchdog's last read of the board
+  // This rank's own post was found on an earlier read: acted on from the
+  // next one (see watchdog_loop).
+  bool own_post_seen_ = false;
   std::thread::id worker_id_;
   std::thread worker_;
   std::thread watchdog_;
