@@ -56,6 +56,8 @@ class MomentumHandover final : public Algorithm {
   void take_attachment(const Algorithm& before) override { inner_->take_attachment(before); }
   const Algorithm& unwrapped() const override { return inner_->unwrapped(); }
   std::string last_decision() const override { return inner_->last_decision(); }
+  // Whether it hands over (keeps a mirror in CodecState::handed).
+  bool hands_over() const { return hand_over_; }
 
  private:
   CallInfo run(Comm& comm, float* buf, size_t n, bool average, CodecState& state,

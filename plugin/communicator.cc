@@ -1,5 +1,6 @@
 #include "plugin/communicator.h"
 
+#include <utility>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -214,8 +215,9 @@ void Communicator::load_state_dir() {
       } catch (const std::exception& e) {
         // Any failure (a directory where the file should be, say) is this
         // rank's outcome, told to the others below: never an exception that
-        // skips the exchange and leaves them waiting.
-        error = e.what();
+        // skips the exchange and leaves them waiting. (Inside this error's
+        // message: without its own "compcoll: ".)
+        error = message_without_prefix(e);
         outcome = -1;
       }
     }
@@ -317,7 +319,7 @@ Bytes Communicator::save_state(size_t* saved_entries) {
   f.optimizer_momentum = optimizer_momentum_;
   size_t skipped = 0;
   for (const StateStore::Saved& s : states_.saved()) {
-    if (s.key->rfind("key:", 0) != 0) {
+    if (s.key->rfind("addr:", 0) == 0) {  // a NULL key's: an address
       ++skipped;
       continue;
     }
@@ -403,10 +405,17 @@ bool Communicator::load_state(std::span<const uint8_t> bytes, std::string* why_n
     const size_t n = e.state->size();
     // Shaped as allreduce() shapes it: under the hierarchy, for the leaders.
     const auto fresh = algo_->make_state(n, hier_ ? hier_->layout().hosts() : size());
-    if (e.key.rfind("key:", 0) != 0 || !seen.insert(e.key).second) {
+    // A hand-over mirror kept by call order (set_handover_order_key): a
+    // mirror and nothing else.
+    const bool order = e.key.rfind("order:", 0) == 0;
+    if ((!order && e.key.rfind("key:", 0) != 0) || !seen.insert(e.key).second) {
       why = "entry '" + e.key + "' is not a unique explicit key";
+    } else if (order && (n != 0 || !e.state->u.empty() || !e.state->second_moment.empty() ||
+                         !e.state->regions.empty())) {
+      why = e.key + " holds more than a hand-over mirror";
     } else if (!std::isfinite(e.state->lambda) || !all_finite(e.state->v) ||
-               !all_finite(e.state->u) || !all_finite(e.state->second_moment)) {
+               !all_finite(e.state->u) || !all_finite(e.state->second_moment) ||
+               !all_finite(e.state->handed)) {
       // Residuals never hold NaN/Inf (DESIGN.md): such a file was not written by compcoll.
       why = e.key + " holds non-finite values";
     } else if (fresh->u.size() != e.state->u.size() &&
@@ -810,6 +819,8 @@ void Communicator::refresh_stats_snapshot() {
 
 void Communicator::run_call(const Route& route, void* buf, size_t count, DType dtype, ReduceOp op,
                             const char* key, bool algorithm_decides, const CallRunner& run) {
+  // This call's, whatever becomes of it.
+  const std::string order_key = std::exchange(handover_order_key_, std::string());
   const OneCallAtATime one_call(in_call_, comm_->rank(),
                                 detail::concat("an allreduce of ", count, " elements"));
   check_not_broken();
@@ -863,6 +874,30 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
     log_.info(skey_text, " ", count, " x ", dtype_name(dtype), " ", reduce_op_name(op), ": ",
               route.compressed ? cfg_.algo : "dense", " (", route.reason, ")");
   }
+  // The hand-over's mirror by call order (set_handover_order_key): in the
+  // state for this call, back in its own entry after it, whatever happens;
+  // the tensor's own mirror is not kept (the order's is the one used).
+  std::vector<float>* order_mirror = nullptr;
+  if (state != nullptr && !order_key.empty() && !route.device_buffers) {
+    const auto* handover = dynamic_cast<const MomentumHandover*>(algo_.get());
+    if (handover != nullptr && handover->hands_over()) {
+      order_mirror = &states_.order_mirror(order_key, elems);
+    }
+  }
+  struct MirrorIn {
+    CodecState* state;
+    std::vector<float>* mirror;
+    MirrorIn(CodecState* s, std::vector<float>* m) : state(s), mirror(m) {
+      if (mirror != nullptr) state->handed.swap(*mirror);
+    }
+    ~MirrorIn() {
+      if (mirror == nullptr) return;
+      state->handed.swap(*mirror);
+      std::vector<float>().swap(state->handed);
+    }
+    MirrorIn(const MirrorIn&) = delete;
+    MirrorIn& operator=(const MirrorIn&) = delete;
+  } const mirror_in(state, order_mirror);
   // Before the call counts it: is this tensor still in its warm-up?
   const bool in_warmup =
       state != nullptr && state->step_count() < uint64_t(cfg_.params.warmup_steps);

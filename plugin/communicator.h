@@ -155,6 +155,17 @@ class Communicator {
   // refuses every call (device_route_refusal says why) and they run staged.
   // Between calls, as rescale_state.
   void set_discard_nonfinite(bool on);
+  // The next call's key for the momentum hand-over's mirror, when the
+  // caller knows the call's place in a sequence every rank issues alike
+  // (the PyTorch backend: the k-th compressed call of its shape in a
+  // backward pass). The mirror must be the same on every rank, and a
+  // tensor's own key need not be: the PyTorch backend's keys follow buffers
+  // (buffer_slots.h), and ranks may pair a fresh tensor with different
+  // slots (a comm hook's fresh tensor, freed earlier on one rank than on
+  // another), which would make the ranks hand over different momenta and
+  // their replicas drift. Consumed by the next call; "" (the default): the
+  // mirror is the tensor's own.
+  void set_handover_order_key(std::string order_key) { handover_order_key_ = std::move(order_key); }
   uint64_t discarded_calls() const { return discarded_calls_; }
 
   // COMPCOLL_MOMENTUM_HANDOVER=auto: from the next call on, compressed
@@ -232,6 +243,7 @@ class Communicator {
   // A call is running (run_call): a second one on another thread is refused.
   std::atomic<bool> in_call_{false};
   bool discard_nonfinite_ = false;  // set_discard_nonfinite
+  std::string handover_order_key_;  // set_handover_order_key
   // Under set_discard_nonfinite: the state of the call in flight as it was
   // before it, kept from call to call so its memory is reused (as large as
   // the largest tensor's state, not the sum of them).

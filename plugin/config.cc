@@ -675,7 +675,11 @@ std::string Config::agreement_description() const {
   Config agreed = *this;
   for (const ConfigVar& var : config_table()) {
     if (*var.default_value == '\0') continue;  // unset by default: a setting of the communicator
-    const bool idle = !tunes(var, *this) || (var.idle_because != nullptr && var.idle_because(*this));
+    // A setting this front end does not read (COMPCOLL_TORCH_SCOPE under the
+    // C API, said to change nothing) is not the ranks' to agree on either.
+    const bool unread = (var.ignored_by & bit(front_end)) != 0;
+    const bool idle = unread || !tunes(var, *this) ||
+                      (var.idle_because != nullptr && var.idle_because(*this));
     if (idle) var.apply(var, var.default_value, agreed);
   }
   // state_dir: whether ranks load checkpoints at creation (a collective

@@ -65,6 +65,13 @@ class StateStore {
   // clock and drops the entries unused for evict_after such calls.
   Evicted tick();
 
+  // The momentum hand-over's mirror kept by call order instead of by the
+  // tensor's key (Communicator::set_handover_order_key): an entry of its
+  // own, "order:<order_key>", holding only `handed` (n floats, zero when new
+  // or of another size). Used, aged, evicted, rescaled and checkpointed as
+  // every entry is.
+  std::vector<float>& order_mirror(const std::string& order_key, size_t n);
+
   // Drops one entry now (its owner knows it is gone); false if absent.
   bool erase(const StateKey& key) { return entries_.erase(key.str()) > 0; }
 

@@ -270,6 +270,27 @@ TEST(Config, OnebitScaleIsDescribedByItsName) {
             std::string::npos);
 }
 
+// A setting the front end does not read (said to change nothing there) is
+// no disagreement between its ranks: a rank with COMPCOLL_TORCH_SCOPE=all
+// under the C API creates its communicator with ranks without it.
+TEST(Config, SettingsTheFrontEndDoesNotReadAreNotAgreedOn) {
+  auto described = [](FrontEnd fe, std::map<std::string, std::string> vars) {
+    vars["COMPCOLL_ALGO"] = "dgc";
+    Config c = load_config(env_of(vars));
+    c.front_end = fe;
+    return c.agreement_description();
+  };
+  for (const auto& [var, value, reader] :
+       std::vector<std::tuple<std::string, std::string, FrontEnd>>{
+           {"COMPCOLL_TORCH_SCOPE", "all", FrontEnd::kTorchBackend},
+           {"COMPCOLL_NCCL_COMMS", "multi-host", FrontEnd::kNcclInterposer}}) {
+    EXPECT_EQ(described(FrontEnd::kStandalone, {{var, value}}),
+              described(FrontEnd::kStandalone, {}))
+        << var;
+    EXPECT_NE(described(reader, {{var, value}}), described(reader, {})) << var;
+  }
+}
+
 TEST(Config, OnebitResidualBoundIsCheckedAndPartOfTheAgreement) {
   EXPECT_NE(load_config(env_of({})).agreement_description().find("onebit_residual_bound=0.5;"),
             std::string::npos);

@@ -125,6 +125,21 @@ def test_a_second_optimizer_is_reported_once():
     assert ranks[0].stderr.count("follows the first optimizer this process stepped") == 1
 
 
+def test_a_momentum_schedule_is_said_to_change_nothing_once():
+    """OneCycleLR cycles the momentum by default (cycle_momentum=True):
+    compcoll keeps the momentum it took over at the first step, so the
+    schedule's values change nothing; rank 0 says so once, for SGD's
+    hand-over and for Adam's moved beta1 (an outside review found both
+    silent). Without a schedule, nothing is said."""
+    phrase = "took over at its first step (a momentum schedule"
+    for opt in ("sgd:0.9", "adam:0.9"):
+        ranks = run("--opt", opt, "--steps", "6", "--schedule")
+        assert ranks[0].stderr.count(phrase) == 1, ranks[0].describe()
+        assert phrase not in ranks[1].stderr, ranks[1].describe()
+        quiet = run("--opt", opt, "--steps", "6")
+        assert all(phrase not in r.stderr for r in quiet), quiet[0].describe()
+
+
 def test_accumulation_without_no_sync_turns_it_off_again_and_warns():
     # Two allreduces of every gradient per optimizer step: the hand-over's
     # mirror would advance twice per step, so the group gives it up.

@@ -41,7 +41,7 @@ from torch.distributed import distributed_c10d as c10d
 
 import compcoll_creators as creators
 from compcoll import (_C, _ddp_hooks, _ddp_join, _join, _loss_scale, _momentum, _notices,
-                      _tensor_parallel)
+                      _sync_batchnorm, _tensor_parallel)
 
 BACKEND_NAME = "compcoll"
 DEVICES = ["cpu", "cuda"]
@@ -199,6 +199,7 @@ def _build_group(args, device_lane):
     _ddp_hooks.install()
     _loss_scale.install()
     _tensor_parallel.install()
+    _sync_batchnorm.install()
     return backend
 
 

@@ -257,6 +257,40 @@ def check_configured_momentum(optimizer):
     _say_once("configured momentum", configured_momentum_notice(optimizer, *configured))
 
 
+def schedule_notice(optimizer, taken):
+    """What to say (None: nothing) when `optimizer`'s momentum is no longer
+    the one compcoll took over at its first step, `taken` = (m, moved, why):
+    a momentum schedule (OneCycleLR's or CyclicLR's cycle_momentum=True, on by
+    default) or a script that sets it. compcoll keeps applying m (agreeing on
+    another is a collective of every rank), so the schedule would otherwise
+    change nothing, silently."""
+    m, moved = taken[0], taken[1]
+    if not m > 0.0 or not optimizer.param_groups:
+        return None
+    group = optimizer.param_groups[0]
+    if moved:
+        original = _moved.get(optimizer)
+        if original is None or "betas" not in group:
+            return None
+        now = float(group["betas"][0])
+        if now == 0.0 or math.isclose(now, original, rel_tol=1e-6):
+            return None  # compcoll's own 0, or the script's value unchanged
+        what = f"beta1 is now {now}"
+    else:
+        if type(optimizer) is not torch.optim.SGD:
+            return None
+        now = float(group.get("momentum", 0.0))
+        if math.isclose(now, m, rel_tol=1e-6):
+            return None
+        what = f"momentum is now {now}"
+    return (f"compcoll: {type(optimizer).__name__}'s {what}, not the {m} that "
+            "COMPCOLL_MOMENTUM_HANDOVER=auto took over at its first step (a momentum schedule, "
+            "such as OneCycleLR's or CyclicLR's cycle_momentum=True, or a script that sets it): "
+            f"compcoll's momentum correction keeps applying {m}, so the new value changes "
+            "nothing; set cycle_momentum=False to keep one momentum, or "
+            "COMPCOLL_MOMENTUM_HANDOVER=0 to leave the momentum to the optimizer")
+
+
 def _say_once(key, text):
     """text (None: nothing to say) at WARNING on the job's rank 0, once per
     process (compcoll._notices)."""
@@ -301,6 +335,9 @@ def _pre_step(optimizer, args, kwargs):
         proposal = _proposal or proposal_of(optimizer)
     moved_now = _C.agree_optimizer_momentum(proposal[0], proposal[1], proposal[2])
     with _lock:
+        if optimizer in _seen and _proposal is not None:
+            # Before _follow sets Adam's beta1 back to 0: what the script set.
+            _say_once("momentum schedule", schedule_notice(optimizer, _proposal))
         _follow(optimizer, moved_now)
 
 

@@ -60,6 +60,8 @@ std::exception_ptr candidate_error(const std::exception& e, const std::string& c
 // (issue_scope.h).
 constexpr const char* kOutsideBackward =
     "issued outside a backward pass, COMPCOLL_TORCH_SCOPE=backward";
+constexpr const char* kBatchStatistics =
+    "SyncBatchNorm's batch statistics: values, though issued in backward";
 constexpr const char* kTensorParallel =
     "a tensor-parallel group's: activations, not gradient sums";
 constexpr const char* kSelfCompressingHook =
@@ -72,8 +74,9 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
                    const std::shared_ptr<const GroupTimeout>& timeout,
                    const c10::intrusive_ptr<CompcollWork>& work,
                    const at::Tensor& t, const at::Tensor& host, DType dtype, ReduceOp op,
-                   const std::string& key, const std::string& dropped,
-                   const std::string& merged, const std::string& context,
+                   const std::string& key, const std::string& order_key,
+                   const std::string& dropped, const std::string& merged,
+                   const std::string& context,
                    const char* exact_reason, const std::shared_ptr<FailureBoard>& board) {
   try {
     const std::optional<c10::Stream> stream =
@@ -92,6 +95,7 @@ void run_candidate(const std::shared_ptr<Lane>& lane, const std::shared_ptr<cons
         comm.allreduce_exact(buf.data_ptr(), static_cast<size_t>(t.numel()), dtype, op,
                              exact_reason);
       } else {
+        comm.set_handover_order_key(order_key);
         comm.allreduce(buf.data_ptr(), static_cast<size_t>(t.numel()), dtype, op,
                        key.empty() ? nullptr : key.c_str());
       }
@@ -366,6 +370,9 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     // registration (compcoll/_ddp_hooks.py), exact here under every scope.
     compress = false;
     exact_reason = kSelfCompressingHook;
+  } else if (compress && in_values_scope()) {
+    compress = false;  // compcoll/_sync_batchnorm.py
+    exact_reason = kBatchStatistics;
   } else if (compress && tensor_parallel()) {
     // Activations or their gradients: exact under every scope, and said
     // once at INFO, since it is right (mark_tensor_parallel).
@@ -433,7 +440,11 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     // algorithm is dense, or fewer than COMPCOLL_MIN_ELEMS elements) need
     // no state and get no slot.
     SlotAssignment a{"", SlotEvent::kSame, 0};
-    if (compress) a = lane->slots.assign(t, backward_pass(), current_owner());
+    std::string order_key;
+    if (compress) {
+      a = lane->slots.assign(t, backward_pass(), current_owner());
+      order_key = lane->handover_order_key(t, backward_pass());
+    }
     if (compress) ++compressed_submissions_;
     if (compress && count_step_calls_) {  // check_one_allreduce_per_step
       ++step_calls_;
@@ -441,11 +452,12 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     }
     log_slot_event(*lane, a, t.numel());
     return [lane, cfg = lane_cfg_, timeout = timeout_, work, t, host, dtype, op,
-            key = a.key, dropped = a.dropped_key, merged = a.merged_key, exact_reason,
+            key = a.key, order_key = std::move(order_key), dropped = a.dropped_key,
+            merged = a.merged_key, exact_reason,
             board = board_, context = detail::concat("rank ", getRank(), "/", getSize(), ", group '",
                                      getGroupUid(), "': ", what)] {
-      run_candidate(lane, cfg, timeout, work, t, host, dtype, op, key, dropped, merged, context,
-                    exact_reason, board);
+      run_candidate(lane, cfg, timeout, work, t, host, dtype, op, key, order_key, dropped, merged,
+                    context, exact_reason, board);
     };
   }, op_timeout);
   return work;

@@ -441,6 +441,11 @@ PYBIND11_MODULE(_C, m) {
         "compcoll.gradient_scope(): this thread's allreduces count as issued in backward.");
   m.def("_exit_gradient_scope", &compcoll::torch_integration::exit_gradient_scope,
         py::arg("saved"));
+  m.def("_enter_values_scope", &compcoll::torch_integration::enter_values_scope,
+        "Around SyncBatchNorm's backward: this thread's allreduces are values (exact under "
+        "every scope), even inside a backward pass; _exit_values_scope restores.");
+  m.def("_exit_values_scope", &compcoll::torch_integration::exit_values_scope,
+        py::arg("saved"));
   m.def("_enter_owner", &compcoll::torch_integration::enter_owner, py::arg("owner"),
         "Around a DDP comm hook: what this thread issues is for that hook's model.");
   m.def("_exit_owner", &compcoll::torch_integration::exit_owner, py::arg("saved"));

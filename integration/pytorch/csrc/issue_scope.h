@@ -108,6 +108,12 @@ void pass_scope_to_callbacks(const c10::intrusive_ptr<c10d::Work>& work);
 // compcoll.gradient_scope(): enter returns what exit restores, so scopes nest.
 Scope enter_gradient_scope();
 void exit_gradient_scope(Scope saved);
+// compcoll._sync_batchnorm: what this thread issues is values, not gradient
+// sums, even inside a backward pass (SyncBatchNorm's batch statistics):
+// exact under every COMPCOLL_TORCH_SCOPE. enter returns what exit restores.
+bool enter_values_scope();
+void exit_values_scope(bool saved);
+bool in_values_scope();
 
 // Around a DDP comm hook's call (compcoll/_ddp_hooks.py): the same nesting.
 uint64_t enter_owner(uint64_t owner);

@@ -182,4 +182,15 @@ at::Tensor stage_to_host(const at::Tensor& t) {
   return host;
 }
 
+std::string Lane::handover_order_key(const at::Tensor& t, uint64_t pass) {
+  if (pass == 0) return std::string();
+  if (pass != order_pass_) {
+    order_pass_ = pass;
+    order_calls_.clear();
+  }
+  const int dtype = static_cast<int>(t.scalar_type());
+  const uint64_t k = order_calls_[{t.numel(), dtype}]++;
+  return detail::concat("pass#", k, "/", t.numel(), "/", dtype);
+}
+
 }  // namespace compcoll::torch_integration

@@ -104,8 +104,16 @@ class Lane {
   // Guarded by the worker's queue lock.
   BufferSlots slots;
   std::optional<c10::Device> device;  // staged lanes: the device of the first candidate
+  // The momentum hand-over's mirror key of a compressed call issued now
+  // (Communicator::set_handover_order_key): the call's shape and its place
+  // among the calls of that shape in its backward pass, the same on every
+  // rank (collectives are issued in one order); "" outside a backward pass
+  // (pass 0), where the tensor's own key serves. Guarded as slots are.
+  std::string handover_order_key(const at::Tensor& t, uint64_t pass);
 
  private:
+  uint64_t order_pass_ = 0;  // handover_order_key: the pass counted, its calls by shape
+  std::map<std::pair<int64_t, int>, uint64_t> order_calls_;
   const std::string name_;
   const c10::DeviceType type_;
   const bool staged_;

@@ -6,7 +6,7 @@ subgroup (the reference) and over one compcoll subgroup per algorithm of
 TEST_ALGOS (COMPCOLL_ALGO is read when a group is created). Every run
 reports its per-step losses and whether its parameters are bitwise equal on
 every rank. TEST_BUCKET_MB (optional) caps DDP's buckets, for several
-buckets per step; TEST_GLOO_REFERENCE=0 skips the Gloo run (with several
+buckets per step; TEST_MOMENTUM sets SGD's momentum (0: none); TEST_GLOO_REFERENCE=0 skips the Gloo run (with several
 buckets PowerSGD's callbacks race with the next bucket's allreduce on plain
 Gloo, which then fails with a collective mismatch).
 """
@@ -91,7 +91,10 @@ def train(group, hook_name, rank):
     ddp = DDP(model, process_group=group, **kwargs)
     hook, state = make_hook(hook_name, group)
     ddp.register_comm_hook(state, hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    # TEST_MOMENTUM: the optimizer's momentum (compcoll takes it over and
+    # hands its own back, COMPCOLL_MOMENTUM_HANDOVER=auto).
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05,
+                          momentum=float(os.environ.get("TEST_MOMENTUM", "0")))
     g = torch.Generator().manual_seed(100 + rank)
     losses = []
     for _ in range(STEPS):

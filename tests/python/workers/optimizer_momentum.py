@@ -3,7 +3,8 @@ and an optimizer named per rank: --opt NAME (every rank) or --opt-rank1 NAME
 (rank 1 only), NAME one of sgd:M, sgd-nesterov:M, adam[:B1], adamw[:B1],
 adam-amsgrad, each also as zero-NAME (torch's ZeroRedundancyOptimizer over
 it). --second NAME steps a second optimizer (on its own small model)
-after the first. --accumulate N runs N backward passes per step without
+after the first. --schedule steps a OneCycleLR schedule (cycle_momentum on,
+its default) after each step. --accumulate N runs N backward passes per step without
 no_sync(). --reload S reloads the optimizer from its own state_dict() after
 step S. Runs --steps steps and prints RESULT {"momentum":
 compcoll.stats()["optimizer_momentum"], "moved": ...["optimizer_momentum_moved"],
@@ -50,6 +51,8 @@ def main():
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--accumulate", type=int, default=1)
     p.add_argument("--reload", type=int, default=-1)
+    p.add_argument("--schedule", action="store_true",
+                   help="a OneCycleLR schedule, cycle_momentum on (its default)")
     p.add_argument("--rank0-probe", default="",
                    help="rank 0 alone first fits a local model with this optimizer")
     args = p.parse_args()
@@ -73,6 +76,8 @@ def main():
     name = args.opt_rank1 if (rank == 1 and args.opt_rank1) else args.opt
     opt = make(name, model.parameters())
     second = make(args.second, nn.Linear(4, 4).parameters()) if args.second else None
+    schedule = (torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=args.steps)
+                if args.schedule else None)
     losses = []
     for step in range(args.steps):
         gen = torch.Generator().manual_seed(1000 * step + rank)
@@ -85,6 +90,8 @@ def main():
         opt.step()
         if second is not None:
             second.step()
+        if schedule is not None:
+            schedule.step()
         losses.append(loss.item())
         if step == args.reload:
             opt.load_state_dict(opt.state_dict())
