@@ -57,9 +57,12 @@ double parse_double(const ConfigVar& var, const std::string& value) {
   errno = 0;
   char* end = nullptr;
   const double d = std::strtod(value.c_str(), &end);
-  if (end == value.c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(d)) {
-    reject(var, value, "not a finite number");
-  }
+  // Blanks around the number are accepted on both sides (strtod skips the
+  // leading ones), as a shell's quoting may leave them.
+  const bool converted = end != value.c_str();
+  while (*end != '\0' && std::isspace(static_cast<unsigned char>(*end))) ++end;
+  if (!converted || *end != '\0' || !std::isfinite(d)) reject(var, value, "not a finite number");
+  if (errno == ERANGE) reject(var, value, "too small or too large for a double");
   return d;
 }
 
@@ -67,7 +70,10 @@ long long parse_int(const ConfigVar& var, const std::string& value) {
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(value.c_str(), &end, 10);
-  if (end == value.c_str() || *end != '\0' || errno == ERANGE) reject(var, value, "not an integer");
+  const bool converted = end != value.c_str();
+  while (*end != '\0' && std::isspace(static_cast<unsigned char>(*end))) ++end;
+  if (!converted || *end != '\0') reject(var, value, "not an integer");
+  if (errno == ERANGE) reject(var, value, "too large for a 64-bit integer");
   return v;
 }
 

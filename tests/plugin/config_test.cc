@@ -213,6 +213,19 @@ TEST(Config, UnparseableNumbersAreRejected) {
   }
 }
 
+// Blanks around a number are accepted on either side alike; blanks alone
+// are no number; a value a double cannot hold says so.
+TEST(Config, BlanksAroundANumberAreAcceptedOnEitherSide) {
+  for (const char* v : {"0.1", " 0.1", "0.1 ", " 0.1\t"}) {
+    EXPECT_DOUBLE_EQ(load_config(env_of({{"COMPCOLL_DENSITY", v}})).params.density, 0.1) << v;
+  }
+  EXPECT_EQ(load_config(env_of({{"COMPCOLL_MIN_ELEMS", "64 "}})).min_elems, 64u);
+  EXPECT_NE(error_of({{"COMPCOLL_DENSITY", "  "}}).find("not a finite number"), std::string::npos);
+  EXPECT_NE(error_of({{"COMPCOLL_MIN_ELEMS", " "}}).find("not an integer"), std::string::npos);
+  EXPECT_NE(error_of({{"COMPCOLL_DENSITY", "1e-400"}}).find("too small or too large"),
+            std::string::npos);
+}
+
 TEST(Config, OtherBadValuesAreRejected) {
   EXPECT_NE(error_of({{"COMPCOLL_MOMENTUM", "1"}}), "");
   EXPECT_NE(error_of({{"COMPCOLL_ONEBIT_BLOCK", "1000"}}), "");
