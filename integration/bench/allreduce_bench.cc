@@ -5,6 +5,7 @@
 // 1) with that rank's status and the end of its log; nothing is left running.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -79,6 +80,65 @@ void warn_about_what_changes_nothing(const std::vector<std::string>& algos, cons
          "bytes are not what the hierarchy does between hosts (run it with --link and "
          "--ranks-per-host)");
   }
+}
+
+// What one rank holds per element of the largest size, measured 2026-12-04
+// (the largest resident set of a rank, /usr/bin/time, 2 ranks, 16M floats):
+// 36 bytes for what every row shares (the gradient, the call's buffer, the
+// exact sum, Gloo's own), and about 16 more for each compressed algorithm's
+// state and payloads (dense 598 MB, dense and dgc 666 MB, dense, dgc and
+// sbc 928 MB, all six 1.95 GB).
+constexpr double kSharedBytesPerElement = 36.0;
+constexpr double kBytesPerElementPerAlgorithm = 16.0;
+
+// /proc/meminfo's MemAvailable in bytes, or 0 where it cannot be read.
+double memory_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0.0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024.0;
+  }
+  return 0.0;
+}
+
+// A run whose ranks cannot fit in memory fails before any rank starts (it
+// sat silent for minutes, then the kernel's OOM killer took a rank): one
+// that needs more than twice what is available, so that an estimate off by
+// as much never refuses a run that fits; one that may not fit is warned
+// about.
+void check_memory(const std::vector<std::string>& algos, long long largest, int ranks) {
+  const double available = memory_available();
+  if (available <= 0.0 || largest <= 0) return;
+  double per_element = kSharedBytesPerElement;
+  for (const std::string& a : algos) per_element += a == "dense" ? 0.0 : kBytesPerElementPerAlgorithm;
+  const double need = static_cast<double>(ranks) * static_cast<double>(largest) * per_element;
+  const auto gib = [](double b) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.1f GiB", b / (1024.0 * 1024.0 * 1024.0));
+    return std::string(s);
+  };
+  const std::string what = detail::concat(
+      "this run needs about ", gib(need), " of memory (", ranks, " ranks x ", largest,
+      " elements x about ", static_cast<int>(per_element),
+      " bytes: the buffers every row shares and each compressed algorithm's state) and the "
+      "machine has ", gib(available), " available (/proc/meminfo)");
+  CC_CHECK(need <= 2.0 * available, kInvalidArgument, what,
+           ": use fewer --ranks, a smaller --count or --sizes, or fewer --algo");
+  if (need > 0.7 * available) {
+    std::cerr << "compcoll-bench allreduce: warning: " << what
+              << ": it may not fit, and the kernel would stop a rank that does not\n";
+  }
+}
+
+long long largest_count(const std::string& sizes, long long count) {
+  if (sizes.empty()) return count;
+  long long largest = 0;
+  for (const auto& s : split_list(sizes)) {
+    largest = std::max(largest, static_cast<long long>(parse_size_in_floats("--sizes", s)));
+  }
+  return largest;
 }
 
 // The ranks' progress on one line of a terminal's stderr, replaced as rank 0
@@ -269,6 +329,7 @@ int allreduce_main(int argc, char** argv, int first) {
   warn_about_what_changes_nothing(split_names("algo", algos), cfg, density, sizes, count,
                                   args.given("count"), forced_hierarchy,
                                   link.empty() ? 1 : hosts);  // without --link: one machine
+  check_memory(split_names("algo", algos), largest_count(sizes, count), ranks);
   // The table is the steady state: a tensor's first COMPCOLL_WARMUP_STEPS
   // calls run denser on purpose (training accuracy, docs/convergence.md), and
   // a handful of timed calls would time only those. The ranks inherit this;

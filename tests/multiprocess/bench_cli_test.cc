@@ -207,6 +207,9 @@ TEST(BenchCli, ErrorsAreOneLineWithOnePrefixAndNothingOnStdout) {
       {"allreduce", "--algo", ",", "--ranks", "2", "--count", "5"},
       {"allreduce", "--algo", "dense,dgc,dense", "--ranks", "2", "--count", "5"},
       {"codec", "--algo", "dgc,dgc", "--count", "1K"},
+      // Ranks that cannot fit in any machine's memory: refused before they
+      // start (they sat silent, then the OOM killer came).
+      {"allreduce", "--ranks", "4", "--count", "5G"},
       {"project", "--algo", "dgc,,dgc", "--ranks", "4", "--link", "1gbit", "--count", "1M"},
   };
   for (const auto& args : cases) {
