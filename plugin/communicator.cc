@@ -881,7 +881,7 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
   if (state != nullptr && !order_key.empty() && !route.device_buffers) {
     const auto* handover = dynamic_cast<const MomentumHandover*>(algo_.get());
     if (handover != nullptr && handover->hands_over()) {
-      order_mirror = &states_.order_mirror(order_key, elems);
+      order_mirror = &states_.order_mirror(order_key, elems, state->handed);
     }
   }
   struct MirrorIn {

@@ -61,8 +61,9 @@ double parse_double(const ConfigVar& var, const std::string& value) {
   // leading ones), as a shell's quoting may leave them.
   const bool converted = end != value.c_str();
   while (*end != '\0' && std::isspace(static_cast<unsigned char>(*end))) ++end;
-  if (!converted || *end != '\0' || !std::isfinite(d)) reject(var, value, "not a finite number");
+  if (!converted || *end != '\0') reject(var, value, "not a finite number");
   if (errno == ERANGE) reject(var, value, "too small or too large for a double");
+  if (!std::isfinite(d)) reject(var, value, "not a finite number");
   return d;
 }
 
@@ -73,7 +74,7 @@ long long parse_int(const ConfigVar& var, const std::string& value) {
   const bool converted = end != value.c_str();
   while (*end != '\0' && std::isspace(static_cast<unsigned char>(*end))) ++end;
   if (!converted || *end != '\0') reject(var, value, "not an integer");
-  if (errno == ERANGE) reject(var, value, "too large for a 64-bit integer");
+  if (errno == ERANGE) reject(var, value, "out of the range of a 64-bit integer");
   return v;
 }
 

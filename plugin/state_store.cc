@@ -153,11 +153,18 @@ void StateStore::put(const std::string& key_text, std::unique_ptr<CodecState> st
   entries_[key_text] = Entry{std::move(state), idle <= now_ ? now_ - idle : 0, awaited};
 }
 
-std::vector<float>& StateStore::order_mirror(const std::string& order_key, size_t n) {
+std::vector<float>& StateStore::order_mirror(const std::string& order_key, size_t n,
+                                             std::vector<float>& seed) {
   used_since_tick_ = true;
   Entry& e = entries_["order:" + order_key];
   if (!e.state) e.state = std::make_unique<CodecState>(0);
-  if (e.state->handed.size() != n) e.state->handed.assign(n, 0.0f);
+  if (e.state->handed.size() != n) {
+    if (seed.size() == n) {
+      e.state->handed.swap(seed);
+    } else {
+      e.state->handed.assign(n, 0.0f);
+    }
+  }
   e.last_used = now_;
   e.restored_unclaimed = false;
   return e.state->handed;

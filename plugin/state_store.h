@@ -69,8 +69,12 @@ class StateStore {
   // tensor's key (Communicator::set_handover_order_key): an entry of its
   // own, "order:<order_key>", holding only `handed` (n floats, zero when new
   // or of another size). Used, aged, evicted, rescaled and checkpointed as
-  // every entry is.
-  std::vector<float>& order_mirror(const std::string& order_key, size_t n);
+  // every entry is. A new one (or one of another size) takes `seed`'s
+  // contents when seed holds n floats (the tensor's own mirror: from a
+  // checkpoint written before mirrors were kept by order, or the slot's
+  // until now), else starts at zero.
+  std::vector<float>& order_mirror(const std::string& order_key, size_t n,
+                                   std::vector<float>& seed);
 
   // Drops one entry now (its owner knows it is gone); false if absent.
   bool erase(const StateKey& key) { return entries_.erase(key.str()) > 0; }

@@ -467,6 +467,34 @@ TEST(HandoverOrderKey, TheMirrorsByOrderAreCheckpointed) {
   EXPECT_EQ(resumed, uninterrupted);
 }
 
+// A checkpoint whose mirror lives in the tensor's own state (written
+// without order keys, as before they existed) seeds the order's mirror at
+// its first call: the resumed run hands over what the uninterrupted one did.
+TEST(HandoverOrderKey, AMirrorOfTheTensorsOwnSeedsTheOrdersFirst) {
+  std::vector<float> uninterrupted, resumed;
+  testing::run_gloo_ranks(1, [&](Comm& comm) {
+    Config cfg = algo_config("dgc");
+    cfg.params.momentum_handover = true;
+    auto call = [&](Communicator& cc, int step, bool order_key) {
+      std::vector<float> g = gradient(0, step, 5000, 0);
+      if (order_key) cc.set_handover_order_key("owner0/5000/6/#0");
+      cc.allreduce(g.data(), g.size(), DType::kFloat32, ReduceOp::kSum, "w");
+      return g;
+    };
+    Bytes saved;
+    {
+      Communicator cc(std::make_unique<LentComm>(comm), cfg);
+      call(cc, 0, false);
+      saved = cc.save_state();
+      uninterrupted = call(cc, 1, false);
+    }
+    Communicator cc(std::make_unique<LentComm>(comm), cfg);
+    ASSERT_TRUE(cc.load_state(saved));
+    resumed = call(cc, 1, true);
+  });
+  EXPECT_EQ(resumed, uninterrupted);
+}
+
 TEST(StateCheckpoint, AnotherConfigurationOrRankIsAFreshStartNotAMismatch) {
   testing::run_gloo_ranks(2, [&](Comm& comm) {
     Bytes saved;

@@ -239,6 +239,22 @@ def test_fsdp_no_shard_reduces_alike_on_every_rank_under_the_momentum_hand_over(
         assert abs(r.result["stats"]["optimizer_momentum"] - 0.9) < 1e-6, r.result["stats"]
 
 
+def test_nested_backward_passes_keep_each_tensors_momentum_mirror():
+    """Reentrant activation checkpointing runs each layer's backward as a
+    nested autograd pass: the hand-over's mirrors of fresh tensors are
+    counted since the optimizer step, across passes, so two layers of one
+    shape keep their own (counted per pass, they shared one, and every step
+    after the first handed back s_j - m * s_other: an outside review). The
+    reduced gradients are those of the same run without checkpointing."""
+    env = {"COMPCOLL_ALGO": "dgc"}
+    flat = launch([worker("reentrant_checkpoint.py")], 2, env=dict(env, CHECKPOINT="0"))
+    nested = launch([worker("reentrant_checkpoint.py")], 2, env=dict(env, CHECKPOINT="1"))
+    for f, n in zip(flat, nested):
+        assert n.result["stats"]["compressed_calls"] == 12, n.describe()
+        assert abs(n.result["stats"]["optimizer_momentum"] - 0.9) < 1e-6, n.describe()
+        assert n.result["sums"] == f.result["sums"], (f.result["sums"], n.result["sums"])
+
+
 @pytest.mark.parametrize("hook", ["fp16", "fresh"])
 def test_two_models_with_hooks_never_share_a_state(hook):
     """Two DDP models of one architecture, each with a hook that reduces a

@@ -306,6 +306,9 @@ def _say_once(key, text):
 def _pre_step(optimizer, args, kwargs):
     del args, kwargs
     global _proposal, _warned_second
+    # Every optimizer's, wrappers' too: where the hand-over's mirrors of
+    # reallocated tensors are counted from (integration/pytorch/csrc/lane.h).
+    _C._note_optimizer_step()
     if wrapped_optimizer(optimizer) is not None:
         return  # the inner optimizer's step comes through this hook too, and decides
     with _lock:

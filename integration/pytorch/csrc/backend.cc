@@ -165,6 +165,7 @@ CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
 }
 
 CompcollBackend::~CompcollBackend() {
+  if (board_) board_->close();  // operations failing from here on post nothing
   try {
     finish();
   } catch (const std::exception& e) {
@@ -443,7 +444,8 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     std::string order_key;
     if (compress) {
       a = lane->slots.assign(t, backward_pass(), current_owner());
-      order_key = lane->handover_order_key(t, backward_pass());
+      order_key = lane->handover_order_key(t, backward_pass(), current_owner(),
+                                           a.event != SlotEvent::kSame);
     }
     if (compress) ++compressed_submissions_;
     if (compress && count_step_calls_) {  // check_one_allreduce_per_step
@@ -605,6 +607,7 @@ void CompcollBackend::abort() {
 }
 
 void CompcollBackend::shutdown() {
+  if (board_) board_->close();  // operations failing from here on post nothing
   try {
     finish();
   } catch (const std::exception& e) {

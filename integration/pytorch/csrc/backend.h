@@ -262,6 +262,11 @@ class CompcollBackend final : public c10d::Backend {
   bool tensor_parallel() const { return tensor_parallel_.load(); }
   // Drains the queue and records the stats (group_stats.h); idempotent.
   void finish();
+  // The process is exiting: the failure board posts and reads nothing more
+  // (FailureBoard::close).
+  void close_failure_board() {
+    if (board_) board_->close();
+  }
   // finish() has run (destroy_process_group, shutdown): no more calls.
   bool finished() const { return finished_.load(); }
   // The group's stats as JSON (group_stats_json), taken on the worker after

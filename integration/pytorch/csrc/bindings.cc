@@ -255,10 +255,14 @@ PYBIND11_MODULE(_C, m) {
       "finish", [](const c10::intrusive_ptr<c10d::Backend>& b) { as_compcoll(b)->finish(); },
       py::call_guard<py::gil_scoped_release>(),
       "Drains the backend's queue and writes COMPCOLL_STATS_FILE (idempotent).");
+  m.def("_note_optimizer_step", &compcoll::torch_integration::note_optimizer_step,
+        "An optimizer step begins (compcoll/_momentum.py's pre-hook): the boundary the "
+        "momentum hand-over's mirrors of reallocated tensors are counted from (lane.h).");
   m.def(
       "finish_all",
       [] {
         for (auto& b : CompcollBackend::live()) {
+          b->close_failure_board();  // exiting: nobody listens, the store may be gone
           try {
             b->finish();
           } catch (const std::exception&) {

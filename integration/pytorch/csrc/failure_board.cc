@@ -96,7 +96,7 @@ FailureBoard::FailureBoard(c10::intrusive_ptr<c10d::Store> store, int rank, int 
 
 template <typename R>
 std::optional<R> FailureBoard::call_store(const char* what, std::function<R(c10d::Store&)> fn) {
-  if (!store_ || !store_error_.empty()) return std::nullopt;
+  if (!store_ || !store_error_.empty() || closed_.load()) return std::nullopt;
   // One call at a time: a call that did not answer in time may still be
   // blocked in the store (a stopped host); another would queue behind it
   // (the store's client serialises its calls) and leave one more thread.
@@ -246,9 +246,10 @@ std::chrono::milliseconds FailureBoard::listen_for(std::chrono::milliseconds tim
 std::string FailureBoard::report(const std::string& failure, bool followed,
                                  std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) timeout = timeout_ ? timeout_->get() : std::chrono::minutes(30);
+  if (closed_.load()) return std::string();
   std::lock_guard<std::mutex> lock(mu_);
   if (answer_) return *answer_;
-  if (size_ <= 1) return *(answer_ = std::string());
+  if (size_ <= 1 || closed_.load()) return std::string();
   posts_[rank_] = Post{rank_, followed, failure};
   const std::string value = detail::concat(rank_, "\t", followed ? "followed" : "failed", "\t",
                                            failure.substr(0, kPostChars));
@@ -275,7 +276,7 @@ std::string FailureBoard::report(const std::string& failure, bool followed,
     } else {
       read_posts();
     }
-    if (std::chrono::steady_clock::now() >= deadline) break;
+    if (std::chrono::steady_clock::now() >= deadline || closed_.load()) break;
     without_gil([] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
   }
   const auto listened = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -317,7 +318,7 @@ std::optional<FailureBoard::Post> FailureBoard::check_peers() {
     return best != nullptr ? std::optional<Post>(*best) : std::nullopt;
   };
   if (auto known = first_other()) return known;
-  if (size_ <= 1 || !store_error_.empty()) return std::nullopt;
+  if (size_ <= 1 || !store_error_.empty() || closed_.load()) return std::nullopt;
   read_posts();  // nothing when a slow call is still outstanding
   return first_other();
 }

@@ -57,6 +57,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <atomic>
 #include <functional>
 #include <cstdint>
 #include <map>
@@ -105,6 +106,13 @@ class FailureBoard {
   // This rank's own post, if it made one (report()).
   std::optional<Post> own_post();
 
+  // The process is exiting (the backend's exit hook, shutdown, destruction):
+  // from now on nothing is posted or read (report() returns "" at once), as
+  // nobody listens any more and the store's host may be gone already (its
+  // client then printed torch's stack trace at a normal exit). Any thread;
+  // never blocks.
+  void close() { closed_.store(true); }
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   // How often a waiting rank reads the board, and how long a rank whose
@@ -144,6 +152,7 @@ class FailureBoard {
   std::set<int64_t> read_ahead_;  // posts read beyond read_up_to_
   std::map<int64_t, std::chrono::steady_clock::time_point> holes_;  // counted, unset: since
   std::optional<std::string> answer_;  // report()'s, once known
+  std::atomic<bool> closed_{false};    // close(); read without mu_
 };
 
 // error followed by the board's account of the other ranks (report()) as

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <atomic>
 #include <stdexcept>
 
 #include "compcoll/error.h"
@@ -182,15 +183,24 @@ at::Tensor stage_to_host(const at::Tensor& t) {
   return host;
 }
 
-std::string Lane::handover_order_key(const at::Tensor& t, uint64_t pass) {
-  if (pass == 0) return std::string();
-  if (pass != order_pass_) {
-    order_pass_ = pass;
+namespace {
+std::atomic<uint64_t> g_optimizer_steps{0};
+}  // namespace
+
+void note_optimizer_step() { g_optimizer_steps.fetch_add(1); }
+uint64_t optimizer_steps() { return g_optimizer_steps.load(); }
+
+std::string Lane::handover_order_key(const at::Tensor& t, uint64_t pass, uint64_t owner,
+                                     bool fresh) {
+  if (pass == 0 || !fresh) return std::string();
+  const uint64_t step = optimizer_steps();
+  if (step != order_step_) {
+    order_step_ = step;
     order_calls_.clear();
   }
   const int dtype = static_cast<int>(t.scalar_type());
-  const uint64_t k = order_calls_[{t.numel(), dtype}]++;
-  return detail::concat("pass#", k, "/", t.numel(), "/", dtype);
+  const uint64_t k = order_calls_[{owner, t.numel(), dtype}]++;
+  return detail::concat("owner", owner, "/", t.numel(), "/", dtype, "/#", k);
 }
 
 }  // namespace compcoll::torch_integration

@@ -41,6 +41,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "integration/pytorch/csrc/buffer_slots.h"
@@ -49,6 +50,12 @@
 #include "plugin/config.h"
 
 namespace compcoll::torch_integration {
+
+// Optimizer steps this process has taken (compcoll/_momentum.py's step
+// pre-hook calls note_optimizer_step): the boundary Lane::handover_order_key
+// counts from.
+void note_optimizer_step();
+uint64_t optimizer_steps();
 
 class Lane {
  public:
@@ -105,15 +112,23 @@ class Lane {
   BufferSlots slots;
   std::optional<c10::Device> device;  // staged lanes: the device of the first candidate
   // The momentum hand-over's mirror key of a compressed call issued now
-  // (Communicator::set_handover_order_key): the call's shape and its place
-  // among the calls of that shape in its backward pass, the same on every
-  // rank (collectives are issued in one order); "" outside a backward pass
-  // (pass 0), where the tensor's own key serves. Guarded as slots are.
-  std::string handover_order_key(const at::Tensor& t, uint64_t pass);
+  // (Communicator::set_handover_order_key), for a tensor whose slot is not
+  // the same live buffer's as before (`fresh`: a reallocated tensor, whose
+  // pairing with a slot depends on when each rank freed the previous one):
+  // its owner, its shape, and its place among such calls of that owner and
+  // shape since the last optimizer step (note_optimizer_step), the same on
+  // every rank (collectives are issued in one order, and every rank steps
+  // between the same calls). Counted across backward passes, so nested
+  // passes (reentrant activation checkpointing) do not restart it. "" for
+  // a live buffer met again (its slot key is the same on every rank) and
+  // outside a backward pass (pass 0). Guarded as slots are.
+  std::string handover_order_key(const at::Tensor& t, uint64_t pass, uint64_t owner, bool fresh);
 
  private:
-  uint64_t order_pass_ = 0;  // handover_order_key: the pass counted, its calls by shape
-  std::map<std::pair<int64_t, int>, uint64_t> order_calls_;
+  // handover_order_key: the optimizer step counted since, and the calls by
+  // (owner, numel, dtype) since it.
+  uint64_t order_step_ = 0;
+  std::map<std::tuple<uint64_t, int64_t, int>, uint64_t> order_calls_;
   const std::string name_;
   const c10::DeviceType type_;
   const bool staged_;
