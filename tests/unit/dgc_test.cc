@@ -118,13 +118,19 @@ TEST_P(DgcMomentumTest, MatchesTheReferenceStepByStep) {
 INSTANTIATE_TEST_SUITE_P(PlainAndNesterovMaskedOrNot, DgcMomentumTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
-TEST(Dgc, LocalClippingBoundsTheGradientNormByClipOverRootN) {
-  const size_t n = 10000;
+// Sends everything (the payload is the clipped gradient), clipped to
+// 8 / sqrt(4) = 4.
+DgcConfig sending_everything_clipped_to_4() {
   DgcConfig c;
-  c.density = 1.0;  // send everything: the payload is the clipped gradient
+  c.density = 1.0;
   c.clip = 8.0f;
   c.world_size = 4;
-  DgcCodec codec(c);
+  return c;
+}
+
+TEST(Dgc, LocalClippingBoundsTheGradientNormByClipOverRootN) {
+  const size_t n = 10000;
+  DgcCodec codec(sending_everything_clipped_to_4());
   auto st = codec.make_state(n);
   const auto g = bench::make_gradient(GradientKind::kGaussian, n, 5);  // norm ~100
   Bytes payload;
@@ -144,11 +150,7 @@ TEST(Dgc, LocalClippingBoundsTheGradientNormByClipOverRootN) {
 // tensor: the finite elements are clipped by their own norm.
 TEST(Dgc, ANonFiniteElementLeavesTheRestClipped) {
   const size_t n = 10000;
-  DgcConfig c;
-  c.density = 1.0;
-  c.clip = 8.0f;
-  c.world_size = 4;
-  DgcCodec codec(c);
+  DgcCodec codec(sending_everything_clipped_to_4());
   for (const float bad : {std::numeric_limits<float>::quiet_NaN(),
                           std::numeric_limits<float>::infinity()}) {
     auto st = codec.make_state(n);
