@@ -876,12 +876,21 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
   }
   // The hand-over's mirror by call order (set_handover_order_key): in the
   // state for this call, back in its own entry after it, whatever happens;
-  // the tensor's own mirror is not kept (the order's is the one used).
+  // the tensor's own mirror is not kept (the order's is the one used, and
+  // stays the tensor's at its later calls without an order key).
   std::vector<float>* order_mirror = nullptr;
-  if (state != nullptr && !order_key.empty() && !route.device_buffers) {
-    const auto* handover = dynamic_cast<const MomentumHandover*>(algo_.get());
-    if (handover != nullptr && handover->hands_over()) {
-      order_mirror = &states_.order_mirror(order_key, elems, state->handed);
+  const auto* handover = dynamic_cast<const MomentumHandover*>(algo_.get());
+  if (state != nullptr && !route.device_buffers && handover != nullptr &&
+      handover->hands_over()) {
+    if (order_of_tensor_.size() > kEvictAfterCalls) order_of_tensor_.clear();  // bounded
+    std::string key_of_mirror = order_key;
+    if (!order_key.empty()) {
+      order_of_tensor_[skey_text] = order_key;
+    } else if (const auto it = order_of_tensor_.find(skey_text); it != order_of_tensor_.end()) {
+      key_of_mirror = it->second;
+    }
+    if (!key_of_mirror.empty()) {
+      order_mirror = &states_.order_mirror(key_of_mirror, elems, state->handed);
     }
   }
   struct MirrorIn {

@@ -244,6 +244,10 @@ class Communicator {
   std::atomic<bool> in_call_{false};
   bool discard_nonfinite_ = false;  // set_discard_nonfinite
   std::string handover_order_key_;  // set_handover_order_key
+  // The order key a tensor's mirror went to (by the tensor's key text): a
+  // later call of the same tensor without one (a buffer met again, after
+  // its first calls as a fresh one: DDP's rebuilt bucket) keeps that mirror.
+  std::unordered_map<std::string, std::string> order_of_tensor_;
   // Under set_discard_nonfinite: the state of the call in flight as it was
   // before it, kept from call to call so its memory is reused (as large as
   // the largest tensor's state, not the sum of them).

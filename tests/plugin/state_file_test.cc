@@ -495,6 +495,27 @@ TEST(HandoverOrderKey, AMirrorOfTheTensorsOwnSeedsTheOrdersFirst) {
   EXPECT_EQ(resumed, uninterrupted);
 }
 
+// A tensor met first as a fresh one (an order key) and then as the same
+// live buffer (none: DDP's rebuilt bucket from its second use on) keeps the
+// order's mirror: its results are those of calls that all name the order.
+TEST(HandoverOrderKey, ATensorMetAgainWithoutAnOrderKeyKeepsItsMirror) {
+  std::vector<std::vector<float>> mixed, ordered;
+  testing::run_gloo_ranks(1, [&](Comm& comm) {
+    Config cfg = algo_config("dgc");
+    cfg.params.momentum_handover = true;
+    for (const bool always : {false, true}) {
+      Communicator cc(std::make_unique<LentComm>(comm), cfg);
+      for (int step = 0; step < 3; ++step) {
+        std::vector<float> g = gradient(0, step, 5000, 0);
+        if (step == 0 || always) cc.set_handover_order_key("owner0/5000/6/#0");
+        cc.allreduce(g.data(), g.size(), DType::kFloat32, ReduceOp::kSum, "w");
+        (always ? ordered : mixed).push_back(std::move(g));
+      }
+    }
+  });
+  EXPECT_EQ(mixed, ordered);
+}
+
 TEST(StateCheckpoint, AnotherConfigurationOrRankIsAFreshStartNotAMismatch) {
   testing::run_gloo_ranks(2, [&](Comm& comm) {
     Bytes saved;
