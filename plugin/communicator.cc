@@ -819,10 +819,12 @@ void Communicator::refresh_stats_snapshot() {
 
 void Communicator::run_call(const Route& route, void* buf, size_t count, DType dtype, ReduceOp op,
                             const char* key, bool algorithm_decides, const CallRunner& run) {
-  // This call's, whatever becomes of it.
-  const std::string order_key = std::exchange(handover_order_key_, std::string());
   const OneCallAtATime one_call(in_call_, comm_->rank(),
                                 detail::concat("an allreduce of ", count, " elements"));
+  // This call's, whatever becomes of it. Taken once this call holds the
+  // communicator: a call refused above (another thread's, while one runs)
+  // must not touch what the running one owns.
+  const std::string order_key = std::exchange(handover_order_key_, std::string());
   check_not_broken();
   CC_CHECK(buf != nullptr || count == 0, kInvalidArgument, "allreduce of ", count,
            " elements from a null buffer");
