@@ -1,26 +1,45 @@
 // IEEE binary16 and bfloat16 <-> float conversions, round-to-nearest-even,
 // with Inf and NaN preserved. Portable C++ (no F16C): values are converted
 // only for the k selected entries of a sparse payload, never in bulk.
+//
+// The CUDA codecs' conversion kernels call these same functions (they are
+// host and device code under nvcc): a rank that runs a call on the device
+// and one that stages it through host memory must write the same bits, NaN
+// payloads included, and CUDA's own intrinsics quieten a NaN differently.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#if defined(__CUDACC__)
+#define COMPCOLL_HOST_DEVICE __host__ __device__
+#else
+#define COMPCOLL_HOST_DEVICE
+#endif
+
 namespace compcoll {
 
-inline uint32_t float_bits(float f) {
+COMPCOLL_HOST_DEVICE inline uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
+#endif
 }
 
-inline float bits_float(uint32_t u) {
+COMPCOLL_HOST_DEVICE inline float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+#endif
 }
 
-inline uint16_t float_to_half(float f) {
+COMPCOLL_HOST_DEVICE inline uint16_t float_to_half(float f) {
   const uint32_t x = float_bits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7fffffffu;
@@ -47,7 +66,7 @@ inline uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(sign | ((abs - 0x38000000u + 0x0fffu + ((abs >> 13) & 1u)) >> 13));
 }
 
-inline float half_to_float(uint16_t h) {
+COMPCOLL_HOST_DEVICE inline float half_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
@@ -65,13 +84,13 @@ inline float half_to_float(uint16_t h) {
   return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
-inline uint16_t float_to_bf16(float f) {
+COMPCOLL_HOST_DEVICE inline uint16_t float_to_bf16(float f) {
   const uint32_t x = float_bits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
   const uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
   return static_cast<uint16_t>((x + rounding) >> 16);
 }
 
-inline float bf16_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+COMPCOLL_HOST_DEVICE inline float bf16_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
 
 }  // namespace compcoll

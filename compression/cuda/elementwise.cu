@@ -1,11 +1,9 @@
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 
 #include "compression/cuda/cuda_util.h"
 #include "compression/cuda/device_math.h"
 #include "compression/cuda/elementwise.h"
+#include "compression/half.h"
 
 namespace compcoll::cuda {
 namespace {
@@ -22,16 +20,18 @@ __global__ void scale_kernel(float* d, size_t n, float factor) {
   }
 }
 
+// The host's conversions (compression/half.h), not CUDA's intrinsics: a
+// rank that stages a call converts with those, and every rank must write
+// the same bits, NaN payloads included.
 __global__ void widen_kernel(const uint16_t* src, float* dst, size_t n, bool bf16) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    // Both widenings are exact: bfloat16 is the top half of a float.
-    dst[i] = bf16 ? __uint_as_float(uint32_t(src[i]) << 16) : __half2float(__ushort_as_half(src[i]));
+    dst[i] = bf16 ? bf16_to_float(src[i]) : half_to_float(src[i]);  // both exact
   }
 }
 
 __global__ void narrow_kernel(const float* src, uint16_t* dst, size_t n, bool bf16) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    dst[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(src[i])) : __half_as_ushort(__float2half_rn(src[i]));
+    dst[i] = bf16 ? float_to_bf16(src[i]) : float_to_half(src[i]);
   }
 }
 

@@ -52,7 +52,11 @@ void CommEntry::refresh_identity() {
   }
   if (aborted_) return;  // the handle is gone
   int rank = -1, size = -1;
-  // A non-blocking communicator answers ncclInProgress until it is ready.
+  // A non-blocking communicator is not ready until its asynchronous state
+  // leaves ncclInProgress; asked before, NCCL answers with an error and
+  // prints a warning for every query. Asked again at the next call.
+  ncclResult_t state = ncclSuccess;
+  if (rt_.nccl->CommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclSuccess) return;
   if (rt_.nccl->CommUserRank(comm_, &rank) != ncclSuccess) return;
   if (rt_.nccl->CommCount(comm_, &size) != ncclSuccess) return;
   std::lock_guard<std::mutex> lk(snap_mu_);
@@ -235,6 +239,11 @@ void CommEntry::compressed_allreduce(const void* send, void* recv, size_t count,
   try {
     const std::string staged = staging_reason(send, recv, count, dtype, op);
     if (staged.empty()) {
+      // The GPU codecs wait on the stream without a deadline
+      // (cudaStreamSynchronize): the caller's work ahead of this call, a
+      // forwarded allreduce stuck on a dead peer say, is waited for first by
+      // the transport's polled wait, which times out and aborts.
+      transport_->drain("the caller's work ahead of a compressed call on the device");
       device_->set_stream(stream);
       communicator_->allreduce_device(*device_, send, recv, count, dtype, op, key.c_str());
     } else {

@@ -183,8 +183,14 @@ FAKE_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncc
 }
 
 FAKE_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id,
-                                                     int rank, ncclConfig_t*) {
-  return init_rank("ncclCommInitRankConfig", comm, nranks, id, rank);
+                                                     int rank, ncclConfig_t* config) {
+  const ncclResult_t r = init_rank("ncclCommInitRankConfig", comm, nranks, id, rank);
+  if (r != ncclSuccess || config == nullptr || config->blocking != 0) return r;
+  // Non-blocking: the communicator finishes initialising in the background
+  // (here: after a few polls of its asynchronous state).
+  as(*comm)->init_polls = 3;
+  as(*comm)->async_error = ncclInProgress;
+  return ncclInProgress;
 }
 
 FAKE_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*) {
@@ -257,6 +263,9 @@ static ncclResult_t ensure_ready(ncclComm_t comm, const char* fn) {
   if (const ncclResult_t r = check(as(comm), fn); r != ncclSuccess) return r;
   ncclResult_t async = ncclSuccess;
   if (const ncclResult_t r = ncclCommGetAsyncError(comm, &async); r != ncclSuccess) return r;
+  if (async == ncclInProgress) {
+    return misuse(fn, "attempt to use the communicator before its initialisation returned ncclSuccess");
+  }
   return async == ncclSuccess ? ncclSuccess : misuse(fn, "the communicator has an asynchronous error");
 }
 
@@ -280,7 +289,12 @@ FAKE_NCCL_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* devic
 
 FAKE_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* e) {
   if (const ncclResult_t r = check(as(comm), "ncclCommGetAsyncError"); r != ncclSuccess) return r;
-  *e = as(comm)->async_error;
+  Comm* c = as(comm);
+  if (c->init_polls > 0 && --c->init_polls == 0) {
+    ncclResult_t initialising = ncclInProgress;
+    c->async_error.compare_exchange_strong(initialising, ncclSuccess);
+  }
+  *e = c->async_error;
   return ncclSuccess;
 }
 

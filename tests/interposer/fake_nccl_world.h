@@ -46,6 +46,10 @@ struct Comm {
   int id = 0;          // for the call log
   uint64_t next_seq = 0;
   std::atomic<ncclResult_t> async_error{ncclSuccess};  // set by stream tasks
+  // A non-blocking communicator (ncclCommInitRankConfig, blocking = 0) is
+  // still initialising for this many ncclCommGetAsyncError polls: until
+  // then it reports ncclInProgress and refuses queries, as NCCL does.
+  std::atomic<int> init_polls{0};
   bool destroyed = false;
   std::vector<Comm*> split_result;  // filled by a split collective, one per rank
 };

@@ -332,6 +332,20 @@ TEST_F(Interposer, EveryAlgorithmRunsOnThreeRanks) {
   }
 }
 
+// A program that makes its communicators non-blocking and polls them until
+// they are ready: the interposer registers each while it is still
+// initialising and must not query it before it is (NCCL refuses and prints
+// a warning for every such query; the stand-in says MISUSE).
+TEST_F(Interposer, ANonBlockingCommunicatorIsNotQueriedBeforeItIsReady) {
+  auto e = env();
+  e["COMPCOLL_ALGO"] = "dgc";
+  e["COMPCOLL_STATS_FILE"] = dir_ + "/nb-{rank}.json";
+  const AppRun r = run({"--ranks", "2", "--steps", "2", "--nonblocking"}, e);
+  EXPECT_RAN_OK(r);
+  EXPECT_EQ(r.output.find("MISUSE"), std::string::npos) << r.output;
+  EXPECT_EQ(json_int(read_text(dir_ + "/nb-0.json"), "compressed_calls"), 4);
+}
+
 TEST_F(Interposer, SettingsTheNcclCommunicatorGivesAreNamedOnceAndTheRestAreRead) {
   auto e = env();
   e["COMPCOLL_ALGO"] = "dgc";

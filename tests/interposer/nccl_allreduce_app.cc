@@ -71,6 +71,7 @@ struct Options {
   int overflow_at = -1;
   int skip_step = -1;
   bool tell = true;         // call the interposer's compcoll_nccl_* entries
+  bool nonblocking = false; // ncclCommInitRankConfig with blocking = 0, polled until ready
 };
 
 struct Shared {
@@ -137,7 +138,7 @@ class Rank {
     cu(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
     cu(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
     cu(cuStreamCreate(&s_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-    const ncclResult_t init = ncclCommInitRank(&comm_, o_.ranks, sh_.id, rank_);
+    const ncclResult_t init = o_.nonblocking ? init_nonblocking() : ncclCommInitRank(&comm_, o_.ranks, sh_.id, rank_);
     if (o_.expect_init_failure) {
       if (init == ncclSuccess) throw std::runtime_error("ncclCommInitRank succeeded; a failure was expected");
       sh_.print("init-failed rank " + std::to_string(rank_) + " result " + std::to_string(int(init)) +
@@ -159,6 +160,20 @@ class Rank {
   }
 
  private:
+  // A non-blocking communicator, polled until it is ready as NCCL's
+  // documentation asks before it is used (bounded: 60 s).
+  ncclResult_t init_nonblocking() {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&comm_, o_.ranks, sh_.id, rank_, &config);
+    if (r != ncclSuccess && r != ncclInProgress) return r;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    do {
+      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("the communicator never became ready");
+      if (const ncclResult_t q = ncclCommGetAsyncError(comm_, &r); q != ncclSuccess) return q;
+    } while (r == ncclInProgress);
+    return r;
+  }
   static void cu(CUresult r, const char* what) {
     if (r != CUDA_SUCCESS) throw std::runtime_error(std::string(what) + " failed: CUresult " + std::to_string(int(r)));
   }
@@ -512,6 +527,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--overflow-at") o.overflow_at = std::stoi(next());
     else if (a == "--skip-step") o.skip_step = std::stoi(next());
     else if (a == "--no-tell") o.tell = false;
+    else if (a == "--nonblocking") o.nonblocking = true;
     else throw std::runtime_error("unknown argument " + a);
   }
   return o;

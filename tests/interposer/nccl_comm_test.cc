@@ -2,6 +2,7 @@
 // collective of the Comm seam across world sizes and payload sizes (0 and
 // uneven included), argument errors, the timeout that aborts, and the
 // compressed algorithms running through a Communicator over NCCL.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -210,6 +211,43 @@ TEST(NcclComm, TheOwnersStopEndsAWaitingCallAtOnce) {
   owner.join();
   expect_no_errors(errors);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+// A non-blocking communicator (blocking = 0) may still be initialising
+// when the first compressed call wraps it: NcclComm waits for it (within
+// its timeout) instead of failing on its first query.
+TEST(NcclComm, ANonBlockingCommunicatorStillInitialisingIsWaitedFor) {
+  const nccl::NcclApi& api = testing::standin_nccl();
+  using GetId = ncclResult_t (*)(ncclUniqueId*);
+  using InitConfig = ncclResult_t (*)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*);
+  const auto get_id = reinterpret_cast<GetId>(dlsym(api.handle, "ncclGetUniqueId"));
+  const auto init = reinterpret_cast<InitConfig>(dlsym(api.handle, "ncclCommInitRankConfig"));
+  ASSERT_NE(get_id, nullptr);
+  ASSERT_NE(init, nullptr);
+  ncclUniqueId id{};
+  ASSERT_EQ(get_id(&id), ncclSuccess);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      ncclComm_t comm = nullptr;
+      try {
+        const ncclResult_t started = init(&comm, 2, id, r, &config);
+        if (started != ncclInProgress) throw std::runtime_error("the stand-in's init did not run in the background");
+        nccl::NcclComm nc(api, testing::standin_cuda(), comm, {});
+        if (nc.rank() != r || nc.size() != 2) throw std::runtime_error("wrong rank or size");
+        const Gathered g = nc.allgatherv(payload_of(r, 100), kUnboundedPart);
+        if (g.parts() != 2) throw std::runtime_error("allgatherv gave the wrong number of parts");
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+      if (comm != nullptr) api.CommDestroy(comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+  expect_no_errors(errors);
 }
 
 TEST(NcclComm, CompressedAlgorithmsRunThroughACommunicatorOverNccl) {

@@ -58,6 +58,13 @@ class NcclCall {
     CC_CHECK(teardown || c_.broken_.empty(), kTransport, c_.who(), ": ", op,
              " on a communicator that failed earlier; it must be rebuilt. First error: ",
              c_.broken_);
+    // The owner is aborting the communicator (ncclCommAbort from another
+    // thread): it may already have done so under a call that overran, so
+    // the handle is not touched again, not even to abort it.
+    if (!teardown && c_.stop_ != nullptr && c_.stop_->load(std::memory_order_acquire)) {
+      c_.broken_ = std::string(op) + ": the communicator's owner aborts it (ncclCommAbort)";
+      CC_THROW(kTransport, c_.who(), ": NCCL ", op, " refused: ", c_.broken_);
+    }
     deadline_ = Clock::now() + c_.timeout_;
     ++c_.calls_;
     push_context();
@@ -211,6 +218,22 @@ NcclComm::NcclComm(const NcclApi& nccl, const CudaDriverApi& cuda, ncclComm_t co
   auto query = [&](ncclResult_t r, const char* what) {
     CC_CHECK(r == ncclSuccess, kTransport, "NcclComm: ", what, " failed: ", nccl_.describe(r, comm));
   };
+  // A non-blocking communicator (ncclCommInitRankConfig, blocking = 0) may
+  // still be initialising when its first compressed call arrives: wait for
+  // it, within the timeout, before asking it anything.
+  const auto ready_by = Clock::now() + timeout_;
+  for (int spins = 0;; ++spins) {
+    ncclResult_t state = ncclSuccess;
+    query(nccl_.CommGetAsyncError(comm, &state), "ncclCommGetAsyncError");
+    if (state == ncclSuccess) break;
+    CC_CHECK(state == ncclInProgress, kTransport, "NcclComm: the communicator failed to initialise: ",
+             nccl_.describe(state, comm));
+    if (Clock::now() >= ready_by) {
+      CC_THROW_TIMEOUT(timeout_, "NcclComm: the communicator was still initialising (ncclInProgress) "
+                       "after ", timeout_.count(), " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(spins < 100 ? 10 : 1000));
+  }
   query(nccl_.CommUserRank(comm, &rank_), "ncclCommUserRank");
   query(nccl_.CommCount(comm, &size_), "ncclCommCount");
   query(nccl_.CommCuDevice(comm, &device_), "ncclCommCuDevice");
@@ -229,6 +252,11 @@ NcclComm::~NcclComm() {
     if (own_stream_ != nullptr) cuda_.StreamDestroy(own_stream_);
   } catch (const std::exception&) {
   }
+}
+
+void NcclComm::drain(const char* what) {
+  NcclCall call(*this, what);
+  call.wait(what);
 }
 
 std::string NcclComm::who() const {

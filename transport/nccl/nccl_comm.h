@@ -84,6 +84,13 @@ class NcclComm final : public Comm {
   void download(void* host, const void* device, size_t bytes);
   void upload(void* device, const void* host, size_t bytes);
 
+  // Waits, by the polled wait with its deadline, for the work already on
+  // stream() (the caller's, ahead of a call): code about to wait on the
+  // stream without a deadline (cudaStreamSynchronize in the GPU codecs)
+  // calls this first, so a caller's kernel stuck on a dead peer becomes a
+  // timeout naming `what` instead of a hang.
+  void drain(const char* what);
+
   CUstream stream() const { return stream_; }
   void set_stream(CUstream s) { stream_ = s; }
   ncclComm_t handle() const { return comm_; }
