@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "collectives/agreement.h"
+#include "collectives/lent_comm.h"
 #include "compcoll/error.h"
 #include "compression/half.h"
 
@@ -103,10 +104,15 @@ void Hierarchy::leader_phase(const std::function<void(Comm& leaders)>& fn) {
            ": the host hierarchy failed earlier and must be rebuilt; first error: ", failed_);
   if (direct_mode_) {
     if (!is_leader()) return;  // followers take no part
+    // Every exchange between hosts tells the host's ranks waiting for the
+    // result that this leader is still at work (LocalGroup::note_progress).
+    LentComm leaders(*direct_, [this] {
+      if (local_) local_->note_progress();
+    });
     // The leaders' subgroup numbers its ranks by host: its errors name
     // peers in that numbering, which the user cannot map to a process.
     try {
-      fn(*direct_);
+      fn(leaders);
     } catch (const TimeoutError& e) {
       throw TimeoutError(detail::concat(e.what(), "; ", leaders_in_world_ranks()), e.limit());
     } catch (const Error& e) {

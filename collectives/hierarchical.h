@@ -45,10 +45,12 @@
 // the number of hosts as the algorithm's world size. Non-finite values in any
 // rank's gradient reach the host sum and hence the output.
 //
-// Failures: every local wait is bounded by the world timeout; a local peer
-// that dies or fails is named in the error; a rank failing in any step aborts
-// its local group so that its host's ranks fail at once, and ranks of other
-// hosts fail through the world Comm within its timeout.
+// Failures: every local wait is bounded by the world timeout, counted for a
+// wait on a leader (or slice owner) from its last exchange between hosts
+// (LocalGroup::note_progress); a local peer that dies or fails is named in
+// the error; a rank failing in any step aborts its local group so that its
+// host's ranks fail at once, and ranks of other hosts fail through the world
+// Comm within its timeout.
 #pragma once
 
 #include <chrono>
@@ -101,6 +103,13 @@ class LocalGroup {
   // Marks the group failed, so that local peers waiting on this rank fail
   // now, naming it and `why`, instead of at their timeout. Never throws.
   virtual void abort(const std::string& why) noexcept = 0;
+  // Says that this rank is still working on the call between hosts: the
+  // leader phase calls it as each of its exchanges starts and ends. A local
+  // peer waiting on this rank for the result gives up only once `timeout`
+  // has passed without such a sign (each exchange is bounded by the timeout
+  // itself, and a leader phase may hold several), so a slow but live phase
+  // does not fail the host's other ranks while their leader succeeds.
+  virtual void note_progress() noexcept = 0;
 };
 
 class Hierarchy {

@@ -28,6 +28,7 @@
 
 #include "compcoll/error.h"
 #include "transport/call_scope.h"
+#include "transport/peer_addresses.h"
 
 namespace compcoll {
 
@@ -108,15 +109,7 @@ void GlooComm::check_usable(const char* op) const {
 }
 
 std::string GlooComm::name_peers(const std::string& msg) const {
-  std::string out;
-  for (int i = 0; i < size_; ++i) {
-    for (const std::string& addr : peer_addresses_[static_cast<size_t>(i)]) {
-      if (!addr.empty() && msg.find(addr) != std::string::npos) {
-        out += detail::concat(" (peer ", addr, " is rank ", i, ")");
-      }
-    }
-  }
-  return out;
+  return name_peer_addresses(msg, peer_addresses_);
 }
 
 void GlooComm::fail(const std::string& what, bool timed_out) {

@@ -171,17 +171,22 @@ std::unique_ptr<GlooComm> connect_gloo(const GlooOptions& given) {
   } catch (const Error&) {
     throw;  // our own store's errors already say what went wrong
   } catch (const std::exception& e) {
-    const std::string_view why = e.what();
-    if (why.find("Timed out") != std::string_view::npos) {
+    const std::string why = e.what();
+    // Gloo names the peer by its address only; the store says whose it is
+    // (what is there now: a rank that never published is not waited for).
+    RendezvousStore lookup(base, o.prefix, steady_clock::now() + milliseconds(200), o.timeout);
+    const std::string named =
+        name_peer_addresses(why, discover_peer_addresses(lookup, o.rank, o.size));
+    if (why.find("Timed out") != std::string::npos || why.find("Connect timeout") != std::string::npos) {
       CC_THROW_TIMEOUT(o.timeout, "rank ", o.rank, "/", o.size,
                        ": connecting to peers timed out (a rank may have died after joining "
                        "or be unreachable at its published address): ",
-                       why);
+                       why, named);
     }
     CC_THROW(kTransport, "rank ", o.rank, "/", o.size,
              ": connecting to peers failed (a rank may have died after joining "
              "or be unreachable at its published address): ",
-             why);
+             why, named);
   }
   context->setTimeout(o.timeout);
   auto comm = std::make_unique<GlooComm>(context, o.timeout,

@@ -129,4 +129,17 @@ std::vector<std::vector<std::string>> discover_peer_addresses(
   return out;
 }
 
+std::string name_peer_addresses(const std::string& msg,
+                                const std::vector<std::vector<std::string>>& addresses) {
+  std::string out;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    for (const std::string& addr : addresses[i]) {
+      if (!addr.empty() && msg.find(addr) != std::string::npos) {
+        out += " (peer " + addr + " is rank " + std::to_string(i) + ")";
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace compcoll

@@ -20,4 +20,9 @@ class RendezvousStore;
 std::vector<std::vector<std::string>> discover_peer_addresses(
     RendezvousStore& store, int rank, int size);
 
+// " (peer ADDR is rank R)" for every address of `addresses` (indexed by
+// rank, as discover_peer_addresses returns) that `msg` mentions; "" if none.
+std::string name_peer_addresses(const std::string& msg,
+                                const std::vector<std::vector<std::string>>& addresses);
+
 }  // namespace compcoll

@@ -31,7 +31,7 @@ static_assert(Counter::is_always_lock_free && sizeof(Counter) == sizeof(uint32_t
 namespace {
 
 constexpr uint64_t kMagic = 0x636f6d70636f6c6cull;  // "compcoll"
-constexpr uint32_t kVersion = 4;
+constexpr uint32_t kVersion = 5;
 constexpr int kSpins = 256;
 // How often a sleeping wait looks at whether the awaited peer still runs.
 constexpr auto kLivenessEvery = std::chrono::milliseconds(50);
@@ -78,6 +78,7 @@ struct alignas(64) ShmGroup::Slot {
   Counter consumed{0};
   Counter taken{0};   // sharded: this owner has read every input of the round
   Counter shared{0};  // sharded: this owner's slice of the round is in R
+  Counter progress{0};  // bumped at each of this rank's exchanges between hosts
   std::atomic<uint64_t> count{0};  // the call's element count, checked across ranks
   int32_t pid = 0;
   uint64_t pidns = 0;
@@ -302,6 +303,9 @@ void ShmGroup::await(const void* counter, uint32_t round, int peer, const char* 
                      Clock::time_point deadline, std::chrono::milliseconds timeout) {
   const auto* word = static_cast<const Counter*>(counter);
   auto next_check = Clock::time_point::min();
+  // The peer's exchanges between hosts (note_progress) move the deadline.
+  uint32_t progress = slot(peer).progress.load(std::memory_order_relaxed);
+  bool extended = false;
   for (int i = 0;; ++i) {
     const uint32_t v = word->load(std::memory_order_acquire);
     if (static_cast<int32_t>(v - round) >= 0) return;  // wrap-safe "v >= round"
@@ -322,9 +326,20 @@ void ShmGroup::await(const void* counter, uint32_t round, int peer, const char* 
     }
     const auto now = Clock::now();
     if (now >= deadline) {
+      const uint32_t seen = slot(peer).progress.load(std::memory_order_relaxed);
+      if (seen != progress) {
+        // A quarter more than the timeout: the peer's own exchange, bounded
+        // by the timeout from its start (at or before `seen`), fails first
+        // and names its cause, which this wait then quotes.
+        progress = seen;
+        extended = true;
+        deadline = now + timeout + timeout / 4;
+        continue;
+      }
       fail(ErrorKind::kTransport,
            detail::concat("local peer ", peer_name(peer), " did not ", step, " within the ",
-                          timeout.count(), " ms timeout"),
+                          timeout.count(), " ms timeout",
+                          extended ? " after its last exchange between hosts" : ""),
            timeout);
     }
     if (now >= next_check) {
@@ -337,6 +352,10 @@ void ShmGroup::await(const void* counter, uint32_t round, int peer, const char* 
     }
     futex_wait(word, v, std::min<Clock::duration>(deadline - now, kLivenessEvery));
   }
+}
+
+void ShmGroup::note_progress() noexcept {
+  slot(local_rank_).progress.fetch_add(1, std::memory_order_relaxed);
 }
 
 void ShmGroup::publish(void* counter, uint32_t round) {

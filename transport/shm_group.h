@@ -39,7 +39,12 @@
 //
 // Waits: spin briefly, then sleep on a futex of the counter; every wait ends
 // at the call's deadline (the communicator timeout) with kTransport naming the
-// local peer (world rank, local rank, pid) and the step it did not reach. A
+// local peer (world rank, local rank, pid) and the step it did not reach,
+// unless that peer showed progress since the wait began (its `progress`
+// counter, bumped by note_progress at each of its exchanges between hosts):
+// then the deadline moves to 1.25 timeouts after the latest progress seen, so
+// a leader phase of several exchanges, each within the timeout, is waited
+// for as the leader itself waits for each of them. A
 // peer whose process is gone (SIGKILL included) is named at once, within
 // ~50 ms: each wait checks that the awaited peer still runs. A rank that
 // fails for any reason sets `failed` and wakes everyone, so its host's ranks
@@ -103,6 +108,7 @@ class ShmGroup final : public LocalGroup {
   void gather_from_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
                           std::chrono::milliseconds timeout) override;
   void abort(const std::string& why) noexcept override;
+  void note_progress() noexcept override;
 
   struct Header;  // the segment's layout (shm_group.cc)
   struct Slot;

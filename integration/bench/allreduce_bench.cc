@@ -37,7 +37,7 @@ namespace {
 void warn_about_what_changes_nothing(const std::vector<std::string>& algos, const Config& cfg,
                                      const std::string& density, const std::string& sizes,
                                      long long count, bool count_given, bool hierarchical,
-                                     int hosts) {
+                                     int hosts, long long ranks_per_host) {
   const auto warn = [](const std::string& what) {
     std::cerr << "compcoll-bench allreduce: warning: " << what << "\n";
   };
@@ -79,6 +79,10 @@ void warn_about_what_changes_nothing(const std::vector<std::string>& algos, cons
          "--ranks), so a hierarchical row's one leader compresses for no peer: its time and "
          "bytes are not what the hierarchy does between hosts (run it with --link and "
          "--ranks-per-host)");
+  } else if (hierarchical && ranks_per_host == 1) {
+    warn("--hierarchy: every host has one rank (--ranks-per-host 1), so there is nothing to "
+         "reduce within a host and the hierarchy changes nothing: its rows run the flat "
+         "algorithm (JSON \"hierarchy\": \"off\"); give --ranks-per-host 2 or more");
   }
 }
 
@@ -328,7 +332,8 @@ int allreduce_main(int argc, char** argv, int first) {
   }
   warn_about_what_changes_nothing(split_names("algo", algos), cfg, density, sizes, count,
                                   args.given("count"), forced_hierarchy,
-                                  link.empty() ? 1 : hosts);  // without --link: one machine
+                                  link.empty() ? 1 : hosts,  // without --link: one machine
+                                  ranks_per_host);
   check_memory(split_names("algo", algos), largest_count(sizes, count), ranks);
   // The table is the steady state: a tensor's first COMPCOLL_WARMUP_STEPS
   // calls run denser on purpose (training accuracy, docs/convergence.md), and

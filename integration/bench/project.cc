@@ -318,6 +318,12 @@ int project_main(int argc, char** argv, int first) {
            goodput);
   CC_CHECK(codec_iters >= 1 && validate_iters >= 1, kInvalidArgument,
            "--codec-iters and --iters must be >= 1");
+  for (const char* only : {"iters", "validate-ranks"}) {
+    if (args.given(only) && !validate) {
+      std::cerr << "compcoll-bench project: warning: --" << only
+                << " is read by --validate only, so it changes nothing here\n";
+    }
+  }
   const std::vector<int> ranks = parse_ranks(validate ? validate_ranks_s : ranks_s);
   const std::vector<LinkRate> links = parse_links(links_s);
   CC_CHECK(ranks_per_host >= 1, kInvalidArgument, "--ranks-per-host must be >= 1, not ",

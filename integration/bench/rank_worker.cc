@@ -409,6 +409,7 @@ int worker_main(int argc, char** argv, int first) {
           }
           const double ms = ms_since(t0);
           const double cpu = process_cpu_ms() - cpu0;
+          const uint64_t sent = comm->bytes_sent() - before;  // the fence below is not the call's
           if (metered) {
             comm->barrier();
             run.host_tx += meter->end();
@@ -416,7 +417,7 @@ int worker_main(int argc, char** argv, int first) {
           if (it >= 0) {
             run.times.push_back(ms);
             run.cpu.push_back(cpu);
-            run.wire += comm->bytes_sent() - before;
+            run.wire += sent;
           }
           for (size_t i = 0; i < count; ++i) run.running[i] += buf[i];
           if (it == iters - 1) run.out.assign(buf.begin(), buf.begin() + count);

@@ -137,5 +137,37 @@ TEST(HierarchyFaults, ASliceOwnerKilledInOnebitsExchangeFailsEverySurvivorInTime
   expect_survivors_failed(o, 0);
 }
 
+// A slow link: each of onebit's two exchanges between hosts starts 700 ms
+// late, so a leader phase takes about 1.4 s against a 1 s timeout while no
+// exchange waits for more than the timeout. The leaders succeed, and their
+// followers, waiting for the shared result, must too: they count their
+// timeout from the leader's last exchange, not from the call's start (they
+// failed "did not share the result within the 1000 ms timeout" while their
+// leaders went on). Both hierarchies: one leader per host and sharded.
+TEST(HierarchyFaults, FollowersWaitForASlowLeaderPhaseThatKeepsExchanging) {
+  for (const bool shards : {false, true}) {
+    TempDir dir;
+    ChildSet children;
+    const int world = 4;
+    std::vector<pid_t> pids;
+    for (int r = 0; r < world; ++r) {
+      pids.push_back(children.add(spawn(
+          {kRank, "--rank", std::to_string(r), "--size", std::to_string(world), "--hosts",
+           "0,0,1,1", "--rendezvous", "file://" + dir.path() + "/store", "--algo", "onebit",
+           "--count", "100000", "--calls", "2", "--timeout-ms", "1000", "--slow-ms", "700",
+           "--shards", shards ? "1" : "0"},
+          dir.path() + "/out" + std::to_string(r))));
+    }
+    for (int r = 0; r < world; ++r) {
+      const auto status = children.wait(pids[size_t(r)], milliseconds(60000));
+      const std::string log = read_file(dir.path() + "/out" + std::to_string(r));
+      ASSERT_TRUE(status.has_value()) << "shards " << shards << " rank " << r << " still running:\n" << log;
+      EXPECT_EQ(exit_code(*status), 0) << "shards " << shards << " rank " << r << ":\n" << log;
+      EXPECT_NE(log.find("done median_ms"), std::string::npos) << log;
+    }
+    children.kill_all();
+  }
+}
+
 }  // namespace
 }  // namespace compcoll

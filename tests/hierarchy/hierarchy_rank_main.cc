@@ -4,7 +4,7 @@
 //   compcoll_hierarchy_rank --rank R --size P --hosts H0,H1,... --rendezvous file://DIR
 //       [--algo A] [--count N] [--calls C] [--timeout-ms T]
 //       [--kill-level local|leaders --kill-rank V --kill-call K] [--flat 1]
-//       [--shards 1]
+//       [--shards 1] [--slow-ms S]
 //
 // Connects over Gloo tcp on 127.0.0.1 (host of rank r: the label Hr), builds
 // the host hierarchy (shared memory inside a host, the leaders' communicator
@@ -17,6 +17,9 @@
 // local rank below the smallest host's size leads its slice of the tensor
 // over a Gloo subgroup of its own; kill-level leaders then kills rank V at
 // its slice's first exchange (V must own a slice).
+//
+// --slow-ms S: every exchange between hosts waits S ms before it starts (a
+// slow link), over a leaders' subgroup of its own.
 //
 // --flat 1 runs the algorithm on the world communicator instead (no
 // hierarchy), for comparison. Prints "call I" before each call and, at the
@@ -34,6 +37,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/hierarchical.h"
@@ -61,6 +65,7 @@ struct Args {
   long long kill_call = -1;
   bool flat = false;
   bool shards = false;
+  long long slow_ms = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -83,6 +88,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--kill-call") a.kill_call = std::stoll(v);
     else if (k == "--flat") a.flat = v == "1";
     else if (k == "--shards") a.shards = v == "1";
+    else if (k == "--slow-ms") a.slow_ms = std::stoll(v);
     else throw std::invalid_argument("unknown flag " + k);
   }
   if (a.rank < 0 || a.size < 1 || int(a.hosts.size()) != a.size || a.rendezvous.empty()) {
@@ -91,11 +97,13 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// A slice's subgroup (--shards 1), able to kill this process at its next
-// exchange of any kind when the world's flag is armed.
+// A slice's or the leaders' subgroup (--shards 1, --slow-ms), able to kill
+// this process at its next exchange of any kind when the world's flag is
+// armed, and to start each exchange slow_ms late.
 class ArmedSubgroup final : public Comm {
  public:
-  ArmedSubgroup(std::unique_ptr<Comm> c, const bool& armed) : c_(std::move(c)), armed_(armed) {}
+  ArmedSubgroup(std::unique_ptr<Comm> c, const bool& armed, long long slow_ms)
+      : c_(std::move(c)), armed_(armed), slow_ms_(slow_ms) {}
   int rank() const override { return c_->rank(); }
   int size() const override { return c_->size(); }
   std::chrono::milliseconds timeout() const override { return c_->timeout(); }
@@ -121,9 +129,11 @@ class ArmedSubgroup final : public Comm {
  private:
   void die_if_armed() const {
     if (armed_) raise(SIGKILL);
+    if (slow_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms_));
   }
   std::unique_ptr<Comm> c_;
   const bool& armed_;
+  long long slow_ms_;
 };
 
 // The world Comm, able to kill this process at its next alltoallv (the
@@ -134,10 +144,11 @@ class ArmedComm final : public Comm {
   explicit ArmedComm(Comm& c) : c_(c) {}
   bool armed = false;
   bool subgroups = false;
+  long long slow_ms = 0;
   bool can_connect_subgroup() const override { return subgroups && c_.can_connect_subgroup(); }
   std::unique_ptr<Comm> connect_subgroup(const std::vector<int>& members,
                                          const std::string& name) override {
-    return std::make_unique<ArmedSubgroup>(c_.connect_subgroup(members, name), armed);
+    return std::make_unique<ArmedSubgroup>(c_.connect_subgroup(members, name), armed, slow_ms);
   }
   int rank() const override { return c_.rank(); }
   int size() const override { return c_.size(); }
@@ -182,6 +193,7 @@ class ArmedLocal final : public LocalGroup {
     g_->gather_from_owners(buf, n, bounds, t);
   }
   void abort(const std::string& why) noexcept override { g_->abort(why); }
+  void note_progress() noexcept override { g_->note_progress(); }
 
  private:
   std::unique_ptr<LocalGroup> g_;
@@ -208,7 +220,8 @@ int main(int argc, char** argv) {
     o.timeout = std::chrono::milliseconds(a.timeout_ms);
     auto gloo = connect_gloo(o);
     ArmedComm world(*gloo);
-    world.subgroups = a.shards;
+    world.subgroups = a.shards || a.slow_ms > 0;
+    world.slow_ms = a.slow_ms;
     const HostLayout layout = exchange_host_layout(world, a.hosts[size_t(a.rank)]);
     std::unique_ptr<LocalGroup> shm = connect_local_group(world, layout);
     ArmedLocal* local = nullptr;
