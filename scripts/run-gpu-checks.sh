@@ -18,10 +18,16 @@
 # one runs; the exit status is that of the first failure):
 #   build     compcoll_gpu_tests, the interposer and the NCCL app (Release,
 #             sm_90 unless CMAKE_CUDA_ARCHITECTURES is set), against the
-#             NCCL of torch's wheel (nvidia/nccl) unless NCCL_HOME is set
-#   codecs    compcoll_gpu_tests: GpuCodecs.* (kernels against the CPU
+#             NCCL of torch's wheel (nvidia/nccl) unless NCCL_HOME is set;
+#             no NCCL library there fails it (the interposer's tests and
+#             the ddp step need one)
+#   codecs    compcoll_gpu_logic_tests (the GPU route's host logic), then
+#             compcoll_gpu_tests: GpuCodecs.* (kernels against the CPU
 #             codecs, bit for bit; the dgc encode throughput) and
-#             GpuInterposer.* (the interposer over the real NCCL)
+#             GpuInterposer.* (the interposer over the real NCCL). A GPU
+#             test skips where no device is usable (an old driver, say):
+#             here any skipped test, or no GpuInterposer test, fails the
+#             step, so that a run that tested nothing does not pass
 #   baseline  integration/bench/gpu/topk_dgc_baseline.py (torch.topk DGC)
 #   profile   ncu --set basic over the throughput test's encodes: each
 #             kernel's time against the encode's wall time
@@ -98,6 +104,7 @@ REAL_NCCL=""
 [ -n "${NCCL_HOME:-}" ] && [ -e "$NCCL_HOME/lib/libnccl.so.2" ] && REAL_NCCL=$NCCL_HOME/lib/libnccl.so.2
 export REAL_NCCL
 build() {
+  [ -n "$REAL_NCCL" ] || { echo "no libnccl.so.2 under NCCL_HOME=${NCCL_HOME:-} (torch's nvidia-nccl wheel, or set NCCL_HOME)"; return 1; }
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOMPCOLL_WITH_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="${CMAKE_CUDA_ARCHITECTURES:-90}" \
     ${REAL_NCCL:+-DCOMPCOLL_REAL_NCCL_LIBRARY="$REAL_NCCL"} &&
@@ -106,7 +113,20 @@ build() {
 export -f build
 step build 300 build || { echo "run-gpu-checks: the build failed; nothing else can run" >&2; exit 1; }
 
-step codecs 180 "$BUILD/tests/gpu/compcoll_gpu_tests" --gtest_output="xml:$OUT_DIR/gpu_tests.xml"
+codecs() {
+  "$BUILD/tests/gpu/compcoll_gpu_logic_tests" --gtest_output="xml:$OUT_DIR/gpu_logic_tests.xml" || return 1
+  "$BUILD/tests/gpu/compcoll_gpu_tests" --gtest_output="xml:$OUT_DIR/gpu_tests.xml" || return 1
+  local skipped
+  skipped=$(grep -c 'result="skipped"' "$OUT_DIR/gpu_tests.xml")
+  if [ "$skipped" -gt 0 ]; then
+    echo "run-gpu-checks: $skipped GPU tests skipped (no usable device?); on a GPU machine that is a failure"
+    return 1
+  fi
+  grep -q 'classname="GpuInterposer"' "$OUT_DIR/gpu_tests.xml" ||
+    { echo "run-gpu-checks: no GpuInterposer test was built (the real NCCL or CUDA's driver library was not found)"; return 1; }
+}
+export -f codecs
+step codecs 240 codecs
 step baseline 60 "$PY" integration/bench/gpu/topk_dgc_baseline.py
 
 # Each kernel's time inside the throughput test's encodes. --launch-skip

@@ -18,6 +18,30 @@
 namespace compcoll::cuda {
 namespace {
 
+// Whether the calling thread has a CUDA context current. cudaGetDevice says
+// 0 on a thread that never chose a device, and cudaSetDevice(0) there would
+// create device 0's primary context (hundreds of MB of its memory) in a
+// process that may never use device 0: only a thread that had a context is
+// switched back. Asked of the driver (cuCtxGetCurrent) through the runtime's
+// entry-point query, so that this library needs no link to libcuda.
+bool thread_has_context() {
+  using CtxGetCurrent = int (*)(void**);  // CUresult cuCtxGetCurrent(CUcontext*)
+  static const CtxGetCurrent get = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return CtxGetCurrent{nullptr};
+    }
+    return reinterpret_cast<CtxGetCurrent>(fn);
+  }();
+  void* ctx = nullptr;
+  // Unknown: assume a context, as before (switching back is then right).
+  return get == nullptr || (get(&ctx) == 0 && ctx != nullptr);
+}
+
 // A tensor's error-feedback state while the device route runs it.
 class GpuResidency final : public DeviceResidency {
  public:
@@ -29,7 +53,7 @@ class GpuResidency final : public DeviceResidency {
     // Whoever asks (a checkpoint at ncclCommDestroy, at exit) may have
     // another device current: switch to the state's for the copy and back.
     int previous = -1;
-    if (cudaGetDevice(&previous) != cudaSuccess) {
+    if (!thread_has_context() || cudaGetDevice(&previous) != cudaSuccess) {
       cudaGetLastError();
       previous = -1;
     }
