@@ -50,6 +50,7 @@ void print_markdown() {
               "`plugin/config.cc`; a test fails when this file and the table disagree.\n"
               "Every variable is read once, when a communicator is created; a bad value is an\n"
               "error naming the variable, the value and what is allowed, before any traffic.\n"
+              "A variable set to the empty string counts as unset: its default applies.\n"
               "A boolean (`0|1`) also takes `true`/`false`, `yes`/`no` and `on`/`off`, in any\n"
               "case. A `COMPCOLL_*` name that is in neither table below is ignored and reported with\n"
               "the nearest known name: by `compcoll-info` on stderr, and at WARN by the first\n"
