@@ -1,16 +1,18 @@
 #include "plugin/communicator.h"
 
-#include <utility>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "collectives/agreement.h"
 #include "collectives/dense.h"
@@ -198,7 +200,12 @@ void Communicator::load_state_dir() {
       // unsaved and a warning nobody reads.
       outcome = -2;
     } else if (!std::filesystem::exists(state_path_, ec)) {
-      if (std::filesystem::exists(state_path_ + ".restored", ec)) {
+      if (const std::string others = set_aside_other_world_sizes(); !others.empty()) {
+        log_.warn("COMPCOLL_STATE_DIR: no checkpoint ", state_path_, ", but ", others, " of a run "
+                  "of another world size: a checkpoint is used only at its own size, so this "
+                  "run starts fresh, and they are moved to <file>.unused (left in place, a later "
+                  "run of that size would restore them, older than its model checkpoint)");
+      } else if (std::filesystem::exists(state_path_ + ".restored", ec)) {
         // The run that restored it ended without saving (it failed, or was
         // killed): its state is older than the script's model checkpoint.
         log_.warn("COMPCOLL_STATE_DIR: no checkpoint ", state_path_, ": the run that restored ",
@@ -280,6 +287,36 @@ void Communicator::load_state_dir() {
     set_aside_unused_checkpoint("another rank has no usable checkpoint (its INFO or WARN line "
                                 "says why), and all ranks restore or none does");
   }
+}
+
+// Checkpoints of this communicator's name for another world size. This rank
+// moves aside its own rank's; rank 0 also those of ranks this run does not
+// have (a larger run before), so that none is left behind on a shared
+// directory. Says which, or "" when there were none.
+std::string Communicator::set_aside_other_world_sizes() {
+  std::string prefix = "compcoll-state";
+  if (!cfg_.state_tag.empty()) prefix += "-" + cfg_.state_tag;
+  prefix += "-rank";
+  std::vector<std::string> moved;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(cfg_.state_dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    int r = -1, p = -1;
+    char tail[8] = {};
+    if (name.rfind(prefix, 0) != 0 ||
+        std::sscanf(name.c_str() + prefix.size(), "%d-of%d%7s", &r, &p, tail) != 3 ||
+        std::string(tail) != ".bin" || p == size()) {
+      continue;
+    }
+    if (r != rank() && !(rank() == 0 && r >= size())) continue;
+    std::error_code moved_ec;
+    std::filesystem::rename(it->path(), it->path().string() + ".unused", moved_ec);
+    if (!moved_ec) moved.push_back(name);
+  }
+  std::string out;
+  for (const std::string& m : moved) out += (out.empty() ? "" : ", ") + m;
+  return out;
 }
 
 // A checkpoint of another configuration (or world) is not restored, and
@@ -372,10 +409,14 @@ bool Communicator::adopt_optimizer_momentum(OptimizerMomentum taken) {
   return true;
 }
 
-bool Communicator::load_state(std::span<const uint8_t> bytes, std::string* why_not) {
+// Parses a checkpoint and says in `why` why this communicator cannot use it
+// ("" when it can). A usable one leaves the momentum it was written with
+// adopted (its velocity sizes are checked under it); the caller applies the
+// file or refuses it (refuse_state puts the momentum back).
+StateFile Communicator::check_state(std::span<const uint8_t> bytes, std::string& why) {
   StateFile f = parse_state_file(bytes);
   const std::string mine = state_description();
-  std::string why;
+  why.clear();
   if (f.world_size != size() || f.rank != rank()) {
     why = "it was written by rank " + std::to_string(f.rank) + " of " +
           std::to_string(f.world_size) + ", this is rank " + std::to_string(rank()) + " of " +
@@ -431,15 +472,78 @@ bool Communicator::load_state(std::span<const uint8_t> bytes, std::string* why_n
       why = e.key + " has a negative second moment";  // a mean of squares never is
     }
   }
+  if (!why.empty()) adopt_optimizer_momentum(momentum_before);
+  return f;
+}
+
+void Communicator::refuse_state(const OptimizerMomentum& before, const std::string& why,
+                                std::string* why_not) {
+  adopt_optimizer_momentum(before);
+  if (why_not != nullptr) {
+    *why_not = why;
+  } else {
+    log_.warn("checkpointed error-feedback state not used (", why, "): keeping the current one");
+  }
+}
+
+bool Communicator::load_state(std::span<const uint8_t> bytes, std::string* why_not) {
+  const OptimizerMomentum before = optimizer_momentum_;
+  std::string why;
+  StateFile f = check_state(bytes, why);
   if (!why.empty()) {
-    adopt_optimizer_momentum(momentum_before);
-    if (why_not != nullptr) {
-      *why_not = why;
-    } else {
-      log_.warn("checkpointed error-feedback state not used (", why, "): keeping the current one");
-    }
+    refuse_state(before, why, why_not);
     return false;
   }
+  apply_state(f);
+  return true;
+}
+
+bool Communicator::load_state_agreed(std::optional<std::span<const uint8_t>> bytes) {
+  const OptimizerMomentum before = optimizer_momentum_;
+  // -1 nothing offered, 0 not usable here, 1 usable.
+  int32_t mine = -1;
+  std::string why;
+  std::optional<StateFile> f;
+  std::exception_ptr unreadable;
+  if (bytes) {
+    try {
+      f = check_state(*bytes, why);
+      mine = why.empty() ? 1 : 0;
+    } catch (...) {
+      // Told to the others first, then thrown: never an exception that
+      // skips the exchange and leaves them waiting.
+      unreadable = std::current_exception();
+      adopt_optimizer_momentum(before);
+      mine = 0;
+    }
+  }
+  int32_t lo = mine, hi = mine;
+  comm_->allreduce(&lo, 1, DType::kInt32, ReduceOp::kMin);
+  comm_->allreduce(&hi, 1, DType::kInt32, ReduceOp::kMax);
+  if (lo == 1) {
+    // Saved together, the ranks' files have one clock (as load_state_dir).
+    int64_t first = static_cast<int64_t>(f->clock), last = first;
+    comm_->allreduce(&first, 1, DType::kInt64, ReduceOp::kMin);
+    comm_->allreduce(&last, 1, DType::kInt64, ReduceOp::kMax);
+    if (first == last) {
+      apply_state(*f);
+      return true;
+    }
+    why = detail::concat("the ranks' checkpoints were saved at different points (after ", first,
+                         " to ", last, " calls), and the ranks restore together or none does");
+  }
+  if (unreadable) std::rethrow_exception(unreadable);
+  if (hi == -1) return false;  // no rank offered one
+  if (mine == 1 && lo != 1) {
+    why = "another rank of the group has no usable checkpoint (it offered none, or its WARN says "
+          "why), and the ranks restore together or none does: a restore on some ranks only "
+          "would make the replicas drift apart under a momentum hand-over";
+  }
+  if (mine >= 0) refuse_state(before, why, nullptr);
+  return false;
+}
+
+void Communicator::apply_state(StateFile& f) {
   states_.clear();
   states_.set_clock(f.clock);
   for (StateFileEntry& e : f.entries) states_.put(e.key, std::move(e.owned), e.idle);
@@ -447,7 +551,6 @@ bool Communicator::load_state(std::span<const uint8_t> bytes, std::string* why_n
             states_.memory_bytes() / 1e6, " MB), checkpoint hash ", std::hex, f.config_hash,
             std::dec, " (the configuration without COMPCOLL_STATE_DIR)");
   refresh_stats_snapshot();
-  return true;
 }
 
 HierarchyChoice choose_hierarchy(Comm& world, const Config& cfg) {

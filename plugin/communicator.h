@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -41,6 +42,7 @@
 #include "collectives/hierarchical.h"
 #include "plugin/config.h"
 #include "plugin/logging.h"
+#include "plugin/state_file.h"
 #include "plugin/state_store.h"
 #include "plugin/stats.h"
 
@@ -116,7 +118,7 @@ class Communicator {
   const Hierarchy* hierarchy() const { return hier_.get(); }
 
   // Checkpoints of the error-feedback state (plugin/state_file.h); neither
-  // is collective. save_state: this rank's entries under explicit keys
+  // of the first two is collective. save_state: this rank's entries under explicit keys
   // (address keys name memory of this process only, so they are left out,
   // and that is logged at INFO). load_state: replaces the store with the
   // checkpoint's entries when it was written by the same rank of a
@@ -128,6 +130,16 @@ class Communicator {
   // Device-resident states (allreduce_device) come back to host memory first.
   Bytes save_state(size_t* saved_entries = nullptr);  // how many it holds, when asked
   bool load_state(std::span<const uint8_t> bytes, std::string* why_not = nullptr);
+  // load_state as every rank of the communicator does it together
+  // (collective: every rank calls it, with its bytes or nullopt when it has
+  // none): the ranks restore together or none does, and the files must have
+  // been saved at one point (the same clock). A restore on some ranks only
+  // gives the same sums everywhere but, under a momentum hand-over, hands
+  // each rank's optimizer another delta: the replicas drift apart. A rank
+  // that cannot use its own file says why at WARN, one that could says that
+  // another could not; an unreadable file throws on its rank after the
+  // exchange. Returns whether this rank restored.
+  bool load_state_agreed(std::optional<std::span<const uint8_t>> bytes);
 
   // The caller's gradients change unit from the next call on: a loss scale
   // went from S to factor * S (mixed precision; the PyTorch backend follows
@@ -210,6 +222,13 @@ class Communicator {
   void check_stats_file();
   void load_state_dir();
   void start_fresh();  // drops a restored checkpoint (load_state_dir)
+  std::string set_aside_other_world_sizes();
+  // load_state's halves: parse and check (why: "" when usable; a usable
+  // file leaves its momentum adopted), put the momentum back and say why,
+  // and replace the store with the file's entries.
+  StateFile check_state(std::span<const uint8_t> bytes, std::string& why);
+  void refuse_state(const OptimizerMomentum& before, const std::string& why, std::string* why_not);
+  void apply_state(StateFile& f);
   void release_state_claim();  // lets another communicator of this process use state_path_
   // The description that checkpoints carry: the agreement's, without
   // whether COMPCOLL_STATE_DIR is set (a state_dict checkpoint and a state

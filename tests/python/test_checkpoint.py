@@ -75,6 +75,26 @@ def test_state_dir_resume_under_adam_is_bit_exact(tmp_path):
     assert "restored the error-feedback state of 1 tensors" in second[0].stderr, second[0].stderr
 
 
+def test_a_checkpoint_usable_on_some_ranks_only_is_restored_by_none(tmp_path):
+    """Every rank loading rank 0's compcoll state ("save on rank 0, load
+    everywhere"), or one rank with none to load: rank 0 restored its state,
+    rank 1 started fresh, and under the momentum hand-over (SGD momentum
+    0.9) each rank's optimizer got another delta: the replicas drifted
+    apart in silence. load_state_dict is collective: the ranks restore
+    together or none does, and each says why."""
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DENSITY": "0.01"}
+    run(tmp_path, "ck", 0, 4, env, explicit=True)
+    for extra in (["--compcoll-from-rank", "0"], ["--compcoll-none-on-rank", "1"]):
+        args = [TRAIN, "--start", "4", "--stop", "8", "--ckpt", str(tmp_path / "ck"),
+                "--compcoll-state"] + extra
+        res = launch(args, RANKS, env=env)
+        assert res[0].result["params"] == res[1].result["params"], f"{extra}: the replicas differ"
+        assert res[0].result["restored"] == {"cpu": False}, (extra, res[0].result["restored"])
+        assert "another rank of the group has no usable checkpoint" in res[0].stderr, res[0].stderr
+        if extra[0] == "--compcoll-from-rank":
+            assert "it was written by rank 0 of 2, this is rank 1 of 2" in res[1].stderr, res[1].stderr
+
+
 def test_other_configuration_starts_fresh_and_says_why(tmp_path):
     env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DENSITY": "0.01", "COMPCOLL_DEBUG": "INFO"}
     run(tmp_path, "ck", 0, 3, env, explicit=True)
@@ -102,6 +122,32 @@ def test_a_state_dir_checkpoint_of_another_configuration_is_set_aside_not_overwr
     for name, data in first.items():
         assert (tmp_path / "state" / (name + ".unused")).read_bytes() == data, name
         assert (tmp_path / "state" / name).read_bytes() != data, name
+
+
+def test_a_state_dir_run_of_another_world_size_sets_the_old_files_aside(tmp_path):
+    """A 2-rank run, then a 3-rank run, then a 2-rank run on one
+    COMPCOLL_STATE_DIR: the 3-rank run found no file of its size and started
+    fresh without a word, leaving the 2-rank files in place, and the last
+    run restored them, older than its model checkpoint. Now the 3-rank run
+    says so at WARN and moves them to <file>.unused (rank 0 also those of
+    ranks it does not have), and the last run starts fresh (setting the
+    3-rank files aside in turn)."""
+    env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DENSITY": "0.01", "COMPCOLL_DEBUG": "INFO",
+           "COMPCOLL_STATE_DIR": str(tmp_path / "state")}
+    run(tmp_path, "two", 0, 2, env, explicit=False)
+    three = launch([TRAIN, "--start", "0", "--stop", "2", "--ckpt", str(tmp_path / "three")], 3,
+                   env=env)
+    assert "of a run of another world size" in three[0].stderr, three[0].stderr
+    files = sorted(os.listdir(tmp_path / "state"))
+    assert files == sorted([f"compcoll-state-rank{r}-of2.bin.unused" for r in range(2)] +
+                           [f"compcoll-state-rank{r}-of3.bin" for r in range(3)]), files
+    # The 3-rank files are of another size for this run in turn.
+    again = run(tmp_path, "two", 2, 4, env, explicit=False)
+    assert "restored" not in again[0].stderr, again[0].stderr
+    assert "of a run of another world size" in again[0].stderr, again[0].stderr
+    assert sorted(os.listdir(tmp_path / "state")) == sorted(
+        [f"compcoll-state-rank{r}-of2.bin{ext}" for r in range(2) for ext in ("", ".unused")] +
+        [f"compcoll-state-rank{r}-of3.bin.unused" for r in range(3)])
 
 
 def test_malformed_state_file_is_a_clear_error(tmp_path):

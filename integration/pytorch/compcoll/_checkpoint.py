@@ -7,7 +7,9 @@
     compcoll.load_state_dict(None, sd["compcoll"])      # after init_process_group
 
 The residuals, momenta and step counters of compressed allreduces are per
-rank, so each rank saves and loads its own. A checkpoint is used only by the
+rank, so each rank saves and loads its own. Loading is collective: every rank
+of the group calls load_state_dict (a rank without a checkpoint passes None),
+and the ranks restore together or none does. A checkpoint is used only by the
 same rank of a group of the same size and compression settings (the
 configuration hash); otherwise the state starts fresh and a WARN line says
 why. A malformed checkpoint is an error.
@@ -48,9 +50,15 @@ def state_dict(group=None):
 def load_state_dict(group, state_dict):
     """Restores what state_dict() returned (on the same rank) into group's
     backend (None: the default group), before any operation submitted after
-    this call. Returns {lane: True if its state was restored, False if it
-    started fresh (another rank, size or configuration; a WARN says which)};
+    this call. Collective: every rank of the group calls it, with its own
+    state_dict, or None where it has none; the ranks restore together or
+    none does (a restore on some ranks only would, under the momentum
+    hand-over, make the replicas drift apart). Returns {lane: True if its
+    state was restored, False if it started fresh (another rank, size or
+    configuration, or another rank could not restore; a WARN says which)};
     on a group compcoll does not serve, every lane is False (said once)."""
+    if state_dict is None:
+        state_dict = {"format": _FORMAT, "version": _VERSION, "algo": None, "lanes": {}}
     if not isinstance(state_dict, dict) or state_dict.get("format") != _FORMAT:
         raise ValueError("compcoll.load_state_dict: not a compcoll.state_dict() result "
                          f"(got {type(state_dict).__name__})")

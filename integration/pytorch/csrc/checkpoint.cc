@@ -5,6 +5,10 @@
 // restored state. A loss-scale change rescales the state the same way, and
 // under a loss scaler a skipped step leaves it alone (note_loss_scaled).
 //
+// Loading is collective over a lane's ranks (Communicator::load_state_agreed):
+// every rank of the group calls load_state_dict, with its own state_dict or
+// None, and they restore together or none does.
+//
 // A lane whose Communicator does not exist yet (a device lane before its
 // first candidate) cannot take state: making its Communicator is collective
 // and happens at a point of the submission order every rank shares, which a
@@ -13,6 +17,8 @@
 #include <atomic>
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <span>
 
 #include "integration/pytorch/csrc/backend.h"
 
@@ -39,14 +45,19 @@ std::map<std::string, bool> CompcollBackend::load_state(const std::map<std::stri
     for (const std::shared_ptr<Lane>& lane : {host, device}) {
       if (lane == nullptr) continue;
       const auto it = in->find(lane->name());
-      if (it == in->end()) continue;
       if (lane->comm() == nullptr) {
+        if (it == in->end()) continue;
         log.info("load_state_dict: the ", lane->name(), " lane has not reduced anything yet, so ",
                  "its checkpointed error-feedback state is not used (fresh start)");
         (*used)[lane->name()] = false;
         continue;
       }
-      (*used)[lane->name()] = lane->comm()->load_state(it->second);
+      // Collective over the lane's ranks, also where this rank has nothing
+      // for it: they restore together or none does.
+      std::optional<std::span<const uint8_t>> bytes;
+      if (it != in->end()) bytes = std::span<const uint8_t>(it->second);
+      const bool restored = lane->comm()->load_state_agreed(bytes);
+      if (it != in->end()) (*used)[lane->name()] = restored;
     }
   });
   return *used;

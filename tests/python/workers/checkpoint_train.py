@@ -7,8 +7,11 @@ resumed from a checkpoint sees the data an uninterrupted one does.
 --ckpt DIR: load DIR/rank{r}.pt first when --start > 0; save it after
 --stop. --compcoll-state: the checkpoint includes compcoll.state_dict()
 (and loading restores it); without it, state travels only if
-COMPCOLL_STATE_DIR is set. --adam: torch.optim.Adam instead of SGD with
-momentum 0.9. Prints RESULT {"params": [...], "losses": [...]}.
+COMPCOLL_STATE_DIR is set. --compcoll-from-rank R: every rank loads
+compcoll's part of rank R's checkpoint (the "save on rank 0, load
+everywhere" mistake). --compcoll-none-on-rank R: that rank passes None (it
+has no checkpoint). --adam: torch.optim.Adam instead of SGD with momentum
+0.9. Prints RESULT {"params": [...], "losses": [...]}.
 """
 import argparse
 import json
@@ -27,6 +30,8 @@ def main():
     p.add_argument("--ckpt", required=True)
     p.add_argument("--compcoll-state", action="store_true")
     p.add_argument("--adam", action="store_true")
+    p.add_argument("--compcoll-from-rank", type=int, default=None)
+    p.add_argument("--compcoll-none-on-rank", type=int, default=None)
     args = p.parse_args()
 
     torch.set_num_threads(1)
@@ -48,7 +53,12 @@ def main():
         opt.load_state_dict(ck["opt"])
         if args.compcoll_state:
             import compcoll
-            restored = compcoll.load_state_dict(None, ck["compcoll"])
+            theirs = ck["compcoll"]
+            if args.compcoll_from_rank is not None:
+                theirs = torch.load(os.path.join(args.ckpt, f"rank{args.compcoll_from_rank}.pt"))["compcoll"]
+            if args.compcoll_none_on_rank == rank:
+                theirs = None
+            restored = compcoll.load_state_dict(None, theirs)
 
     losses = []
     for step in range(args.start, args.stop):
