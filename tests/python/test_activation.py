@@ -180,6 +180,18 @@ def test_compcoll_algo_set_by_the_script_after_import_torch_works_too(tmp_path):
     assert not notices(ranks[1]), ranks[1].describe()
 
 
+@pytest.mark.parametrize("cleared", ["", "dense"])
+def test_compcoll_algo_cleared_by_the_script_means_plain_gloo(cleared):
+    """The reverse: COMPCOLL_ALGO set at `import torch` (the hook goes in)
+    and cleared by the script before init_process_group (a second phase of
+    training, say): the group is torch's own Gloo, as with no COMPCOLL_ALGO
+    from the start. It was a compcoll backend running every allreduce exact."""
+    ranks = launch([SCRIPT], 2, env={"COMPCOLL_ALGO": "dgc",
+                                     "SCRIPT_SETS_ENV": json.dumps({"COMPCOLL_ALGO": cleared})})
+    for r in ranks:
+        assert r.result["cpu_backend"] == "gloo", r.describe()
+
+
 def test_a_mistyped_compcoll_algo_is_named(tmp_path):
     ranks = launch_plain([SCRIPT], 2, {"COMPCOLL_ALGORITHM": "dgc"})
     assert all(r.result["cpu_backend"] == "gloo" for r in ranks)

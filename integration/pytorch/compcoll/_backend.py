@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
+import compcoll_autoload
 import compcoll_creators as creators
 from compcoll import (_C, _ddp_hooks, _ddp_join, _join, _loss_scale, _momentum, _notices,
                       _sync_batchnorm, _tensor_parallel)
@@ -228,6 +229,11 @@ def create_for_gloo(*args):
     group = creators.creator_args(args)
     if group.enable_reconfigure:
         _notices.reconfigure_left_to_gloo(group)
+        return _torch_gloo(*args)
+    if not compcoll_autoload.compression_requested():
+        # COMPCOLL_ALGO was set when the hook went in and is unset (or dense)
+        # now, as this group is created (a script's second phase that cleared
+        # it): torch's own Gloo, as with no COMPCOLL_ALGO from the start.
         return _torch_gloo(*args)
     return _build_group(group, device_lane=False)
 
