@@ -327,12 +327,12 @@ def _pre_step(optimizer, args, kwargs):
                     _say_once("untaken momentum", untaken_momentum_notice(optimizer, mine[2]))
             elif mine[:2] != _proposal[:2] and not _warned_second:
                 _warned_second = True
-                _log.warning(
-                    "compcoll: COMPCOLL_MOMENTUM_HANDOVER=auto follows the first optimizer this "
-                    "process stepped (momentum %s); %s steps with momentum %s (%s) and its "
-                    "gradients get the first one's treatment; set COMPCOLL_MOMENTUM_HANDOVER=0 "
-                    "for no hand-over", _proposal[0], type(optimizer).__name__, mine[0],
-                    mine[2] or ("Adam" if mine[1] else "SGD"))
+                _say_once("second optimizer", (
+                    f"COMPCOLL_MOMENTUM_HANDOVER=auto follows the first optimizer this process "
+                    f"stepped (momentum {_proposal[0]}); {type(optimizer).__name__} steps with "
+                    f"momentum {mine[0]} ({mine[2] or ('Adam' if mine[1] else 'SGD')}) and its "
+                    f"gradients get the first one's treatment; set COMPCOLL_MOMENTUM_HANDOVER=0 "
+                    f"for no hand-over"))
         # Before any group awaits the agreement nothing is fixed yet: this
         # optimizer's own proposal (no group takes it up).
         proposal = _proposal or proposal_of(optimizer)
