@@ -93,7 +93,9 @@ def test_nesterov_amsgrad_and_no_momentum_change_nothing_and_say_why():
     for opt, why, warned in (("sgd-nesterov:0.9", "SGD with nesterov=True", True),
                              ("sgd:0", "SGD without momentum", False),
                              ("adam-amsgrad", "Adam with amsgrad=True", True),
-                             ("adam:0", "Adam with beta1 0.0", False)):
+                             ("adam:0", "Adam with beta1 0.0", False),
+                             # Not taken over and, before, not named either.
+                             ("rmsprop:0.9", "the optimizer is RMSprop", True)):
         ranks = run("--opt", opt)
         assert [r.result["momentum"] for r in ranks] == [0.0, 0.0], opt
         assert why in ranks[0].stderr, ranks[0].stderr

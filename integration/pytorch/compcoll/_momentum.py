@@ -177,8 +177,10 @@ def wrapped_optimizer(optimizer):
 
 def _optimizer_momentum(optimizer):
     """(kind, m): SGD's momentum or Adam's beta1 as the script set it (one
-    value over the groups: the first group's), or (None, 0.0) for other
-    optimizers, whose momentum compcoll cannot tell."""
+    value over the groups: the first group's); another optimizer's
+    `momentum` (RMSprop's) or beta1 (NAdam's, RAdam's, ...), which compcoll
+    does not take over but can name; or (None, 0.0) for an optimizer with
+    neither."""
     name = type(optimizer).__name__
     groups = optimizer.param_groups
     if type(optimizer) is torch.optim.SGD:
@@ -186,7 +188,20 @@ def _optimizer_momentum(optimizer):
     if type(optimizer) in (torch.optim.Adam, torch.optim.AdamW):
         original = _moved.get(optimizer)
         return name, original if original is not None else float(groups[0]["betas"][0])
+    try:
+        if "momentum" in groups[0]:
+            return name, float(groups[0]["momentum"])
+        if "betas" in groups[0]:
+            return name, float(groups[0]["betas"][0])
+    except (TypeError, ValueError, IndexError):
+        pass
     return None, 0.0
+
+
+def _momentum_word(optimizer):
+    """How `optimizer` names its momentum: "momentum" (SGD, RMSprop) or
+    "beta1" (the Adam family)."""
+    return "momentum" if "momentum" in optimizer.param_groups[0] else "beta1"
 
 
 def configured_momentum_notice(optimizer, m, handed_over):
@@ -215,7 +230,7 @@ def configured_momentum_notice(optimizer, m, handed_over):
                 "unset COMPCOLL_MOMENTUM and let COMPCOLL_MOMENTUM_HANDOVER=auto take the "
                 "optimizer's over" if takeable else ""))
     else:
-        fix = ("set the optimizer's beta1 to 0" +
+        fix = (f"set the optimizer's {_momentum_word(optimizer)} to 0" +
                (", or unset COMPCOLL_MOMENTUM and let COMPCOLL_MOMENTUM_HANDOVER=auto move the "
                 "optimizer's beta1 into compcoll" if takeable else ""))
     return (f"COMPCOLL_MOMENTUM={m:g} applies DGC's momentum correction to the gradients "
@@ -237,7 +252,7 @@ def untaken_momentum_notice(optimizer, why):
             f"({why}; momentum {own:g}): DGC's momentum correction stays off, and the optimizer "
             "runs its momentum on the sparse, delayed updates compcoll delivers, which trains "
             "worse than either (docs/convergence.md, \"Momentum under SGD\"). Set the "
-            f"optimizer's momentum{' (beta1)' if kind != 'SGD' else ''} to 0 and "
+            f"optimizer's {_momentum_word(optimizer)} to 0 and "
             f"COMPCOLL_MOMENTUM={own:g}" + (" COMPCOLL_NESTEROV=1" if nesterov else "") +
             (", or use plain torch.optim.SGD (no dampening, not Nesterov), whose momentum is "
              "taken over" if kind == "SGD" else ""))

@@ -38,6 +38,8 @@ def make(name, params):
     if kind in ("adam", "adamw"):
         cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
         return cls(params, lr=1e-3, betas=(float(m or 0.9), 0.999))
+    if kind == "rmsprop":
+        return torch.optim.RMSprop(params, lr=1e-3, momentum=float(m or 0))
     if kind == "adam-amsgrad":
         return torch.optim.Adam(params, lr=1e-3, amsgrad=True)
     raise SystemExit(f"unknown optimizer {name}")
