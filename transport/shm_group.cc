@@ -264,15 +264,18 @@ void ShmGroup::abort(const std::string& why) noexcept {
   }
 }
 
-void ShmGroup::throw_if_failed() const {
+std::string ShmGroup::failure() const {
   const auto* h = static_cast<const Header*>(base_);
   const uint32_t f = h->failed.load(std::memory_order_acquire);
-  if (f == 0) return;
+  if (f == 0) return {};
   const int l = static_cast<int>(f) - 1;
-  CC_CHECK(l != local_rank_, kTransport, "world rank ", world_ranks_[size_t(local_rank_)],
-           ": this host's shared-memory group failed earlier; the communicator must be rebuilt");
-  CC_THROW(kTransport, "world rank ", world_ranks_[size_t(local_rank_)], ": local peer ",
-           peer_name(l), " failed: ", std::string(slot(l).reason));
+  if (l == local_rank_) {
+    return "this host's shared-memory group failed earlier; the communicator must be rebuilt";
+  }
+  // The reason is often an Error's message: quoted without its "compcoll: ".
+  std::string reason(slot(l).reason);
+  if (reason.rfind("compcoll: ", 0) == 0) reason.erase(0, 10);
+  return detail::concat("local peer ", peer_name(l), " failed: ", reason);
 }
 
 void ShmGroup::fail(ErrorKind kind, const std::string& what, std::chrono::milliseconds timed_out) {
@@ -314,11 +317,7 @@ void ShmGroup::await(const void* counter, uint32_t round, int peer, const char* 
       // A peer that failed or left after publishing this round is no reason
       // to fail: look at the counter again, now ordered after the flag.
       if (static_cast<int32_t>(word->load(std::memory_order_acquire) - round) >= 0) return;
-      try {
-        throw_if_failed();
-      } catch (const Error& e) {
-        fail(ErrorKind::kTransport, e.what());
-      }
+      fail(ErrorKind::kTransport, failure());
     }
     if (i < kSpins) {
       cpu_relax();

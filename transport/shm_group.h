@@ -129,7 +129,8 @@ class ShmGroup final : public LocalGroup {
   // also checks that it reduces n elements too (kMismatch naming it).
   void await_arrival(int l, uint32_t round, bool first, size_t n, Clock::time_point deadline,
                      std::chrono::milliseconds timeout);
-  void throw_if_failed() const;
+  // Why the group failed, for this rank's error ("" while it has not).
+  std::string failure() const;
   // Throws a TimeoutError for `timed_out` when it is positive.
   [[noreturn]] void fail(ErrorKind kind, const std::string& what,
                          std::chrono::milliseconds timed_out = {});
