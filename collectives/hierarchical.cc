@@ -14,6 +14,17 @@ namespace compcoll {
 Hierarchy::Hierarchy(Comm& world, HostLayout layout, std::unique_ptr<LocalGroup> local,
                      bool sharded)
     : world_(world), layout_(std::move(layout)), local_(std::move(local)) {
+  try {
+    connect(sharded);
+  } catch (const std::exception& e) {
+    // A local peer that got further than this rank quotes the cause.
+    if (local_) local_->abort(e.what());
+    throw;
+  }
+}
+
+void Hierarchy::connect(bool sharded) {
+  Comm& world = world_;
   CC_CHECK_EQ(layout_.world(), world.size(), kInternal, "the host layout covers ", layout_.world(),
               " ranks of a ", world.size(), "-rank world");
   const int r = world.rank();

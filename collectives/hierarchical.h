@@ -158,12 +158,17 @@ class Hierarchy {
   // followers. Returns the algorithm's CallInfo on leaders, zeros elsewhere.
   CallInfo allreduce(const Algorithm& algo, float* buf, size_t n, bool average, CodecState* state);
 
- private:
   // A failed step leaves the hierarchy unusable: the local group is
   // aborted and the leaders' direct subgroup closed, so that peers in
-  // either fail now rather than at their timeout.
+  // either fail now, quoting `why`, rather than at their timeout. Its owner
+  // calls it too when it fails after building the hierarchy (a
+  // communicator's creation), so that a local peer that got further names
+  // that cause, not only "left the communicator".
   void fail_now(const std::string& why) noexcept;
 
+ private:
+  // The constructor's work: slices, and the leaders' (or slices') subgroup.
+  void connect(bool sharded);
   Comm& world_;
   HostLayout layout_;
   std::unique_ptr<LocalGroup> local_;

@@ -87,14 +87,21 @@ Communicator::Communicator(std::unique_ptr<Comm> comm, const Config& cfg)
   check_stats_file();
   resolve_codec_threads();
   setup_hierarchy();
-  if (hier_) {
-    hier_->leader_phase([&](Comm& leaders) { algo_->attach(leaders); });
-  } else {
-    algo_->attach(*comm_);
+  try {
+    if (hier_) {
+      hier_->leader_phase([&](Comm& leaders) { algo_->attach(leaders); });
+    } else {
+      algo_->attach(*comm_);
+    }
+    log_.info("communicator of ", comm_->size(), " ranks, algo ", cfg_.algo, ", config hash ",
+              std::hex, config_hash(description), std::dec, " (", description, ")");
+    load_state_dir();
+  } catch (const std::exception& e) {
+    // A local peer whose creation got further names this cause at its
+    // first call, not only "left the communicator".
+    if (hier_) hier_->fail_now(e.what());
+    throw;
   }
-  log_.info("communicator of ", comm_->size(), " ranks, algo ", cfg_.algo, ", config hash ",
-            std::hex, config_hash(description), std::dec, " (", description, ")");
-  load_state_dir();
 }
 
 Communicator::~Communicator() {
