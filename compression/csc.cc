@@ -116,8 +116,20 @@ void csc_commit(CodecState& st, const std::vector<uint32_t>& chunks, size_t chun
   const size_t n = st.size();
   for (uint32_t c : chunks) {
     const size_t len = chunk_len(c, chunk, n);
-    std::fill_n(st.v.data() + size_t{c} * chunk, len, 0.0f);
-    if (masking && !st.u.empty()) std::fill_n(st.u.data() + size_t{c} * chunk, len, 0.0f);
+    float* v = st.v.data() + size_t{c} * chunk;
+    if (!st.u.empty()) {
+      float* u = st.u.data() + size_t{c} * chunk;
+      if (masking) {
+        std::fill_n(u, len, 0.0f);
+      } else {
+        // A non-finite value was sent: its velocity restarts, or v += u
+        // would bring it back at every later call.
+        for (size_t i = 0; i < len; ++i) {
+          if (!std::isfinite(v[i]) || !std::isfinite(u[i])) u[i] = 0.0f;
+        }
+      }
+    }
+    std::fill_n(v, len, 0.0f);
   }
 }
 

@@ -260,12 +260,17 @@ void emit_sparse(const std::vector<uint32_t>& selected, CodecState& st, uint64_t
   encode_sparse(selected, values, n, encoding, payload);
   // values now hold what receivers decode. Keep the rounding error (fp16,
   // bf16) in the residual; a non-finite value was sent as is and must not
-  // poison the residual, so its slot restarts from zero.
+  // poison the residual, so its slot restarts from zero, and so does its
+  // velocity, masked or not: u = m*u + g kept the value and v += u would
+  // bring it back at every later call.
+  const bool velocity = !st.u.empty();
   for (size_t i = 0; i < selected.size(); ++i) {
     float& vi = v[selected[i]];
-    vi = std::isfinite(values[i]) && std::isfinite(vi) ? vi - values[i] : 0.0f;
+    const bool finite = std::isfinite(values[i]) && std::isfinite(vi);
+    vi = finite ? vi - values[i] : 0.0f;
+    if (!finite && velocity) st.u[selected[i]] = 0.0f;
   }
-  if (masking && !st.u.empty()) {
+  if (masking && velocity) {
     for (const uint32_t idx : selected) st.u[idx] = 0.0f;  // momentum factor masking
   }
 }
