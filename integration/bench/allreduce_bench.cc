@@ -11,13 +11,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/registry.h"
+#include "collectives/sparse_allreduce.h"
 #include "compcoll/error.h"
 #include "integration/bench/allreduce_bench.h"
 #include "integration/bench/args.h"
@@ -73,6 +74,10 @@ void warn_about_what_changes_nothing(const std::vector<std::string>& algos, cons
     warn(detail::concat(small, " elements: below COMPCOLL_MIN_ELEMS=", cfg.min_elems,
                         ", so a call of that size goes exact in a user's job (the dense row); the "
                         "compressed rows time their algorithm on it anyway"));
+  }
+  if (!cfg.stats_file.empty()) {
+    warn("COMPCOLL_STATS_FILE is written by the C API, PyTorch and NCCL front ends; the "
+         "benchmark runs the algorithms without them and writes none (its --json has the figures)");
   }
   if (hierarchical && hosts == 1) {
     warn("--hierarchy: every rank is on one host (no --link, or --ranks-per-host equal to "
@@ -317,6 +322,10 @@ int allreduce_main(int argc, char** argv, int first) {
            "'");
   for (const auto& a : split_names("algo", algos)) find_algorithm(a);  // reject unknown names up front
   const Config cfg = load_config();                            // and bad COMPCOLL_* values
+  for (const auto& a : split_names("algo", algos)) {           // and settings refused together
+    CC_CHECK(!(a == "sbc" && cfg.params.sparse_pattern == SparsePattern::kScatter), kInvalidArgument,
+             "--algo sbc: ", kSbcRefusesScatter);
+  }
   if (!density.empty()) {  // and a bad --density, here once rather than in every rank's log
     try {
       load_config([&](const char* name) -> std::optional<std::string> {
