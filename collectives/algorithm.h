@@ -63,7 +63,7 @@ struct AlgoParams {
   bool momentum_from_optimizer = false;
   float clip = 0.0f;             // local gradient clipping threshold; 0 = off
   // dgc, sdagc, sbc density ramp; onebit runs dense. COMPCOLL_WARMUP_STEPS's
-  // default (500, plugin/config.cc) applies through the configuration; 0 here
+  // default (700, plugin/config.cc) applies through the configuration; 0 here
   // keeps code that builds AlgoParams itself (tests, benchmarks) on the
   // steady state.
   int warmup_steps = 0;
