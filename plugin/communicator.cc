@@ -207,11 +207,12 @@ void Communicator::load_state_dir() {
       // unsaved and a warning nobody reads.
       outcome = -2;
     } else if (!std::filesystem::exists(state_path_, ec)) {
-      if (const std::string others = set_aside_other_world_sizes(); !others.empty()) {
+      if (const std::string others = other_world_sizes(false); !others.empty()) {
         log_.warn("COMPCOLL_STATE_DIR: no checkpoint ", state_path_, ", but ", others, " of a run "
                   "of another world size: a checkpoint is used only at its own size, so this "
-                  "run starts fresh, and they are moved to <file>.unused (left in place, a later "
-                  "run of that size would restore them, older than its model checkpoint)");
+                  "run starts fresh; when it saves, they are moved to <file>.unused (left in "
+                  "place, a later run of that size would restore them, older than its model "
+                  "checkpoint; a run that ends without saving leaves them)");
       } else if (std::filesystem::exists(state_path_ + ".restored", ec)) {
         // The run that restored it ended without saving (it failed, or was
         // killed): its state is older than the script's model checkpoint.
@@ -296,11 +297,12 @@ void Communicator::load_state_dir() {
   }
 }
 
-// Checkpoints of this communicator's name for another world size. This rank
-// moves aside its own rank's; rank 0 also those of ranks this run does not
-// have (a larger run before), so that none is left behind on a shared
-// directory. Says which, or "" when there were none.
-std::string Communicator::set_aside_other_world_sizes() {
+// Checkpoints of this communicator's name for another world size: this
+// rank's own, and on rank 0 those of ranks this run does not have (a larger
+// run before), so that none is left behind on a shared directory. With
+// move, they go to <file>.unused (this run's save is newer than them). Says
+// which, or "" when there are none.
+std::string Communicator::other_world_sizes(bool move) {
   std::string prefix = "compcoll-state";
   if (!cfg_.state_tag.empty()) prefix += "-" + cfg_.state_tag;
   prefix += "-rank";
@@ -318,7 +320,7 @@ std::string Communicator::set_aside_other_world_sizes() {
     }
     if (r != rank() && !(rank() == 0 && r >= size())) continue;
     std::error_code moved_ec;
-    std::filesystem::rename(it->path(), it->path().string() + ".unused", moved_ec);
+    if (move) std::filesystem::rename(it->path(), it->path().string() + ".unused", moved_ec);
     if (!moved_ec) moved.push_back(name);
   }
   std::string out;
@@ -696,6 +698,10 @@ void Communicator::finish() {
       } else if (write_binary_file_atomically(state_path_, bytes)) {
         log_.info("COMPCOLL_STATE_DIR: saved ", saved, " error-feedback states to ",
                   state_path_, " (", bytes.size(), " bytes)");
+        // Older than this save: a later run of their size must not restore them.
+        if (const std::string moved = other_world_sizes(true); !moved.empty()) {
+          log_.info("COMPCOLL_STATE_DIR: moved ", moved, " (of another world size) to <file>.unused");
+        }
       } else {
         log_.warn("COMPCOLL_STATE_DIR: cannot write ", state_path_, " (", std::strerror(errno),
                   "): this run's error-feedback state is lost");

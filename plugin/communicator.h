@@ -222,7 +222,7 @@ class Communicator {
   void check_stats_file();
   void load_state_dir();
   void start_fresh();  // drops a restored checkpoint (load_state_dir)
-  std::string set_aside_other_world_sizes();
+  std::string other_world_sizes(bool move);
   // load_state's halves: parse and check (why: "" when usable; a usable
   // file leaves its momentum adopted), put the momentum back and say why,
   // and replace the store with the file's entries.

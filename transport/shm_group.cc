@@ -303,7 +303,7 @@ bool ShmGroup::peer_gone(int l) const {
 }
 
 void ShmGroup::await(const void* counter, uint32_t round, int peer, const char* step,
-                     Clock::time_point deadline, std::chrono::milliseconds timeout) {
+                     Clock::time_point& deadline, std::chrono::milliseconds timeout) {
   const auto* word = static_cast<const Counter*>(counter);
   auto next_check = Clock::time_point::min();
   // The peer's exchanges between hosts (note_progress) move the deadline.
@@ -376,7 +376,7 @@ ShmGroup::Round ShmGroup::next_round(size_t k, size_t n) {
 }
 
 void ShmGroup::await_arrival(int l, uint32_t round, bool first, size_t n,
-                             Clock::time_point deadline, std::chrono::milliseconds timeout) {
+                             Clock::time_point& deadline, std::chrono::milliseconds timeout) {
   await(&slot(l).arrive, round, l, "arrive at the local reduce", deadline, timeout);
   const uint64_t theirs = slot(l).count.load(std::memory_order_relaxed);
   if (first && theirs != n) {
@@ -389,7 +389,9 @@ void ShmGroup::await_arrival(int l, uint32_t round, bool first, size_t n,
 Addends ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds timeout,
                                    LastRound last) {
   check_usable();
-  const auto deadline = Clock::now() + timeout;
+  // Moved on by await() while a peer shows progress, for every later wait
+  // of the call too (a later round, another slice owner).
+  auto deadline = Clock::now() + timeout;
   const int L = local_size();
   auto* h = static_cast<Header*>(base_);
   for (size_t k = 0; k < rounds(n); ++k) {
@@ -423,7 +425,9 @@ Addends ShmGroup::reduce_to_leader(float* buf, size_t n, std::chrono::millisecon
 void ShmGroup::broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds timeout,
                                      const std::vector<uint32_t>* support) {
   check_usable();
-  const auto deadline = Clock::now() + timeout;
+  // Moved on by await() while a peer shows progress, for every later wait
+  // of the call too (a later round, another slice owner).
+  auto deadline = Clock::now() + timeout;
   const int L = local_size();
   auto* h = static_cast<Header*>(base_);
   if (lent_round_) {
@@ -505,7 +509,9 @@ ShmGroup::SliceCall ShmGroup::slice_call(const std::vector<size_t>& bounds, size
 void ShmGroup::reduce_to_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
                                 std::chrono::milliseconds timeout) {
   const SliceCall c = slice_call(bounds, n);
-  const auto deadline = Clock::now() + timeout;
+  // Moved on by await() while a peer shows progress, for every later wait
+  // of the call too (a later round, another slice owner).
+  auto deadline = Clock::now() + timeout;
   const int L = local_size(), S = c.slices, me = local_rank_;
   for (size_t k = 0; k < rounds(n); ++k) {
     const auto [round, off, len] = next_round(k, n);
@@ -546,7 +552,9 @@ void ShmGroup::reduce_to_owners(float* buf, size_t n, const std::vector<size_t>&
 void ShmGroup::gather_from_owners(float* buf, size_t n, const std::vector<size_t>& bounds,
                                   std::chrono::milliseconds timeout) {
   const SliceCall c = slice_call(bounds, n);
-  const auto deadline = Clock::now() + timeout;
+  // Moved on by await() while a peer shows progress, for every later wait
+  // of the call too (a later round, another slice owner).
+  auto deadline = Clock::now() + timeout;
   const int L = local_size(), S = c.slices, me = local_rank_;
   float* r = data(L);
   for (size_t k = 0; k < rounds(n); ++k) {

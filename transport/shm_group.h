@@ -42,7 +42,8 @@
 // local peer (world rank, local rank, pid) and the step it did not reach,
 // unless that peer showed progress since the wait began (its `progress`
 // counter, bumped by note_progress at each of its exchanges between hosts):
-// then the deadline moves to 1.25 timeouts after the latest progress seen, so
+// then the call's deadline moves to 1.25 timeouts after the wait noticed the
+// latest progress (for the call's later waits too), so
 // a leader phase of several exchanges, each within the timeout, is waited
 // for as the leader itself waits for each of them. A
 // peer whose process is gone (SIGKILL included) is named at once, within
@@ -123,11 +124,13 @@ class ShmGroup final : public LocalGroup {
   float* area(int l) const { return data(l == 0 ? local_size() : l); }
   std::string peer_name(int l) const;
   // Waits until the counter reaches `round`; throws as described above.
+  // deadline is the call's: a wait that moves it (the peer's progress)
+  // moves it for the call's later waits too.
   void await(const void* counter, uint32_t round, int peer, const char* step,
-             Clock::time_point deadline, std::chrono::milliseconds timeout);
+             Clock::time_point& deadline, std::chrono::milliseconds timeout);
   // Waits for local rank l's input of `round`; on a call's first round
   // also checks that it reduces n elements too (kMismatch naming it).
-  void await_arrival(int l, uint32_t round, bool first, size_t n, Clock::time_point deadline,
+  void await_arrival(int l, uint32_t round, bool first, size_t n, Clock::time_point& deadline,
                      std::chrono::milliseconds timeout);
   // Why the group failed, for this rank's error ("" while it has not).
   std::string failure() const;

@@ -56,7 +56,7 @@ void CommEntry::refresh_identity() {
   // leaves ncclInProgress; asked before, NCCL answers with an error and
   // prints a warning for every query. Asked again at the next call.
   ncclResult_t state = ncclSuccess;
-  if (rt_.nccl->CommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclSuccess) return;
+  if (rt_.nccl->CommGetAsyncError(comm_, &state) == ncclSuccess && state == ncclInProgress) return;
   if (rt_.nccl->CommUserRank(comm_, &rank) != ncclSuccess) return;
   if (rt_.nccl->CommCount(comm_, &size) != ncclSuccess) return;
   std::lock_guard<std::mutex> lk(snap_mu_);

@@ -143,19 +143,22 @@ TEST(HierarchyFaults, ASliceOwnerKilledInOnebitsExchangeFailsEverySurvivorInTime
 // followers, waiting for the shared result, must too: they count their
 // timeout from the leader's last exchange, not from the call's start (they
 // failed "did not share the result within the 1000 ms timeout" while their
-// leaders went on). Both hierarchies: one leader per host and sharded.
+// leaders went on), in every round of a call the shared memory moves in
+// several (4 here), and from every slice owner in turn. Both hierarchies:
+// one leader per host, and sharded, where host 0's third rank owns no slice
+// and waits for both owners' slow phases.
 TEST(HierarchyFaults, FollowersWaitForASlowLeaderPhaseThatKeepsExchanging) {
   for (const bool shards : {false, true}) {
     TempDir dir;
     ChildSet children;
-    const int world = 4;
+    const int world = 5;
     std::vector<pid_t> pids;
     for (int r = 0; r < world; ++r) {
       pids.push_back(children.add(spawn(
           {kRank, "--rank", std::to_string(r), "--size", std::to_string(world), "--hosts",
-           "0,0,1,1", "--rendezvous", "file://" + dir.path() + "/store", "--algo", "onebit",
-           "--count", "100000", "--calls", "2", "--timeout-ms", "1000", "--slow-ms", "700",
-           "--shards", shards ? "1" : "0"},
+           "0,0,0,1,1", "--rendezvous", "file://" + dir.path() + "/store", "--algo", "onebit",
+           "--count", "100000", "--chunk-floats", "25000", "--calls", "2", "--timeout-ms",
+           "1000", "--slow-ms", "700", "--shards", shards ? "1" : "0"},
           dir.path() + "/out" + std::to_string(r))));
     }
     for (int r = 0; r < world; ++r) {

@@ -4,7 +4,7 @@
 //   compcoll_hierarchy_rank --rank R --size P --hosts H0,H1,... --rendezvous file://DIR
 //       [--algo A] [--count N] [--calls C] [--timeout-ms T]
 //       [--kill-level local|leaders --kill-rank V --kill-call K] [--flat 1]
-//       [--shards 1] [--slow-ms S]
+//       [--shards 1] [--slow-ms S] [--chunk-floats C]
 //
 // Connects over Gloo tcp on 127.0.0.1 (host of rank r: the label Hr), builds
 // the host hierarchy (shared memory inside a host, the leaders' communicator
@@ -19,7 +19,8 @@
 // its slice's first exchange (V must own a slice).
 //
 // --slow-ms S: every exchange between hosts waits S ms before it starts (a
-// slow link), over a leaders' subgroup of its own.
+// slow link), over a leaders' subgroup of its own. --chunk-floats C: the
+// shared-memory group moves a call in rounds of C floats (default 4 Mi).
 //
 // --flat 1 runs the algorithm on the world communicator instead (no
 // hierarchy), for comparison. Prints "call I" before each call and, at the
@@ -66,6 +67,7 @@ struct Args {
   bool flat = false;
   bool shards = false;
   long long slow_ms = 0;
+  size_t chunk_floats = kShmDefaultChunkFloats;
 };
 
 Args parse(int argc, char** argv) {
@@ -89,6 +91,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--flat") a.flat = v == "1";
     else if (k == "--shards") a.shards = v == "1";
     else if (k == "--slow-ms") a.slow_ms = std::stoll(v);
+    else if (k == "--chunk-floats") a.chunk_floats = std::stoull(v);
     else throw std::invalid_argument("unknown flag " + k);
   }
   if (a.rank < 0 || a.size < 1 || int(a.hosts.size()) != a.size || a.rendezvous.empty()) {
@@ -223,7 +226,7 @@ int main(int argc, char** argv) {
     world.subgroups = a.shards || a.slow_ms > 0;
     world.slow_ms = a.slow_ms;
     const HostLayout layout = exchange_host_layout(world, a.hosts[size_t(a.rank)]);
-    std::unique_ptr<LocalGroup> shm = connect_local_group(world, layout);
+    std::unique_ptr<LocalGroup> shm = connect_local_group(world, layout, a.chunk_floats);
     ArmedLocal* local = nullptr;
     if (shm) {
       auto wrapped = std::make_unique<ArmedLocal>(std::move(shm));

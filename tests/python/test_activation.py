@@ -186,8 +186,9 @@ def test_compcoll_algo_cleared_by_the_script_means_plain_gloo(cleared):
     and cleared by the script before init_process_group (a second phase of
     training, say): the group is torch's own Gloo, as with no COMPCOLL_ALGO
     from the start. It was a compcoll backend running every allreduce exact."""
-    ranks = launch([SCRIPT], 2, env={"COMPCOLL_ALGO": "dgc",
-                                     "SCRIPT_SETS_ENV": json.dumps({"COMPCOLL_ALGO": cleared})})
+    # torch's own Gloo: its exit race applies (launch_plain).
+    ranks = launch_plain([SCRIPT], 2, {"COMPCOLL_ALGO": "dgc",
+                                       "SCRIPT_SETS_ENV": json.dumps({"COMPCOLL_ALGO": cleared})})
     for r in ranks:
         assert r.result["cpu_backend"] == "gloo", r.describe()
 

@@ -84,7 +84,10 @@ def test_a_checkpoint_usable_on_some_ranks_only_is_restored_by_none(tmp_path):
     together or none does, and each says why."""
     env = {"COMPCOLL_ALGO": "dgc", "COMPCOLL_DENSITY": "0.01"}
     run(tmp_path, "ck", 0, 4, env, explicit=True)
-    for extra in (["--compcoll-from-rank", "0"], ["--compcoll-none-on-rank", "1"]):
+    for extra in (["--compcoll-from-rank", "0"], ["--compcoll-none-on-rank", "1"],
+                  # Raises on its rank after taking part: the others do not
+                  # wait for it until the timeout.
+                  ["--compcoll-garbage-on-rank", "1"]):
         args = [TRAIN, "--start", "4", "--stop", "8", "--ckpt", str(tmp_path / "ck"),
                 "--compcoll-state"] + extra
         res = launch(args, RANKS, env=env)
@@ -93,6 +96,9 @@ def test_a_checkpoint_usable_on_some_ranks_only_is_restored_by_none(tmp_path):
         assert "another rank of the group has no usable checkpoint" in res[0].stderr, res[0].stderr
         if extra[0] == "--compcoll-from-rank":
             assert "it was written by rank 0 of 2, this is rank 1 of 2" in res[1].stderr, res[1].stderr
+        if extra[0] == "--compcoll-garbage-on-rank":
+            assert res[1].result["restored"].startswith("ValueError: compcoll.load_state_dict: not a"), \
+                res[1].result
 
 
 def test_other_configuration_starts_fresh_and_says_why(tmp_path):

@@ -226,8 +226,10 @@ NcclComm::NcclComm(const NcclApi& nccl, const CudaDriverApi& cuda, ncclComm_t co
     ncclResult_t state = ncclSuccess;
     query(nccl_.CommGetAsyncError(comm, &state), "ncclCommGetAsyncError");
     if (state == ncclSuccess) break;
-    CC_CHECK(state == ncclInProgress, kTransport, "NcclComm: the communicator failed to initialise: ",
-             nccl_.describe(state, comm));
+    CC_CHECK(state == ncclInProgress, kTransport, "NcclComm: the communicator reports an "
+             "asynchronous error: ", nccl_.describe(state, comm));
+    CC_CHECK(stop_ == nullptr || !stop_->load(std::memory_order_acquire), kTransport,
+             "NcclComm: the communicator's owner aborts it (ncclCommAbort) while it initialises");
     if (Clock::now() >= ready_by) {
       CC_THROW_TIMEOUT(timeout_, "NcclComm: the communicator was still initialising (ncclInProgress) "
                        "after ", timeout_.count(), " ms");

@@ -47,16 +47,8 @@ def state_dict(group=None):
     return {"format": _FORMAT, "version": _VERSION, "algo": _C.algo(b), "lanes": _C.save_state(b)}
 
 
-def load_state_dict(group, state_dict):
-    """Restores what state_dict() returned (on the same rank) into group's
-    backend (None: the default group), before any operation submitted after
-    this call. Collective: every rank of the group calls it, with its own
-    state_dict, or None where it has none; the ranks restore together or
-    none does (a restore on some ranks only would, under the momentum
-    hand-over, make the replicas drift apart). Returns {lane: True if its
-    state was restored, False if it started fresh (another rank, size or
-    configuration, or another rank could not restore; a WARN says which)};
-    on a group compcoll does not serve, every lane is False (said once)."""
+def _lanes_of(state_dict):
+    """The {lane: bytes} of a state_dict() result (None: none), or ValueError."""
     if state_dict is None:
         state_dict = {"format": _FORMAT, "version": _VERSION, "algo": None, "lanes": {}}
     if not isinstance(state_dict, dict) or state_dict.get("format") != _FORMAT:
@@ -69,7 +61,29 @@ def load_state_dict(group, state_dict):
     if not isinstance(lanes, dict) or not all(
             isinstance(k, str) and isinstance(v, (bytes, bytearray)) for k, v in lanes.items()):
         raise ValueError("compcoll.load_state_dict: 'lanes' must map lane names to bytes")
+    return lanes
+
+
+def load_state_dict(group, state_dict):
+    """Restores what state_dict() returned (on the same rank) into group's
+    backend (None: the default group), before any operation submitted after
+    this call. Collective: every rank of the group calls it, with its own
+    state_dict, or None where it has none; the ranks restore together or
+    none does (a restore on some ranks only would, under the momentum
+    hand-over, make the replicas drift apart). Returns {lane: True if its
+    state was restored, False if it started fresh (another rank, size or
+    configuration, or another rank could not restore; a WARN says which)};
+    on a group compcoll does not serve, every lane is False (said once)."""
     b = backend_of(group)
+    try:
+        lanes = _lanes_of(state_dict)
+    except ValueError:
+        # The other ranks are in the collective load by now: take part,
+        # offering nothing (they start fresh and say another rank had
+        # none), then raise here.
+        if b is not None:
+            _C.load_state(b, {})
+        raise
     if b is None:
         # Compression off now: nothing to restore into. A checkpoint of a
         # compressed run is said to go unused; one of an uncompressed run

@@ -16,6 +16,7 @@
 // says why.
 #include <atomic>
 #include <cmath>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
@@ -37,8 +38,18 @@ std::map<std::string, Bytes> CompcollBackend::save_state() {
 std::map<std::string, bool> CompcollBackend::load_state(const std::map<std::string, Bytes>& lanes) {
   // Every name must be a lane of this backend: a checkpoint of a cuda group
   // offered to a cpu-only one is the caller's mistake, not a fresh start.
-  for (const auto& [name, bytes] : lanes) (void)lane_named(name);
-  auto in = std::make_shared<std::map<std::string, Bytes>>(lanes);
+  // Thrown after the collective load, which this rank joins offering
+  // nothing: the other ranks are in it already and would wait for it.
+  std::exception_ptr unknown_lane;
+  for (const auto& [name, bytes] : lanes) {
+    try {
+      (void)lane_named(name);
+    } catch (...) {
+      unknown_lane = std::current_exception();
+    }
+  }
+  auto in = std::make_shared<std::map<std::string, Bytes>>(
+      unknown_lane ? std::map<std::string, Bytes>() : lanes);
   auto used = std::make_shared<std::map<std::string, bool>>();
   worker_->run_and_wait("load_state_dict", [in, used, host = host_, device = device_,
                                             log = log_] {
@@ -60,6 +71,7 @@ std::map<std::string, bool> CompcollBackend::load_state(const std::map<std::stri
       if (it != in->end()) (*used)[lane->name()] = restored;
     }
   });
+  if (unknown_lane) std::rethrow_exception(unknown_lane);
   return *used;
 }
 

@@ -10,7 +10,8 @@ resumed from a checkpoint sees the data an uninterrupted one does.
 COMPCOLL_STATE_DIR is set. --compcoll-from-rank R: every rank loads
 compcoll's part of rank R's checkpoint (the "save on rank 0, load
 everywhere" mistake). --compcoll-none-on-rank R: that rank passes None (it
-has no checkpoint). --adam: torch.optim.Adam instead of SGD with momentum
+has no checkpoint). --compcoll-garbage-on-rank R: that rank passes a dict
+that is not a state_dict (it raises ValueError; recorded in "restored"). --adam: torch.optim.Adam instead of SGD with momentum
 0.9. Prints RESULT {"params": [...], "losses": [...]}.
 """
 import argparse
@@ -32,6 +33,7 @@ def main():
     p.add_argument("--adam", action="store_true")
     p.add_argument("--compcoll-from-rank", type=int, default=None)
     p.add_argument("--compcoll-none-on-rank", type=int, default=None)
+    p.add_argument("--compcoll-garbage-on-rank", type=int, default=None)
     args = p.parse_args()
 
     torch.set_num_threads(1)
@@ -58,7 +60,12 @@ def main():
                 theirs = torch.load(os.path.join(args.ckpt, f"rank{args.compcoll_from_rank}.pt"))["compcoll"]
             if args.compcoll_none_on_rank == rank:
                 theirs = None
-            restored = compcoll.load_state_dict(None, theirs)
+            if args.compcoll_garbage_on_rank == rank:
+                theirs = {"format": "not compcoll's"}
+            try:
+                restored = compcoll.load_state_dict(None, theirs)
+            except ValueError as e:
+                restored = f"ValueError: {e}"
 
     losses = []
     for step in range(args.start, args.stop):
