@@ -124,7 +124,8 @@ run_tsan() {
   # dependencies): the rest of the tree would take half the build for
   # nothing TSan runs.
   configure_and_build "$dir" "$flags" compcoll_collectives_tests compcoll_transport_tests \
-    compcoll_plugin_tests compcoll_reliability_tests compcoll_unit_tests ||
+    compcoll_plugin_tests compcoll_reliability_tests compcoll_unit_tests \
+    compcoll_thread_collectives_tests ||
     { echo "run-sanitizers: tsan build FAILED"; return 1; }
   local build_s=$(( $(date +%s) - t0 ))
 
@@ -142,6 +143,8 @@ run_tsan() {
   #   compcoll_unit_tests          DgcThreads.* (dgc's encode pass over
   #                                threads, COMPCOLL_CODEC_THREADS; the rest
   #                                is single-threaded codec arithmetic)
+  #   compcoll_thread_collectives_tests  every algorithm over the in-memory
+  #                                Comm (tests/support/thread_comm.h)
   # Left out under TSan:
   #  - the collectives cases of 1,048,579 elements (_n1048579): ~20-30 s
   #    each under TSan, 40 of them; the 0/1/5/1000-element cases run the same
@@ -160,7 +163,8 @@ import json, re, sys
 keep = {"compcoll_collectives_tests": "", "compcoll_transport_tests": "",
         "compcoll_plugin_tests": "plugin.Communicator.",
         "compcoll_reliability_tests": "reliability.Concurrency.",
-        "compcoll_unit_tests": "DgcThreads."}
+        "compcoll_unit_tests": "DgcThreads.",
+        "compcoll_thread_collectives_tests": ""}
 picked = []
 for number, test in enumerate(json.load(sys.stdin)["tests"], 1):
     exe = test.get("command", [""])[0].rsplit("/", 1)[-1]
