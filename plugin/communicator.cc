@@ -176,10 +176,26 @@ std::string Communicator::state_description() const {
   return c.agreement_description();
 }
 
+// "compcoll-state[-TAG]-rank": every checkpoint file of this communicator's
+// name starts so, followed by "R-ofP.bin".
+std::string Communicator::state_file_prefix() const {
+  std::string prefix = "compcoll-state";
+  if (!cfg_.state_tag.empty()) prefix += "-" + cfg_.state_tag;
+  return prefix + "-rank";
+}
+
+// Collective: the smallest and largest clock the ranks hold. (A clock counts
+// calls: far below 2^63, so int64 holds it.)
+std::pair<int64_t, int64_t> Communicator::clock_range(uint64_t clock) {
+  int64_t lo = static_cast<int64_t>(clock), hi = lo;
+  comm_->allreduce(&lo, 1, DType::kInt64, ReduceOp::kMin);
+  comm_->allreduce(&hi, 1, DType::kInt64, ReduceOp::kMax);
+  return {lo, hi};
+}
+
 std::string Communicator::state_file_path() {
-  std::string name = "compcoll-state";
-  if (!cfg_.state_tag.empty()) name += "-" + cfg_.state_tag;
-  name += "-rank" + std::to_string(rank()) + "-of" + std::to_string(size()) + ".bin";
+  const std::string name =
+      state_file_prefix() + std::to_string(rank()) + "-of" + std::to_string(size()) + ".bin";
   const std::string path = (std::filesystem::path(cfg_.state_dir) / name).string();
   std::lock_guard<std::mutex> lock(g_state_claims_mu);
   if (!state_claims().insert(path).second) {
@@ -257,10 +273,7 @@ void Communicator::load_state_dir() {
     // while the others saved, or files of different runs are mixed. Each
     // rank's residual is then of another step, and under a momentum
     // hand-over the replicas' parameters would drift apart in silence.
-    // (A clock counts calls: far below 2^63, so int64 holds it.)
-    int64_t lo = static_cast<int64_t>(states_.clock()), hi = lo;
-    comm_->allreduce(&lo, 1, DType::kInt64, ReduceOp::kMin);
-    comm_->allreduce(&hi, 1, DType::kInt64, ReduceOp::kMax);
+    const auto [lo, hi] = clock_range(states_.clock());
     if (lo != hi) {
       start_fresh();
       // Kept as <file>.unused, not replaced by this run's save: which of
@@ -303,9 +316,7 @@ void Communicator::load_state_dir() {
 // move, they go to <file>.unused (this run's save is newer than them). Says
 // which, or "" when there are none.
 std::string Communicator::other_world_sizes(bool move) {
-  std::string prefix = "compcoll-state";
-  if (!cfg_.state_tag.empty()) prefix += "-" + cfg_.state_tag;
-  prefix += "-rank";
+  const std::string prefix = state_file_prefix();
   std::vector<std::string> moved;
   std::error_code ec;
   for (std::filesystem::directory_iterator it(cfg_.state_dir, ec), end; !ec && it != end;
@@ -531,9 +542,7 @@ bool Communicator::load_state_agreed(std::optional<std::span<const uint8_t>> byt
   comm_->allreduce(&hi, 1, DType::kInt32, ReduceOp::kMax);
   if (lo == 1) {
     // Saved together, the ranks' files have one clock (as load_state_dir).
-    int64_t first = static_cast<int64_t>(f->clock), last = first;
-    comm_->allreduce(&first, 1, DType::kInt64, ReduceOp::kMin);
-    comm_->allreduce(&last, 1, DType::kInt64, ReduceOp::kMax);
+    const auto [first, last] = clock_range(f->clock);
     if (first == last) {
       apply_state(*f);
       return true;

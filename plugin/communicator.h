@@ -33,6 +33,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "collectives/algorithm.h"
 #include "collectives/momentum_handover.h"
@@ -219,6 +220,10 @@ class Communicator {
   // COMPCOLL_STATE_DIR: this rank's file, or "" when off or when another
   // communicator of this process already uses that path.
   std::string state_file_path();
+  std::string state_file_prefix() const;
+  // Collective: {min, max} of the ranks' clocks (checkpoints saved together
+  // carry one).
+  std::pair<int64_t, int64_t> clock_range(uint64_t clock);
   void check_stats_file();
   void load_state_dir();
   void start_fresh();  // drops a restored checkpoint (load_state_dir)
