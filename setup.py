@@ -82,7 +82,7 @@ def compcoll_sources():
     sources = rel("compression/*.cc") + rel("collectives/*.cc")
     # plugin/connect.cc, c_api.cc and info_main.cc need Gloo: not here.
     sources += [f"plugin/{name}.cc" for name in ("config", "config_diagnostics", "logging", "stats", "state_store", "state_file",
-                                                   "writable_dir", "communicator")]
+                                                   "writable_dir", "communicator", "communicator_state")]
     # The host hierarchy: shared memory, host and machine identity (no Gloo).
     sources += rel("transport/shm_*.cc") + ["transport/machine_cpus.cc", "transport/nonzero_pack.cc"]
     sources += rel(f"{PKG_DIR}/csrc/*.cc")
