@@ -130,7 +130,12 @@ void Hierarchy::leader_phase(const std::function<void(Comm& leaders)>& fn) {
       throw Error(e.kind(), detail::concat(e.what(), "; ", leaders_in_world_ranks()));
     }
   } else if (is_leader()) {
-    fn(*on_world_);
+    try {
+      fn(*on_world_);
+    } catch (...) {
+      on_world_->abandon();  // the others fail now, not at the timeout
+      throw;
+    }
     on_world_->release();
   } else {
     LeaderComm::follow(world_);

@@ -6,12 +6,26 @@
 
 #include "collectives/reduce_bytes.h"
 #include "compcoll/error.h"
+#include "compression/payload.h"
 
 namespace compcoll {
 namespace {
 
-constexpr uint8_t kDone = 0;
-constexpr uint8_t kMore = 1;
+// A phase's status: world rank 0 sends it to every follower in each
+// exchange, and every leader appends its own to each part it sends another
+// leader (a one-byte trailer), so that a leader that failed is known to all.
+constexpr uint8_t kDone = 0;    // the phase ends with this exchange
+constexpr uint8_t kMore = 1;    // another exchange follows
+constexpr uint8_t kFailed = 2;  // a leader failed: the phase ends, failing
+// A follower's kFailed names up to this many failed leaders (u32 world ranks).
+constexpr size_t kNamedFailures = 16;
+constexpr size_t kFollowerTokenMax = 1 + 4 * kNamedFailures;
+
+std::string list_ranks(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += detail::concat(i ? ", " : "", ranks[i]);
+  return out;
+}
 
 // Shard j of `count` elements over `parts`: balanced, the first count % parts
 // shards one element longer.
@@ -35,18 +49,35 @@ LeaderComm::LeaderComm(Comm& world, std::vector<int> leaders)
   CC_CHECK(index_ >= 0, kInternal, "world rank ", world.rank(), " is not a leader");
 }
 
-std::vector<Bytes> LeaderComm::exchange(std::vector<Bytes> to, size_t max_part, uint8_t token) {
+std::vector<Bytes> LeaderComm::trade(std::vector<Bytes> to, size_t max_part, uint8_t status,
+                                     const std::vector<int>& failed) {
   const int P = world_.size();
   std::vector<Bytes> send(static_cast<size_t>(P));
-  for (size_t j = 0; j < leaders_.size(); ++j) send[static_cast<size_t>(leaders_[j])] = std::move(to[j]);
+  for (size_t j = 0; j < leaders_.size(); ++j) {
+    to[j].push_back(status);
+    send[static_cast<size_t>(leaders_[j])] = std::move(to[j]);
+  }
   if (world_.rank() == 0) {
+    Bytes token{status};
+    if (status == kFailed) {
+      for (size_t i = 0; i < std::min(failed.size(), kNamedFailures); ++i) {
+        token.resize(token.size() + 4);
+        store_le<uint32_t>(token.data() + token.size() - 4, static_cast<uint32_t>(failed[i]));
+      }
+    }
     for (int r = 0; r < P; ++r) {
-      if (index_of_[static_cast<size_t>(r)] < 0) send[static_cast<size_t>(r)] = Bytes{token};
+      if (index_of_[static_cast<size_t>(r)] < 0) send[static_cast<size_t>(r)] = token;
     }
   }
-  // The tokens are one byte: the world call's bound covers them even when
-  // the leader-level call sends nothing.
-  std::vector<Bytes> got = world_.alltoallv(send, std::max<size_t>(max_part, 1));
+  std::vector<Bytes> got;
+  try {
+    // + 1: the status trailer (saturating: max_part may be kUnboundedPart).
+    const size_t bound = max_part == kUnboundedPart ? max_part : max_part + 1;
+    got = world_.alltoallv(send, std::max(bound, kFollowerTokenMax));
+  } catch (...) {
+    world_failed_ = true;  // no further exchange is attempted on it
+    throw;
+  }
   std::vector<Bytes> out(leaders_.size());
   for (int r = 0; r < P; ++r) {
     const int j = index_of_[static_cast<size_t>(r)];
@@ -56,11 +87,58 @@ std::vector<Bytes> LeaderComm::exchange(std::vector<Bytes> to, size_t max_part, 
                " is not a host leader but sent ", part.size(), " bytes during a leader exchange");
       continue;
     }
-    CC_CHECK_LE(part.size(), max_part, kTransport, "rank ", world_.rank(), ": leader rank ", r,
-                " sent ", part.size(), " bytes, more than the call's bound of ", max_part);
+    CC_CHECK(!part.empty() && part.back() <= kFailed, kTransport, "rank ", world_.rank(),
+             ": leader rank ", r, " sent a part without a valid status byte during a leader "
+             "exchange");
+    CC_CHECK_LE(part.size() - 1, max_part, kTransport, "rank ", world_.rank(), ": leader rank ", r,
+                " sent ", part.size() - 1, " bytes, more than the call's bound of ", max_part);
     out[static_cast<size_t>(j)] = std::move(part);
   }
   return out;
+}
+
+std::vector<Bytes> LeaderComm::exchange(std::vector<Bytes> to, size_t max_part, uint8_t token) {
+  CC_CHECK(!phase_failed_ && !world_failed_, kTransport, "rank ", world_.rank(),
+           ": the host leaders' communicator failed earlier in this phase");
+  std::vector<Bytes> got = trade(std::move(to), max_part, token, {});
+  std::vector<int> failed;
+  for (size_t j = 0; j < got.size(); ++j) {
+    if (got[j].back() == kFailed) failed.push_back(leaders_[j]);
+  }
+  if (!failed.empty()) {
+    end_failed_phase(got[0].back(), failed);
+    CC_THROW(kTransport, "world rank ", world_.rank(), " (a host leader): host leader(s) at world "
+             "rank(s) ", list_ranks(failed), " failed during this call's phase between hosts "
+             "(their own errors name the cause), so it fails on every rank");
+  }
+  for (Bytes& part : got) part.pop_back();
+  return got;
+}
+
+void LeaderComm::end_failed_phase(uint8_t rank0_status, const std::vector<int>& failed) {
+  phase_failed_ = true;
+  // Followers that were told kMore wait for one more exchange: it tells them.
+  // Every leader reaches the same decision from world rank 0's status.
+  if (rank0_status == kMore) trade(std::vector<Bytes>(leaders_.size()), 0, kFailed, failed);
+}
+
+void LeaderComm::abandon() noexcept {
+  if (phase_failed_ || world_failed_) return;  // the others know already, or cannot be told
+  try {
+    // The others are in whatever exchange their phase has reached, with
+    // parts of a size this leader cannot know: unbounded, on this one
+    // exchange of a failing call.
+    std::vector<Bytes> got = trade(std::vector<Bytes>(leaders_.size()), kUnboundedPart, kFailed,
+                                   {world_.rank()});
+    std::vector<int> failed;
+    for (size_t j = 0; j < got.size(); ++j) {
+      if (got[j].back() == kFailed) failed.push_back(leaders_[j]);
+    }
+    end_failed_phase(got[0].back(), failed);
+  } catch (...) {
+    // The caller rethrows its own error; the others fail by theirs.
+    phase_failed_ = true;
+  }
 }
 
 Gathered LeaderComm::allgatherv(std::span<const uint8_t> send, size_t max_part) {
@@ -151,16 +229,28 @@ void LeaderComm::follow(Comm& world) {
   // Each round is one world call, bounded by the world's timeout; the
   // leaders decide how many there are.
   while (true) {
-    std::vector<Bytes> got = world.alltoallv(std::vector<Bytes>(static_cast<size_t>(P)), 1);
+    std::vector<Bytes> got =
+        world.alltoallv(std::vector<Bytes>(static_cast<size_t>(P)), kFollowerTokenMax);
     for (int r = 1; r < P; ++r) {
       CC_CHECK(got[static_cast<size_t>(r)].empty(), kTransport, "rank ", world.rank(),
                ": rank ", r, " sent ", got[static_cast<size_t>(r)].size(),
                " bytes to a rank that is not a host leader");
     }
     const Bytes& token = got[0];
-    CC_CHECK(token.size() == 1 && (token[0] == kDone || token[0] == kMore), kTransport, "rank ",
-             world.rank(), ": rank 0 sent a ", token.size(),
-             "-byte control token during a leader phase (expected 1 byte, 0 or 1)");
+    const bool failed = !token.empty() && token[0] == kFailed && (token.size() - 1) % 4 == 0;
+    CC_CHECK(failed || (token.size() == 1 && (token[0] == kDone || token[0] == kMore)),
+             kTransport, "rank ", world.rank(), ": rank 0 sent a ", token.size(),
+             "-byte control token during a leader phase (expected 1 byte, 0 or 1, or a failure)");
+    if (failed) {
+      std::vector<int> ranks;
+      for (size_t at = 1; at < token.size(); at += 4) {
+        ranks.push_back(static_cast<int>(load_le<uint32_t>(token.data() + at)));
+      }
+      CC_THROW(kTransport, "world rank ", world.rank(), " (not a host leader): the host leaders "
+               "failed this call's phase between hosts; failed: world rank(s) ",
+               ranks.empty() ? std::string("unknown") : list_ranks(ranks),
+               " (their own errors name the cause)");
+    }
     if (token[0] == kDone) return;
   }
 }

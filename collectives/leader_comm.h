@@ -15,8 +15,17 @@
 //                 whose token is kDone. So followers make exactly as many
 //                 world calls as the leaders, without knowing in advance how
 //                 many an algorithm needs.
+//   failure       a leader whose phase throws (a payload it rejects, a
+//                 codec error) calls abandon(): its next exchange carries
+//                 kFailed in a one-byte status trailer on each part to
+//                 another leader (every part has one), so the other leaders'
+//                 exchange fails too, naming it, and rank 0 tells the
+//                 followers (kFailed and the failed world ranks), in that
+//                 exchange or, when it had told them kMore, in one more. So
+//                 no rank waits out the timeout for a phase that has ended.
 // Wire cost: a leader sends what it would send on a communicator of leaders,
-// plus the world alltoallv's 8-byte size headers to every rank.
+// plus the world alltoallv's 8-byte size headers to every rank and the
+// one-byte status trailer per part.
 //
 // allreduce is a reduce-scatter then allgather over the leaders: leader j
 // reduces shard j of all leaders' buffers in leader order and sends the
@@ -28,6 +37,7 @@
 // follower sending data is kTransport.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "collectives/comm.h"
@@ -56,18 +66,37 @@ class LeaderComm final : public Comm {
   // follow().
   void release();
 
-  // A follower's side of one leader phase; returns after the leaders' release().
+  // A leader whose phase failed on its own (not in an exchange that named
+  // another leader's failure) calls it before rethrowing: the other leaders
+  // and the followers then fail at once instead of at the timeout. Never
+  // throws; a no-op when the phase already failed in an exchange or the
+  // world failed.
+  void abandon() noexcept;
+
+  // A follower's side of one leader phase; returns after the leaders'
+  // release(), throws kTransport naming the failed leaders after a failure.
   static void follow(Comm& world);
 
  private:
-  // One world alltoallv: to[j] goes to leader j (to.size() == size()).
-  // Returns what each leader sent this one, by leader index.
+  // One world alltoallv: to[j] goes to leader j (to.size() == size()), with
+  // this leader's status appended. Returns what each leader sent this one,
+  // by leader index, the status trailer still on. Rank 0 sends followers
+  // `status` (and `failed` when it is kFailed).
+  std::vector<Bytes> trade(std::vector<Bytes> to, size_t max_part, uint8_t status,
+                           const std::vector<int>& failed);
+  // trade() with `token`, and the statuses checked: a leader that failed
+  // fails this one (end_failed_phase first); trailers removed.
   std::vector<Bytes> exchange(std::vector<Bytes> to, size_t max_part, uint8_t token);
+  // After an exchange that showed failures: the one more exchange that
+  // tells the followers, when rank 0 had told them kMore in it.
+  void end_failed_phase(uint8_t rank0_status, const std::vector<int>& failed);
 
   Comm& world_;
   std::vector<int> leaders_;
   std::vector<int> index_of_;  // world rank -> leader index, -1 for followers
   int index_ = -1;
+  bool phase_failed_ = false;  // a leader failed: this communicator's phase is over
+  bool world_failed_ = false;  // a world call threw: nothing more is sent on it
 };
 
 }  // namespace compcoll

@@ -1,9 +1,12 @@
 #include "collectives/onebit_allreduce.h"
 
 #include <algorithm>
+#include <exception>
+#include <optional>
 #include <vector>
 
 #include "collectives/dense.h"
+#include "collectives/owner_rejection.h"
 #include "compcoll/error.h"
 #include "compression/decode.h"
 
@@ -62,19 +65,33 @@ CallInfo OneBitAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool avera
   CC_CHECK_LE(mine.len, state.u.size(), kInvalidArgument,
               "onebit: server-error state is too small for this rank's shard");
   std::vector<float> sum(mine.len, 0.0f);
-  for (int i = 0; i < R; ++i) {
+  // A shard part refused here is known to this rank alone: it still joins
+  // stage 3, with a marker instead of its shard (owner_rejection.h).
+  std::exception_ptr refused;
+  Bytes quantized;
+  for (int i = 0; i < R && !refused; ++i) {
     try {
       onebit_decode(recv[i], sum.data(), mine.len, /*accumulate=*/true);
     } catch (const Error& e) {
-      CC_THROW(kMalformedPayload, "onebit allreduce on rank ", me, ": shard payload from rank ", i,
-               " rejected: ", e.what());
+      try {
+        CC_THROW(kMalformedPayload, "onebit allreduce on rank ", me, ": shard payload from rank ",
+                 i, " rejected: ", e.what());
+      } catch (...) {
+        refused = std::current_exception();
+        quantized = rejection_marker(i);
+      }
     }
   }
-  Bytes quantized;
-  onebit_encode(config_, sum.data(), state.u.data(), mine.len, quantized);
+  if (!refused) onebit_encode(config_, sum.data(), state.u.data(), mine.len, quantized);
 
   // Stage 3: everyone gets every quantized shard.
-  const Gathered all = comm.allgatherv(quantized, max_part);
+  const Gathered all = comm.allgatherv(quantized, std::max(max_part, kRejectionBytes));
+  for (int j = 0; j < R; ++j) {
+    if (const std::optional<int> sender = rejected_sender(all.part(j))) {
+      if (refused) std::rethrow_exception(refused);
+      throw_owner_rejection("onebit", comm, j, *sender);
+    }
+  }
   for (int j = 0; j < R; ++j) {
     const Shard s = shard(n, R, j);
     try {

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <optional>
 
+#include "collectives/owner_rejection.h"
 #include "collectives/sparse_allgather.h"
 #include "compcoll/error.h"
 #include "compression/decode.h"
@@ -242,21 +245,30 @@ CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
   // 3. reduce (this rank as the owner of region `me`).
   const size_t base = regions[size_t(me)], len = regions[size_t(me) + 1] - base;
   std::vector<Entry> incoming;
-  for (int r = 0; r < world; ++r) {
+  // A part refused here is known to this rank alone: it still joins the
+  // gather, with a marker instead of its result (owner_rejection.h).
+  std::exception_ptr refused;
+  Bytes result;
+  for (int r = 0; r < world && !refused; ++r) {
     const Bytes& part = received[size_t(r)];
     if (part.size() == kScatterTagBytes) continue;  // no entries for this owner
     SparseEntries e;
     try {
       e = decode_sparse(std::span<const uint8_t>(part).subspan(kScatterTagBytes), len);
     } catch (const Error& err) {
-      reject_peer_payload(name, comm, r, err);
+      try {
+        reject_peer_payload(name, comm, r, err);
+      } catch (...) {
+        refused = std::current_exception();
+        result = rejection_marker(r);
+      }
     }
     for (size_t t = 0; t < e.idx.size(); ++t) incoming.push_back({e.idx[t], e.values[t]});
   }
-  const uint64_t demand = incoming.size();
+  const uint64_t demand = refused ? 0 : incoming.size();
   const std::vector<Entry> chosen =
-      select_owned(sum_by_index(std::move(incoming)), scatter_owner_budget(info.wanted, world));
-  Bytes result;
+      refused ? std::vector<Entry>{}
+              : select_owned(sum_by_index(std::move(incoming)), scatter_owner_budget(info.wanted, world));
   if (demand > 0) {
     rel.resize(chosen.size());
     values.resize(chosen.size());
@@ -278,6 +290,17 @@ CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
                                                    [&] { std::fill(buf, buf + n, 0.0f); });
   CC_CHECK_EQ(all.parts(), world, kInternal, "allgatherv returned the wrong number of parts");
   sent_bytes += result.size();
+  // An owner refused a part: every rank stops here alike, before using any
+  // result, and what it selected goes back into its residual.
+  for (int j = 0; j < world; ++j) {
+    const std::optional<int> sender = rejected_sender(all.part(j));
+    if (!sender) continue;
+    for (size_t t = 0; t < mine.idx.size(); ++t) {
+      if (std::isfinite(mine.values[t])) state.v[mine.idx[t]] += mine.values[t];
+    }
+    if (refused) std::rethrow_exception(refused);
+    throw_owner_rejection(name, comm, j, *sender);
+  }
   std::vector<uint64_t> demands(p);
   std::vector<std::vector<uint32_t>> selections(p);
   CallInfo call;

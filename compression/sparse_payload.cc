@@ -53,7 +53,12 @@ uint8_t* store_values(uint8_t* p, ValueType vt, std::span<float> values) {
       return p;
     case ValueType::kBf16:
       for (float& v : values) {
-        const uint16_t b = float_to_bf16(v);
+        // As fp16 above: a finite value that rounds beyond bf16's range
+        // (|v| > 3.3895e38) is sent as bf16's largest, not as Inf; the
+        // excess stays in the sender's residual.
+        uint16_t b = float_to_bf16(v);
+        constexpr uint16_t kBf16Inf = 0x7f80, kBf16Max = 0x7f7f;
+        if (std::isfinite(v) && (b & 0x7fffu) == kBf16Inf) b = uint16_t((b & 0x8000u) | kBf16Max);
         store_le<uint16_t>(p, b), p += 2;
         v = bf16_to_float(b);
       }

@@ -262,6 +262,9 @@ void Communicator::start_fresh() {
 }
 
 Bytes Communicator::save_state(size_t* saved_entries) {
+  // A failed call can leave a residual half-updated (its selection taken
+  // out, the result never applied): no checkpoint of that.
+  check_not_broken();
   states_.bring_to_host();  // device-resident residuals are saved as host ones
   StateFile f;
   f.description = state_description();

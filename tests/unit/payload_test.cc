@@ -261,5 +261,20 @@ TEST(SparsePayload, ClampsFiniteValuesBeyondHalfRangeInsteadOfSendingInf) {
   EXPECT_EQ(values[1], -65504.0f);
 }
 
+TEST(SparsePayload, ClampsFiniteValuesThatRoundBeyondBf16RangeInsteadOfSendingInf) {
+  // 3.4e38 is finite in fp32 but rounds up past bf16's largest (3.3895e38).
+  std::vector<uint32_t> idx = {0, 1, 2, 3};
+  std::vector<float> values = {3.4e38f, -3.4e38f, INFINITY, 1.0f};
+  Bytes payload;
+  encode_sparse(idx, values, 4, {ValueType::kBf16, IndexType::kU32}, payload);
+  EXPECT_EQ(values[0], bf16_to_float(0x7f7f));
+  EXPECT_EQ(values[1], -bf16_to_float(0x7f7f));
+  EXPECT_TRUE(std::isinf(values[2])) << "a true Inf is sent as one";
+  EXPECT_EQ(values[3], 1.0f);
+  std::vector<float> out(4, 0.0f);
+  decode_sparse_accumulate(payload, out.data(), 4);
+  EXPECT_TRUE(std::isfinite(out[0]) && std::isfinite(out[1]));
+}
+
 }  // namespace
 }  // namespace compcoll
