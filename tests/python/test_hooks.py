@@ -120,13 +120,15 @@ def test_hsdp_compresses_the_allreduce_across_replicas(mode):
 
 
 def test_uncompressible_gradient_sums_are_reported_once_per_reason():
-    """Under COMPCOLL_ALGO, a float64 DDP model, a non-contiguous view and
-    a sparse embedding gradient go to Gloo (exact, not counted) and rank 0 says so once for each, at
+    """Under COMPCOLL_ALGO, a float64 DDP model, a non-contiguous view, an
+    all_reduce_coalesced of float tensors (said nowhere before: a comm hook
+    reducing its bucket with it compressed nothing, silently) and a sparse
+    embedding gradient go to Gloo (exact, not counted) and rank 0 says so once for each, at
     WARN, naming the reason; integer sums, MAX and small tensors pass
     without a word, as on every other rank."""
     ranks = launch([worker("uncompressed.py")], 2, env={"COMPCOLL_ALGO": "dgc"}, timeout=180)
     reasons = {"float64": "a float64 tensor", "view": "a non-contiguous view",
-               "sparse": "a sparse tensor"}
+               "sparse": "a sparse tensor", "coalesced": "an all_reduce_coalesced (SUM, 2 tensors"}
     for r in ranks:
         assert r.result["backend"] == "compcoll" and r.result["exact"], r.describe()
         assert r.result["calls"] == 0, r.describe()  # nothing went through compcoll
@@ -338,22 +340,27 @@ def test_post_local_sgd_compresses_its_gradients_and_averages_exactly():
                    for ln in created), created
 
 
-@pytest.mark.parametrize("algo", ["dgc", "csc"])
-def test_powersgd_factors_are_never_compressed_again(algo):
+@pytest.mark.parametrize("algo,wrapper", [("dgc", ""), ("csc", ""), ("dgc", "fp16"),
+                                          ("dgc", "bf16")])
+def test_powersgd_factors_are_never_compressed_again(algo, wrapper):
     """PowerSGD's factors above COMPCOLL_MIN_ELEMS: compressing them again
     zeroed whole factors and its orthogonalization turned the model into NaN
     (dgc at step 4; csc at step 3 without warm-up), silently. Now what the
     hook issues goes exact, the model stays finite and the same on every
     rank, and rank 0 says once at WARN that COMPCOLL_ALGO changes nothing
-    for that model."""
+    for that model. Inside torch's fp16/bf16 compress wrapper the hook has
+    another name, and was compressed again (NaN from step 3): it is found by
+    its PowerSGDState now."""
     ranks = launch([worker("powersgd_factors.py")], 2,
-                   env={"COMPCOLL_ALGO": algo, "COMPCOLL_WARMUP_STEPS": "0"}, timeout=180)
+                   env={"COMPCOLL_ALGO": algo, "COMPCOLL_WARMUP_STEPS": "0",
+                        "TEST_WRAPPER": wrapper}, timeout=180)
     for r in ranks:
         res = r.result
         assert res["finite"] and res["identical"], (r.rank, res)
         assert res["compressed_calls"] == 0 and res["calls"] >= 6, (r.rank, res)
+    name = f"{wrapper}_compress_wrapper_hook" if wrapper else "powerSGD_hook"
     said = [ln for ln in ranks[0].stderr.splitlines()
-            if ln.startswith("compcoll WARN") and "powerSGD_hook compresses the gradients itself" in ln]
+            if ln.startswith("compcoll WARN") and f"{name} compresses the gradients itself" in ln]
     assert len(said) == 1, ranks[0].stderr
 
 

@@ -19,7 +19,8 @@ its signature, name and result are unchanged; DDP's built-in C++ hooks
 shared keys (docs/pytorch.md, "Error-feedback keys").
 
 A hook that compresses gradients itself (PowerSGD's two hooks: low-rank
-factors with their own error feedback) gets an owner marked as such
+factors with their own error feedback; or any hook registered with a
+PowerSGDState, such as torch's fp16/bf16 compress wrappers around them) gets an owner marked as such
 (csrc/issue_scope.h, kSelfCompressingOwner): everything it issues, and its
 callbacks, take the exact route. Compressing its factors again zeroes whole
 factors, and its orthogonalization then turns them into NaN at the next
@@ -59,6 +60,17 @@ def _torch_hook_name(hook):
     if "ddp_comm_hooks" not in getattr(fn, "__module__", ""):
         return None
     return getattr(fn, "__name__", None)
+
+
+def _is_powersgd_state(state):
+    """PowerSGD's hooks take a PowerSGDState: so does any hook wrapped
+    around them (torch's fp16_compress_wrapper and bf16_compress_wrapper,
+    or the user's own), whose name is not PowerSGD's."""
+    try:
+        from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
+    except ImportError:
+        return False
+    return isinstance(state, PowerSGDState)
 
 
 def _say_once(name, state, text):
@@ -104,9 +116,9 @@ def _registering(register_comm_hook):
         if callable(hook) and not hasattr(hook, "__compcoll_owner__"):
             owner = next(_owners)
             name = _torch_hook_name(hook)
-            if name in _SELF_COMPRESSING_HOOKS:
+            if name in _SELF_COMPRESSING_HOOKS or _is_powersgd_state(state):
                 owner |= _SELF_COMPRESSING
-                _say_self_compressing(name, state)
+                _say_self_compressing(name or getattr(hook, "__name__", "hook"), state)
             elif name in _GATHERING_HOOKS:
                 _say_gathering(name, state)
             hook = _owned(hook, owner)

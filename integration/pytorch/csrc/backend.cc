@@ -64,6 +64,9 @@ constexpr const char* kBatchStatistics =
     "SyncBatchNorm's batch statistics: values, though issued in backward";
 constexpr const char* kTensorParallel =
     "a tensor-parallel group's: activations, not gradient sums";
+constexpr const char* kActivationsInBackward =
+    "issued in backward inside an autograd node that sums activations (checkpoint "
+    "recomputation, a differentiable allreduce's backward)";
 constexpr const char* kSelfCompressingHook =
     "issued by a DDP comm hook that compresses gradients itself (PowerSGD)";
 
@@ -381,6 +384,17 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     exact_reason = kTensorParallel;
     if (getRank() == 0) {
       const std::string note = uncompressed_notes_.first_tensor_parallel(t.numel(), opts.reduceOp);
+      if (!note.empty()) log_.info("group '", getGroupUid(), "': ", note);
+    }
+  } else if (const std::string node = compress && !cfg_.torch_scope_all && issued_in_backward()
+                                            ? activations_node() : std::string();
+             !node.empty()) {
+    // Activations or their gradients, in backward: exact, said once at
+    // INFO, since it is right (issue_scope.h).
+    compress = false;
+    exact_reason = kActivationsInBackward;
+    if (getRank() == 0) {
+      const std::string note = uncompressed_notes_.first_activations(t.numel(), opts.reduceOp, node);
       if (!note.empty()) log_.info("group '", getGroupUid(), "': ", note);
     }
   } else if (compress && !cfg_.torch_scope_all && !issued_in_backward()) {

@@ -236,6 +236,11 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce_sparse(
 c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   auto tensors_alias = python_free(tensors);
+  if (cfg_.compression_enabled() && getRank() == 0) {  // once per group
+    const std::string note =
+        uncompressed_notes_.first_coalesced(tensors_alias, opts.reduceOp, cfg_.min_elems);
+    if (!note.empty()) log_.warn("group '", getGroupUid(), "': ", note);
+  }
   return delegate(device_of(tensors_alias), c10d::OpType::ALLREDUCE_COALESCED,
                   "compcoll:all_reduce_coalesced", tensors_alias,
                   [tensors_alias, opts](c10d::Backend& in) mutable {

@@ -1,9 +1,13 @@
 #include "integration/pytorch/csrc/issue_scope.h"
 
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/graph_task.h>
+#include <torch/csrc/autograd/node.h>
 
+#include <cstring>
 #include <exception>
 #include <thread>
+#include <typeinfo>
 
 namespace compcoll::torch_integration {
 namespace {
@@ -23,6 +27,21 @@ Scope current_scope() {
   // Graph task ids count up from 0, one per backward() call.
   const int64_t task = torch::autograd::get_current_graph_task_id();
   return task < 0 ? kOutside : task + kFirstPass;
+}
+
+std::string activations_node() {
+  if (inherited_scope >= 0) return {};  // a callback's, or gradient_scope()
+  const auto node = torch::autograd::get_current_node();
+  if (!node || dynamic_cast<torch::autograd::AccumulateGrad*>(node.get()) != nullptr) return {};
+  // PyNode (a Python Function's node) by its type's name: its type info is
+  // not exported from libtorch_python for a dynamic_cast here.
+  const torch::autograd::Node& n = *node;
+  if (std::strcmp(typeid(n).name(), "N5torch8autograd6PyNodeE") != 0) return node->name();
+  // A Python Function's backward: the script's own may sum gradients; these
+  // of torch's do not.
+  std::string name = node->name();  // takes the GIL
+  if (name == "CheckpointFunctionBackward" || name == "_AllReduceBackward") return name;
+  return {};
 }
 
 uint64_t current_owner() { return thread_owner; }

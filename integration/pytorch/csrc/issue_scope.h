@@ -29,6 +29,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <cstdint>
+#include <string>
 
 namespace compcoll::torch_integration {
 
@@ -104,6 +105,22 @@ class InheritedScope {
 // stays until the next such operation sets its own; only callbacks of this
 // backend's inner operations run there).
 void pass_scope_to_callbacks(const c10::intrusive_ptr<c10d::Work>& work);
+
+// An allreduce issued in a backward pass that sums activations or their
+// gradients rather than parameters' gradients, found by the autograd node
+// this thread is evaluating: a built-in operation's node (its saved
+// tensors being recomputed by torch.utils.checkpoint, whose forward, with
+// any allreduce in it, then runs inside that node), or one of torch's
+// Functions whose backward recomputes (reentrant checkpoint) or allreduces
+// an activation's gradient (torch.distributed.nn.functional.all_reduce).
+// Returns that node's name, or "" where the call may be a gradient sum:
+// outside backward, in a parameter's gradient accumulation (AccumulateGrad:
+// DDP's, FSDP's and Horovod-style hooks), in the backward's final
+// callbacks, in a Function of the script's own (FSDP2's post-backward is
+// one; mark_tensor_parallel says when a group's are activations), on a
+// callback's thread, or in gradient_scope(). Every rank runs the same
+// program, so every rank judges a call alike.
+std::string activations_node();
 
 // compcoll.gradient_scope(): enter returns what exit restores, so scopes nest.
 Scope enter_gradient_scope();

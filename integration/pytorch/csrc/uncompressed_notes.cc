@@ -127,4 +127,35 @@ std::string UncompressedNotes::first_tensor_parallel(int64_t numel, const c10d::
          "allreduces are compressed\")";
 }
 
+std::string UncompressedNotes::first_coalesced(const std::vector<at::Tensor>& tensors,
+                                               const c10d::ReduceOp& op, size_t min_elems) {
+  if (op != c10d::ReduceOp::SUM && op != c10d::ReduceOp::AVG) return {};
+  int64_t numel = 0;
+  for (const at::Tensor& t : tensors) {
+    if (!t.is_floating_point()) return {};
+    numel += t.numel();
+  }
+  if (static_cast<size_t>(numel) < min_elems || !first_time("coalesced")) return {};
+  return "an all_reduce_coalesced (" + std::string(op == c10d::ReduceOp::AVG ? "AVG" : "SUM") +
+         ", " + std::to_string(tensors.size()) + " tensors, " + std::to_string(numel) +
+         " elements) went to Gloo uncompressed, as will every call like it: compcoll compresses "
+         "all_reduce, one tensor per call (torch deprecates all_reduce_coalesced); for gradient "
+         "sums, all_reduce each tensor, or one flat buffer of them. Said once per group; such "
+         "calls are not in compcoll's stats (docs/pytorch.md, \"What happens to each "
+         "operation\")";
+}
+
+std::string UncompressedNotes::first_activations(int64_t numel, const c10d::ReduceOp& op,
+                                                 const std::string& node) {
+  if (!first_time("activations in backward")) return {};
+  return call_label(op, numel) + " issued in a backward pass while autograd evaluated " + node +
+         " took the exact dense path, as will every call like it: one issued there is "
+         "activation checkpointing's recomputation of a forward allreduce "
+         "(torch.utils.checkpoint) or the backward of torch.distributed.nn.functional."
+         "all_reduce, which sum activations or their gradients, not parameters' gradients, and "
+         "a residual carried into the next batch would corrupt them. DDP's and FSDP's gradient "
+         "sums are compressed as before. Said once per group (docs/pytorch.md, \"Which "
+         "allreduces are compressed\")";
+}
+
 }  // namespace compcoll::torch_integration

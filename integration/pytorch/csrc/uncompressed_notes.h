@@ -40,6 +40,15 @@ class UncompressedNotes {
   // The same for one of a tensor-parallel group (mark_tensor_parallel),
   // which is exact by design: an INFO line, once.
   std::string first_tensor_parallel(int64_t numel, const c10d::ReduceOp& op);
+  // all_reduce_coalesced of floating-point tensors, SUM or AVG, of at least
+  // min_elems in all: delegated unchanged (compcoll compresses one tensor
+  // per allreduce), said once at WARN; "" for any other such call.
+  std::string first_coalesced(const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op,
+                              size_t min_elems);
+  // The same for one issued in backward inside autograd node `node` that
+  // sums activations or their gradients (issue_scope.h, activations_node):
+  // exact by design, an INFO line, once.
+  std::string first_activations(int64_t numel, const c10d::ReduceOp& op, const std::string& node);
 
  private:
   // True the first time key is asked about, false after (thread-safe).

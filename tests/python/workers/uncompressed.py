@@ -1,7 +1,7 @@
 """Gradient-like sums compcoll cannot compress, under COMPCOLL_ALGO (see
 test_hooks.py): a float64 DDP model, a non-contiguous view reduced in place,
-a DDP model whose embedding has sparse gradients,
-each several times; and reductions that are not gradient sums (int64,
+a DDP model whose embedding has sparse gradients, an all_reduce_coalesced
+of float tensors, each several times; and reductions that are not gradient sums (int64,
 MAX, fewer than COMPCOLL_MIN_ELEMS elements), which must pass without a
 word. The RESULT line says what the stats counted and whether every
 reduction gave the exact sum on every rank."""
@@ -58,6 +58,12 @@ def exact_everywhere(make, op=dist.ReduceOp.SUM):
 checks = []
 for _ in range(3):  # a transposed view, reduced in place
     checks.append(exact_everywhere(lambda gen: torch.randn(300, 200, generator=gen).t()))
+# all_reduce_coalesced of two float32 tensors (as a comm hook reducing its
+# bucket with it would), twice: Gloo's, said once.
+for _ in range(2):
+    pair = [torch.full((30_000,), rank + 1.0), torch.full((20_000,), 2.0 * rank)]
+    dist.all_reduce_coalesced(pair)
+    checks.append(bool(torch.equal(pair[0], torch.full((30_000,), world * (world + 1) / 2.0))))
 checks.append(exact_everywhere(lambda gen: torch.randint(0, 9, (100_000,), generator=gen)))
 checks.append(exact_everywhere(lambda gen: torch.randn(100_000, generator=gen),
                                op=dist.ReduceOp.MAX))
