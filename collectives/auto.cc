@@ -46,8 +46,6 @@ constexpr size_t kCalibrationSmallElements = size_t{1} << 14;
 constexpr double kTrialBand = 2.0;
 // A size's chosen path is re-timed this often (its link may change).
 constexpr uint64_t kRetimeEvery = 64;
-// Timed calls per path before auto trusts the comparison.
-constexpr size_t kTrialSamples = 3;
 
 double median(std::vector<double> v) {
   if (v.empty()) return -1.0;

@@ -48,6 +48,11 @@ constexpr uint64_t kRecalibrateEvery = 4096;
 // bound the size called least recently is forgotten (and timed again should
 // it come back). Every rank sees the same calls, so forgets the same size.
 constexpr size_t kMaxTimedSizes = 1024;
+// Timed calls per path before auto trusts the comparison.
+constexpr size_t kTrialSamples = 3;
+// Calls of one size until auto's choice for it is settled (its trials and
+// the first call that takes the choice): what a benchmark leaves untimed.
+constexpr size_t kCallsUntilSettled = 2 * kTrialSamples + 1;
 
 struct LinkModel {
   double alpha_ring = 0.0;  // seconds

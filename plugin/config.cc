@@ -18,7 +18,11 @@ namespace compcoll {
 namespace {
 
 [[noreturn]] void reject(const ConfigVar& var, const std::string& value, const std::string& why) {
-  CC_THROW(kInvalidArgument, var.name, "=", value, ": ", why, " (allowed: ", var.allowed, ")");
+  // A stray blank ("dgc ") is invisible unquoted.
+  const bool blank_at_end = !value.empty() && (std::isspace(static_cast<unsigned char>(value.front())) ||
+                                               std::isspace(static_cast<unsigned char>(value.back())));
+  const std::string shown = blank_at_end ? "\"" + value + "\"" : value;
+  CC_THROW(kInvalidArgument, var.name, "=", shown, ": ", why, " (allowed: ", var.allowed, ")");
 }
 
 // Lower case, without surrounding blanks: how a mistyped word of a closed
@@ -211,7 +215,8 @@ const ConfigVar kTable[] = {
                 with_hint("unknown algorithm", value, names) + "; registered: " + algorithm_names());
        }
        cfg.algo = value;
-     }},
+     },
+     "", nullptr, bit(FrontEnd::kBenchmark), "its rows are the algorithms of its --algo flag"},
     {"COMPCOLL_AUTO_ALGO", VarType::kEnum, "dgc", "a registered compressed algorithm",
      "the algorithm COMPCOLL_ALGO=auto weighs against dense on every call",
      CC_APPLY {
@@ -219,7 +224,14 @@ const ConfigVar kTable[] = {
        for (const auto& a : algorithm_table()) {
          known = known || (value == a.name && value != "auto" && value != "dense");
        }
-       if (!known) reject(var, value, "not a compressed algorithm; registered: " + algorithm_names());
+       if (!known) {
+         std::string compressed;
+         for (const auto& a : algorithm_table()) {
+           if (std::string_view(a.name) == "auto" || std::string_view(a.name) == "dense") continue;
+           compressed += (compressed.empty() ? "" : ", ") + std::string(a.name);
+         }
+         reject(var, value, "not a compressed algorithm; it must be one of " + compressed);
+       }
        cfg.params.auto_algo = value;
      },
      "auto"},
@@ -351,8 +363,9 @@ const ConfigVar kTable[] = {
        check_enum(var, value);
        cfg.torch_scope_all = value == "all";
      },
-     kTunesCompressed, nullptr, bit(FrontEnd::kStandalone) | bit(FrontEnd::kNcclInterposer),
-     "they have no notion of a backward pass and compress every eligible allreduce"},
+     kTunesCompressed, nullptr, kHostFrontEnds | bit(FrontEnd::kNcclInterposer),
+     "it is the PyTorch backend's: the others have no notion of a backward pass and compress "
+     "every eligible allreduce"},
     {"COMPCOLL_CSC_CHUNK", VarType::kInt, "16384", ">= 1", "csc chunk size in elements",
      CC_APPLY { cfg.params.csc_chunk = static_cast<size_t>(int_at_least(var, value, 1)); },
      "csc"},
@@ -435,7 +448,7 @@ const ConfigVar kTable[] = {
        check_enum(var, value);
        cfg.device_codecs = value == "on";
      },
-     "dgc,sdagc,sbc", nullptr, bit(FrontEnd::kStandalone) | bit(FrontEnd::kTorchBackend),
+     "dgc,sdagc,sbc", nullptr, kHostFrontEnds | bit(FrontEnd::kTorchBackend),
      "only the NCCL interposer runs the GPU codecs: the C API and the benchmark take host "
      "buffers, and the PyTorch backend stages cuda tensors through host memory (docs/gpu.md)"},
     {"COMPCOLL_SPARSE_PATTERN", VarType::kEnum, "auto", "allgather|scatter|auto",
@@ -482,14 +495,14 @@ const ConfigVar kTable[] = {
        }
        cfg.rendezvous = value;
      },
-     "", nullptr, kFrameworkGivesIt},
+     "", nullptr, kFrameworkGivesIt | bit(FrontEnd::kBenchmark)},
     {"COMPCOLL_RANK", VarType::kInt, "", ">= 0 (falls back to RANK)", "this process's rank",
      CC_APPLY { cfg.rank = static_cast<int>(int_at_least(var, value, 0, kIntMax - 1)); }, "",
-     nullptr, kFrameworkGivesIt},
+     nullptr, kFrameworkGivesIt | bit(FrontEnd::kBenchmark)},
     {"COMPCOLL_WORLD_SIZE", VarType::kInt, "", ">= 1 (falls back to WORLD_SIZE)",
      "number of ranks",
      CC_APPLY { cfg.world_size = static_cast<int>(int_at_least(var, value, 1, kIntMax)); }, "",
-     nullptr, kFrameworkGivesIt},
+     nullptr, kFrameworkGivesIt | bit(FrontEnd::kBenchmark)},
     {"COMPCOLL_TIMEOUT_MS", VarType::kInt, "30000", ">= 1",
      "limit of every collective call and of rendezvous, in milliseconds",
      CC_APPLY { cfg.timeout = std::chrono::milliseconds(int_at_least(var, value, 1, kIntMax)); },
@@ -528,8 +541,11 @@ const ConfigVar kTable[] = {
     {"COMPCOLL_DEBUG", VarType::kEnum, "WARN", "WARN|INFO|TRACE",
      "log level of 'compcoll INFO ...' lines on stderr (like NCCL_DEBUG)",
      CC_APPLY {
-       check_enum(var, value);
-       cfg.debug = value == "TRACE" ? LogLevel::kTrace : value == "INFO" ? LogLevel::kInfo : LogLevel::kWarn;
+       // Any case, as NCCL_DEBUG: a log level's spelling should not stop a job.
+       std::string level = folded(value);
+       for (char& c : level) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+       check_enum(var, level == "WARN" || level == "INFO" || level == "TRACE" ? level : value);
+       cfg.debug = level == "TRACE" ? LogLevel::kTrace : level == "INFO" ? LogLevel::kInfo : LogLevel::kWarn;
      }},
     {"COMPCOLL_STATS_FILE", VarType::kString, "", "a path; {rank} is replaced by the rank",
      "where each rank writes its JSON stats at communicator destruction or exit; its "
@@ -539,7 +555,9 @@ const ConfigVar kTable[] = {
      "one file and the last to finish wins (WARN, once per process that is a communicator's rank 0); "
      "the PyTorch backend and the NCCL "
      "interposer write one file per process",
-     CC_APPLY { cfg.stats_file = value; }},
+     CC_APPLY { cfg.stats_file = value; }, "", nullptr, bit(FrontEnd::kBenchmark),
+     "it runs the algorithms without the C API, PyTorch or NCCL front ends that write the file "
+     "(its --json has the figures)"},
     {"COMPCOLL_STATE_DIR", VarType::kString, "", "a directory",
      "error-feedback state survives restarts: each rank loads its residuals from DIR when its "
      "communicator is created (if rank, world size and configuration match, on every rank: "
@@ -548,7 +566,8 @@ const ConfigVar kTable[] = {
      "state to restore again) and saves them there at destruction "
      "or exit; DIR is created when missing, "
      "and one that cannot be created or written fails every rank at creation, not at exit",
-     CC_APPLY { cfg.state_dir = value; }},
+     CC_APPLY { cfg.state_dir = value; }, "", nullptr, bit(FrontEnd::kBenchmark),
+     "every run starts its algorithms fresh, so that its rows time the same calls"},
     {"COMPCOLL_NCCL_COMMS", VarType::kEnum, "all", "all|multi-host",
      "which NCCL communicators the NCCL interposer compresses: all = every one; multi-host = "
      "only those whose ranks span several hosts (as COMPCOLL_HIERARCHY finds hosts; "
@@ -561,19 +580,19 @@ const ConfigVar kTable[] = {
        check_enum(var, value);
        cfg.nccl_multi_host_only = value == "multi-host";
      },
-     kTunesCompressed, nullptr, bit(FrontEnd::kStandalone) | bit(FrontEnd::kTorchBackend),
+     kTunesCompressed, nullptr, kHostFrontEnds | bit(FrontEnd::kTorchBackend),
      "it chooses the NCCL interposer's communicators; the PyTorch backend keeps "
      "tensor-parallel groups exact by itself (COMPCOLL_TORCH_SCOPE)"},
     {"COMPCOLL_NCCL_LIBRARY", VarType::kString, "libnccl.so.2", "a library name or path",
      "the real NCCL that the NCCL interposer (libcompcoll_nccl.so) loads and forwards to",
      CC_APPLY { cfg.nccl_library = value; }, "", nullptr,
-     bit(FrontEnd::kStandalone) | bit(FrontEnd::kTorchBackend),
+     kHostFrontEnds | bit(FrontEnd::kTorchBackend),
      "only the NCCL interposer loads NCCL itself; the PyTorch backend's cuda lane uses the NCCL "
      "that torch loaded"},
     {"COMPCOLL_CUDA_LIBRARY", VarType::kString, "libcuda.so.1", "a library name or path",
      "the CUDA driver library the NCCL interposer loads",
      CC_APPLY { cfg.cuda_library = value; }, "", nullptr,
-     bit(FrontEnd::kStandalone) | bit(FrontEnd::kTorchBackend),
+     kHostFrontEnds | bit(FrontEnd::kTorchBackend),
      "only the NCCL interposer loads the CUDA driver itself"},
 };
 
@@ -657,6 +676,9 @@ Config load_config(const EnvLookup& env) {
   const bool sbc = cfg.algo == "sbc" || (cfg.algo == "auto" && cfg.params.auto_algo == "sbc");
   CC_CHECK(!sbc || cfg.params.sparse_pattern != SparsePattern::kScatter, kInvalidArgument,
            kSbcRefusesScatter);
+  CC_CHECK(cfg.iface.empty() || cfg.hostname.empty(), kInvalidArgument, "COMPCOLL_IFACE=",
+           cfg.iface, " and COMPCOLL_HOSTNAME=", cfg.hostname, " are both set: the tcp device "
+           "binds to an interface or to an address, so unset one of them");
   return cfg;
 }
 

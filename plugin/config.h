@@ -26,9 +26,10 @@ enum class LogLevel { kWarn = 0, kInfo = 1, kTrace = 2 };
 // changes nothing there (ConfigVar::ignored_by).
 enum class FrontEnd : unsigned {
   kAny = 0,             // compcoll-info: a configuration, whoever will read it
-  kStandalone = 1,      // the C API, the C++ Communicator, the benchmark
+  kStandalone = 1,      // the C API, the C++ Communicator
   kTorchBackend = 2,    // integration/pytorch
   kNcclInterposer = 4,  // plugin/nccl_interposer
+  kBenchmark = 8,       // compcoll-bench: its ranks, rows and rendezvous come from its flags
 };
 const char* front_end_name(FrontEnd f);
 
@@ -131,6 +132,8 @@ struct ConfigVar {
 
 constexpr unsigned bit(FrontEnd f) { return static_cast<unsigned>(f); }
 inline constexpr unsigned kFrameworkGivesIt = bit(FrontEnd::kTorchBackend) | bit(FrontEnd::kNcclInterposer);
+// The front ends on host buffers of their own: the C API and the benchmark.
+inline constexpr unsigned kHostFrontEnds = bit(FrontEnd::kStandalone) | bit(FrontEnd::kBenchmark);
 
 // The front ends of var.ignored_by, in words ("" when read by all).
 std::string ignored_by_in_words(const ConfigVar& var);
@@ -190,6 +193,13 @@ std::vector<std::string> inert_settings(const Config& cfg, const EnvLookup& env)
 // creates several (PyTorch's groups and lanes, NCCL communicators) says each
 // once.
 std::vector<std::string> inert_setting_warnings_once(const Config& cfg);
+
+// inert_settings for a run of several algorithms from one environment (the
+// benchmark's rows, cfg.front_end's): a variable is said to change nothing
+// when no algorithm of `algos` reads it, or when its front end does not.
+std::vector<std::string> inert_settings_for_algorithms(const Config& cfg,
+                                                       const std::vector<std::string>& algos,
+                                                       const EnvLookup& env);
 
 // Variables of the project's own scripts and tests (COMPCOLL_VENV, ...):
 // not settings of the library, so never reported as unknown.

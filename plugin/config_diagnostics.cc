@@ -55,7 +55,8 @@ std::string tunes_in_words(const ConfigVar& var) {
 const char* front_end_name(FrontEnd f) {
   switch (f) {
     case FrontEnd::kAny: return "any front end";
-    case FrontEnd::kStandalone: return "the C API and compcoll-bench";
+    case FrontEnd::kStandalone: return "the C API";
+    case FrontEnd::kBenchmark: return "compcoll-bench";
     case FrontEnd::kTorchBackend: return "the PyTorch backend's groups";
     case FrontEnd::kNcclInterposer: return "the NCCL interposer's communicators";
   }
@@ -71,6 +72,10 @@ std::string ignored_because(const ConfigVar& var, FrontEnd f) {
     return "the process group gives the rank, the world size, the store where ranks meet and "
            "the Gloo device (GLOO_SOCKET_IFNAME picks its interface)";
   }
+  if (f == FrontEnd::kBenchmark) {
+    return "it starts its ranks itself: --ranks gives the world size and each rank its rank, "
+           "and they meet in a fresh directory (or --rendezvous)";
+  }
   return "the NCCL communicator gives the rank, the world size and the network (NCCL_SOCKET_IFNAME "
          "and NCCL's own settings)";
 }
@@ -79,10 +84,10 @@ std::string ignored_because(const ConfigVar& var, FrontEnd f) {
 
 std::string ignored_by_in_words(const ConfigVar& var) {
   std::string words;
-  for (const FrontEnd f : {FrontEnd::kStandalone, FrontEnd::kTorchBackend, FrontEnd::kNcclInterposer}) {
+  for (const FrontEnd f : {FrontEnd::kStandalone, FrontEnd::kBenchmark, FrontEnd::kTorchBackend,
+                           FrontEnd::kNcclInterposer}) {
     if ((var.ignored_by & bit(f)) == 0) continue;
-    // "the C API and compcoll-bench, nor by the PyTorch backend's groups":
-    // a front end's name may hold an "and" of its own.
+    // "the C API, nor by compcoll-bench, nor by the PyTorch backend's groups".
     if (!words.empty()) words += ", nor by ";
     words += front_end_name(f);
   }
@@ -119,6 +124,51 @@ std::vector<std::string> inert_settings(const Config& cfg, const EnvLookup& env)
       m += " (it tunes " + tunes_in_words(var) + ")";
     }
     out.push_back(std::move(m));
+  }
+  // Read, but only to turn compression off: no payload describes a tensor
+  // above 2^32 - 1 elements (compression/payload.h), so none is compressed.
+  // (Not idle_because: it still enters the ranks' agreement.)
+  if (cfg.compression_enabled() && cfg.min_elems > 0xFFFFFFFFull) {
+    out.push_back("COMPCOLL_MIN_ELEMS=" + std::to_string(cfg.min_elems) + " is above the largest "
+                  "tensor compcoll compresses (2^32 - 1 elements), so every call goes exact: "
+                  "COMPCOLL_ALGO=" + cfg.algo + " changes nothing (unset it to say so)");
+  }
+  return out;
+}
+
+std::vector<std::string> inert_settings_for_algorithms(const Config& cfg,
+                                                       const std::vector<std::string>& algos,
+                                                       const EnvLookup& env) {
+  std::vector<std::string> out;
+  std::string rows;
+  for (const std::string& a : algos) rows += (rows.empty() ? "" : ", ") + a;
+  for (const ConfigVar& var : config_table()) {
+    const std::optional<std::string> value = env(var.name);
+    if (!value || value->empty()) continue;
+    const std::string set = std::string(var.name) + "=" + *value + " changes nothing ";
+    if (var.ignored_by & bit(cfg.front_end)) {
+      out.push_back(set + "for " + front_end_name(cfg.front_end) + ": " +
+                    ignored_because(var, cfg.front_end));
+      continue;
+    }
+    if (std::string_view(var.tunes).empty()) continue;  // the communicator's own: read
+    bool read = false;
+    const char* idle = nullptr;
+    for (const std::string& a : algos) {
+      Config row = cfg;
+      row.algo = a;
+      if (!tunes(var, row)) continue;
+      const char* why = var.idle_because != nullptr ? var.idle_because(row) : nullptr;
+      if (why == nullptr) read = true;
+      else idle = why;
+    }
+    if (read) continue;
+    if (idle != nullptr) {
+      out.push_back(set + idle);
+    } else {
+      out.push_back(set + "for this run's algorithms (" + rows + "): it tunes " +
+                    tunes_in_words(var));
+    }
   }
   return out;
 }
@@ -236,7 +286,21 @@ std::vector<UnknownVariable> unknown_variables(const std::vector<std::string>& e
   std::vector<UnknownVariable> out;
   for (const std::string& e : entries) {
     const std::string name = e.substr(0, e.find('='));
-    if (name.rfind(kPrefix, 0) != 0) continue;
+    if (name.rfind(kPrefix, 0) != 0) {
+      // A slip in the prefix itself (COMPCOL_ALGO, COMPCOLLALGO,
+      // compcoll_algo) would otherwise pass without a word: named with the
+      // variable meant.
+      const std::string u = upper(name);
+      if (u.rfind("COMPCOL", 0) != 0) continue;
+      size_t rest = 7;
+      if (rest < u.size() && u[rest] == 'L') ++rest;
+      if (rest < u.size() && (u[rest] == '_' || u[rest] == '-')) ++rest;
+      if (rest >= u.size()) continue;
+      // Only where it is near a variable's name: COMPCOLLECTOR_HOME is not ours.
+      const std::string meant = nearest_name(std::string(kPrefix) + u.substr(rest));
+      if (!meant.empty()) out.push_back({name, meant});
+      continue;
+    }
     bool known = is_tool_variable(name);
     for (const ConfigVar& v : config_table()) known = known || name == v.name;
     if (!known) out.push_back({name, nearest_name(name)});

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/auto.h"
 #include "collectives/registry.h"
 #include "collectives/sparse_allreduce.h"
 #include "compcoll/error.h"
@@ -75,10 +77,6 @@ void warn_about_what_changes_nothing(const std::vector<std::string>& algos, cons
                         ", so a call of that size goes exact in a user's job (the dense row); the "
                         "compressed rows time their algorithm on it anyway"));
   }
-  if (!cfg.stats_file.empty()) {
-    warn("COMPCOLL_STATS_FILE is written by the C API, PyTorch and NCCL front ends; the "
-         "benchmark runs the algorithms without them and writes none (its --json has the figures)");
-  }
   if (hierarchical && hosts == 1) {
     warn("--hierarchy: every rank is on one host (no --link, or --ranks-per-host equal to "
          "--ranks), so a hierarchical row's one leader compresses for no peer: its time and "
@@ -88,6 +86,32 @@ void warn_about_what_changes_nothing(const std::vector<std::string>& algos, cons
     warn("--hierarchy: every host has one rank (--ranks-per-host 1), so there is nothing to "
          "reduce within a host and the hierarchy changes nothing: its rows run the flat "
          "algorithm (JSON \"hierarchy\": \"off\"); give --ranks-per-host 2 or more");
+  }
+}
+
+// The ranks' own compcoll lines (a setting that changes nothing, say): a run
+// that succeeds removes their logs with its directory, unread. WARN and
+// above from every rank, each text once; with COMPCOLL_DEBUG=INFO or TRACE,
+// rank 0's every line as well. `said`: texts already said.
+void pass_on_rank_logs(const std::vector<Child>& children, LogLevel level,
+                       std::set<std::string> said) {
+  for (const Child& c : children) {
+    std::istringstream in(read_file(c.log));
+    for (std::string line; std::getline(in, line);) {
+      // The library's lines, and a rank's own notes ("compcoll-bench: ...",
+      // rank 0 only: the hierarchy's choice, say).
+      const bool note = line.rfind("compcoll-bench: ", 0) == 0;
+      if (line.rfind("compcoll ", 0) != 0 && !note) continue;
+      const bool warning = line.rfind("compcoll-bench: warning: ", 0) == 0 ||
+                           line.rfind("compcoll WARN", 0) == 0 || line.rfind("compcoll ERROR", 0) == 0;
+      if (!warning && !(c.rank == 0 && level >= LogLevel::kInfo)) continue;
+      // "compcoll WARN [rank 3] text": the same text from every rank once.
+      const size_t text = line.find("] ");
+      if (warning && !said.insert(text == std::string::npos ? line : line.substr(text + 2)).second) {
+        continue;
+      }
+      std::cerr << line << "\n";
+    }
   }
 }
 
@@ -235,9 +259,10 @@ int allreduce_main(int argc, char** argv, int first) {
       args.str("algo", "dense,dgc,sbc,sdagc,csc,onebit", "algorithms, comma-separated");
   const long long count = args.integer("count", 25557032, "float32 elements (K/M/G suffixes)");
   const long long iters = args.integer("iters", 5, "timed calls per algorithm (median reported)");
-  const long long warmup = args.integer(
+  const long long warmup_arg = args.integer(
       "warmup", 1,
-      "untimed calls per algorithm before timing (auto needs 7 to finish its trials). Not "
+      "untimed calls per algorithm before timing (with auto in --algo the default is 7, the "
+      "calls auto needs to finish its trials). Not "
       "COMPCOLL_WARMUP_STEPS: unless that is set, the ranks run with it at 0, so the table is the "
       "steady state (its first line says which)");
   const std::string density = args.str("density", "", "overrides COMPCOLL_DENSITY");
@@ -283,8 +308,20 @@ int allreduce_main(int argc, char** argv, int first) {
   // long is a typo, not a measurement.
   CC_CHECK(iters >= 1 && iters <= 1000000, kInvalidArgument, "--iters must be in [1, 1000000], not ",
            iters);
-  CC_CHECK(warmup >= 0 && warmup <= 1000000, kInvalidArgument,
-           "--warmup must be in [0, 1000000], not ", warmup);
+  CC_CHECK(warmup_arg >= 0 && warmup_arg <= 1000000, kInvalidArgument,
+           "--warmup must be in [0, 1000000], not ", warmup_arg);
+  // auto times dense against compressed in its first calls of a size: timed,
+  // those would be reported as its steady state.
+  const auto algo_list = split_names("algo", algos);
+  const bool has_auto = std::find(algo_list.begin(), algo_list.end(), "auto") != algo_list.end();
+  const long long warmup = has_auto && !args.given("warmup")
+                               ? std::max<long long>(warmup_arg, kCallsUntilSettled)
+                               : warmup_arg;
+  if (has_auto && args.given("warmup") && warmup < static_cast<long long>(kCallsUntilSettled)) {
+    std::cerr << "compcoll-bench allreduce: warning: --warmup " << warmup << ": auto settles its "
+              << "choice after " << kCallsUntilSettled << " calls of a size, so its row times "
+              << "its trials (dense and compressed in turn), not its steady state\n";
+  }
   // 0 would kill every rank at once, as if it had hung.
   CC_CHECK(deadline_s >= 1 && deadline_s <= 7 * 24 * 3600, kInvalidArgument,
            "--deadline must be in [1, 604800] seconds, not ", deadline_s);
@@ -321,7 +358,8 @@ int allreduce_main(int argc, char** argv, int first) {
            "--hierarchy: at most one mode other than off (one hierarchy per run), got '", hierarchy,
            "'");
   for (const auto& a : split_names("algo", algos)) find_algorithm(a);  // reject unknown names up front
-  const Config cfg = load_config();                            // and bad COMPCOLL_* values
+  Config cfg = load_config(env_read_by(FrontEnd::kBenchmark));  // and bad COMPCOLL_* values
+  cfg.front_end = FrontEnd::kBenchmark;
   for (const auto& a : split_names("algo", algos)) {           // and settings refused together
     CC_CHECK(!(a == "sbc" && cfg.params.sparse_pattern == SparsePattern::kScatter), kInvalidArgument,
              "--algo sbc: ", kSbcRefusesScatter);
@@ -330,14 +368,21 @@ int allreduce_main(int argc, char** argv, int first) {
     try {
       load_config([&](const char* name) -> std::optional<std::string> {
         if (std::string(name) == "COMPCOLL_DENSITY") return density;
-        return process_env()(name);
+        return env_read_by(FrontEnd::kBenchmark)(name);
       });
     } catch (const Error& e) {
       CC_THROW(kInvalidArgument, "--density (read as ", message_without_prefix(e), ")");
     }
   }
+  // Said here once; the ranks' own lines of the same text are not repeated.
+  std::set<std::string> said;
   for (const UnknownVariable& u : unknown_variables_in_environment()) {  // and misspelt names
     std::cerr << "compcoll-bench allreduce: warning: " << u.message() << "\n";
+    said.insert(u.message());
+  }
+  for (const std::string& m : inert_settings_for_algorithms(cfg, algo_list, process_env())) {
+    std::cerr << "compcoll-bench allreduce: warning: " << m << "\n";  // the table says why
+    said.insert(m);
   }
   warn_about_what_changes_nothing(split_names("algo", algos), cfg, density, sizes, count,
                                   args.given("count"), forced_hierarchy,
@@ -348,7 +393,9 @@ int allreduce_main(int argc, char** argv, int first) {
   // calls run denser on purpose (training accuracy, docs/convergence.md), and
   // a handful of timed calls would time only those. The ranks inherit this;
   // a value the user set is kept and said.
-  const bool warmup_from_user = std::getenv("COMPCOLL_WARMUP_STEPS") != nullptr;
+  // Empty counts as unset, as for every variable (plugin/config.h).
+  const char* warmup_steps = std::getenv("COMPCOLL_WARMUP_STEPS");
+  const bool warmup_from_user = warmup_steps != nullptr && *warmup_steps != '\0';
   if (!warmup_from_user) setenv("COMPCOLL_WARMUP_STEPS", "0", 1);
   kill_children_on_signals();  // Ctrl-C stops the ranks too (first, then the network)
   std::unique_ptr<ShapedNetwork> net;
@@ -419,6 +466,7 @@ int allreduce_main(int argc, char** argv, int first) {
     }
     return 1;
   }
+  pass_on_rank_logs(children, cfg.debug, said);
   if (!json) {
     std::cout << (warmup_from_user
                       ? "# COMPCOLL_WARMUP_STEPS=" + std::string(std::getenv("COMPCOLL_WARMUP_STEPS")) +

@@ -189,13 +189,17 @@ int worker_main(int argc, char** argv, int first) {
     std::cout << usage;
     return 0;
   }
-  Config cfg = load_config();  // COMPCOLL_* settings; a bad value fails here, before traffic
+  // COMPCOLL_* settings (a bad value fails here, before traffic), without
+  // those the benchmark's flags give (the parent says they change nothing).
+  const EnvLookup env = env_read_by(FrontEnd::kBenchmark);
+  Config cfg = load_config(env);
   if (!density.empty()) {
     cfg = load_config([&](const char* name) -> std::optional<std::string> {
       if (std::string(name) == "COMPCOLL_DENSITY") return density;
-      return process_env()(name);
+      return env(name);
     });
   }
+  cfg.front_end = FrontEnd::kBenchmark;
   const std::vector<std::string> names = split_list(algos);
   for (const auto& a : names) find_algorithm(a);  // unknown names fail before traffic
 
@@ -274,7 +278,11 @@ int worker_main(int argc, char** argv, int first) {
     hcfg.hierarchy = *hierarchical;
     HierarchyChoice choice = choose_hierarchy(*comm, hcfg);
     hierarchy = std::move(choice.hierarchy);
-    if (rank == 0 && !choice.why.empty()) std::fprintf(stderr, "compcoll-bench: %s\n", choice.why.c_str());
+    // The parent passes warnings on; the rest only under COMPCOLL_DEBUG=INFO.
+    if (rank == 0 && !choice.why.empty()) {
+      std::fprintf(stderr, "compcoll-bench: %s%s\n", choice.warn ? "warning: " : "",
+                   choice.why.c_str());
+    }
   }
   struct Row {
     std::string algo;

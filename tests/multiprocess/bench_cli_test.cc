@@ -366,7 +366,7 @@ TEST(BenchCli, MisspeltVariablesAreReportedWithTheNearestName) {
 }
 
 // Flags that change nothing, or less than they seem, are said before the
-// run (the ranks' own warnings go to logs shown only on failure); the run
+// run (the ranks' own lines are passed on after it); the run
 // goes on. Each was silent: --density with csc, --count beside --sizes, a
 // count below COMPCOLL_MIN_ELEMS, --hierarchy with every rank on one host.
 TEST(BenchCli, FlagsThatChangeNothingAreSaidAndTheRunGoesOn) {
@@ -414,6 +414,51 @@ TEST(BenchCli, FlagsThatChangeNothingAreSaidAndTheRunGoesOn) {
   EXPECT_EQ(r.err.find("warning"), std::string::npos) << describe(quiet, r);
   // Nor a progress line: stderr is not a terminal here.
   EXPECT_EQ(r.err.find("round"), std::string::npos) << describe(quiet, r);
+}
+
+// What the benchmark does not read is said, not silently ignored, and what
+// its ranks say reaches the user though the run succeeds (their logs are
+// removed with the run's directory). Each was silent: COMPCOLL_ALGO (the
+// rows are --algo's), a variable of no row's algorithm, the hierarchy's
+// note on one host. An empty COMPCOLL_WARMUP_STEPS counts as unset (the
+// steady state), and auto's row is timed after its trials by default.
+TEST(BenchCli, WhatTheRunDoesNotReadIsSaidAndTheRanksNotesReachTheUser) {
+  const std::vector<std::string> args{"allreduce", "--ranks", "2", "--algo", "dgc,auto",
+                                      "--count", "1M", "--iters", "1", "--json"};
+  const BenchRun r = bench(args, {"COMPCOLL_ALGO=sbc", "COMPCOLL_CSC_FRACTION=0.1",
+                                  "COMPCOLL_WARMUP_STEPS="});
+  ASSERT_EQ(r.code, 0) << describe(args, r);
+  const auto once = [&](const std::string& text) {
+    const size_t at = r.err.find(text);
+    EXPECT_NE(at, std::string::npos) << text << "\n" << describe(args, r);
+    if (at != std::string::npos) EXPECT_EQ(r.err.find(text, at + 1), std::string::npos) << text;
+  };
+  once("warning: COMPCOLL_ALGO=sbc changes nothing for compcoll-bench: its rows are the "
+       "algorithms of its --algo flag");
+  once("warning: COMPCOLL_CSC_FRACTION=0.1 changes nothing for this run's algorithms (dgc, "
+       "auto): it tunes csc");
+  EXPECT_EQ(r.err.find("auto settles its choice"), std::string::npos) << describe(args, r);
+  // Steady-state ratios: dgc past its warm-up, auto past its trials (at 1M
+  // floats on loopback it compresses; during its trials every other call
+  // was dense, a ratio near 2).
+  const std::vector<double> ratio = json_numbers(r.out, "ratio");
+  ASSERT_EQ(ratio.size(), 2u) << r.out;
+  EXPECT_GT(ratio[0], 100.0) << r.out;
+  EXPECT_GT(ratio[1], 100.0) << r.out;
+  // A rank's own warning: the hierarchy forced on one host (said by rank 0).
+  const BenchRun h = bench({"allreduce", "--ranks", "2", "--algo", "dgc", "--count", "20000",
+                            "--iters", "1", "--json"},
+                           {"COMPCOLL_HIERARCHY=host"});
+  ASSERT_EQ(h.code, 0) << h.err;
+  EXPECT_NE(h.err.find("compcoll-bench: warning: host hierarchy on (COMPCOLL_HIERARCHY=host)"),
+            std::string::npos) << h.err;
+  // A --warmup too short for auto's trials is said.
+  std::vector<std::string> short_warmup = args;
+  short_warmup.insert(short_warmup.end(), {"--warmup", "2"});
+  const BenchRun w = bench(short_warmup, {});
+  ASSERT_EQ(w.code, 0) << describe(short_warmup, w);
+  EXPECT_NE(w.err.find("warning: --warmup 2: auto settles its choice after 7 calls"),
+            std::string::npos) << describe(short_warmup, w);
 }
 
 // Ranks of one run started with different flags (two benchmarks sharing a

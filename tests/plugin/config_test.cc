@@ -170,7 +170,9 @@ TEST(Config, AMistypedWordIsNamedWithTheWordMeant) {
            {"COMPCOLL_NESTEROV", "ture", "true"},
            {"COMPCOLL_HIERARCHY", " Host", "host"}}) {
     const std::string e = error_of({{var, bad}});
-    EXPECT_NE(e.find(var + "=" + bad + ": "), std::string::npos) << e;
+    // A value with a blank at either end is quoted, or the blank is invisible.
+    const bool blank = bad.front() == ' ' || bad.back() == ' ';
+    EXPECT_NE(e.find(var + "=" + (blank ? "\"" + bad + "\"" : bad) + ": "), std::string::npos) << e;
     EXPECT_NE(e.find("did you mean '" + meant + "'?"), std::string::npos) << e;
   }
   EXPECT_EQ(error_of({{"COMPCOLL_ALGO", "topk"}}).find("did you mean"), std::string::npos);
@@ -235,6 +237,13 @@ TEST(Config, OtherBadValuesAreRejected) {
   EXPECT_NE(error_of({{"COMPCOLL_TRANSPORT", "udp"}}), "");
   EXPECT_NE(error_of({{"COMPCOLL_RENDEZVOUS", "/tmp/x"}}), "");
   EXPECT_NE(error_of({{"COMPCOLL_DEBUG", "LOUD"}}), "");
+  // A log level in any case, as NCCL_DEBUG.
+  EXPECT_EQ(load_config(env_of({{"COMPCOLL_DEBUG", "info"}})).debug, LogLevel::kInfo);
+  EXPECT_EQ(load_config(env_of({{"COMPCOLL_DEBUG", " Trace"}})).debug, LogLevel::kTrace);
+  // An interface and an address for the tcp device: refused, naming both.
+  const std::string both = error_of({{"COMPCOLL_IFACE", "lo"}, {"COMPCOLL_HOSTNAME", "127.0.0.1"}});
+  EXPECT_NE(both.find("COMPCOLL_IFACE=lo and COMPCOLL_HOSTNAME=127.0.0.1 are both set"),
+            std::string::npos) << both;
   EXPECT_NE(error_of({{"COMPCOLL_RANK", "4"}, {"COMPCOLL_WORLD_SIZE", "4"}}), "");
 }
 
@@ -447,6 +456,13 @@ TEST(UnknownVariables, KnownNamesAndOtherPrefixesAreNotReported) {
   env.insert(env.end(), {"PATH=/usr/bin", "NCCL_DEBUG=INFO", "RANK=0", "XCOMPCOLL_ALGO=1",
                          "COMPCOLL=1"});
   EXPECT_TRUE(unknown_variables(env).empty());
+  // A slip in the prefix is named too, where the rest is near a variable.
+  const auto p = unknown_variables({"COMPCOL_ALGO=dgc", "compcoll_density=0.1",
+                                    "COMPCOLLWARMUP_STEPS=3", "COMPCOLLECTOR_HOME=/x"});
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].suggestion, "COMPCOLL_ALGO");
+  EXPECT_EQ(p[1].suggestion, "COMPCOLL_DENSITY");
+  EXPECT_EQ(p[2].suggestion, "COMPCOLL_WARMUP_STEPS");
   const auto u = unknown_variables({"PATH=/bin", "COMPCOLL_ALGOO=dgc", "COMPCOLL_ALGO=dgc"});
   ASSERT_EQ(u.size(), 1u);
   EXPECT_EQ(u[0].name, "COMPCOLL_ALGOO");

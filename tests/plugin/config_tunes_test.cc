@@ -57,6 +57,36 @@ TEST(InertSettings, VariablesTheAlgorithmReadsAndCommunicatorSettingsAreNotRepor
   EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "onebit"}, {"COMPCOLL_DENSITY", ""}}).empty());
 }
 
+// compcoll-bench runs several algorithms from one environment: a variable
+// is said to change nothing only when none of them reads it.
+TEST(InertSettings, ARunOfSeveralAlgorithmsNamesWhatNoneOfThemReads) {
+  const EnvLookup env = env_of({{"COMPCOLL_CSC_FRACTION", "0.1"}, {"COMPCOLL_DENSITY", "0.01"},
+                                {"COMPCOLL_ONEBIT_BLOCK", "64"}, {"COMPCOLL_ALGO", "sbc"}});
+  Config cfg = load_config(env_read_by(FrontEnd::kBenchmark, env));
+  cfg.front_end = FrontEnd::kBenchmark;
+  EXPECT_EQ(inert_settings_for_algorithms(cfg, {"dense", "dgc", "onebit"}, env),
+            (std::vector<std::string>{
+                "COMPCOLL_ALGO=sbc changes nothing for compcoll-bench: its rows are the "
+                "algorithms of its --algo flag",
+                "COMPCOLL_CSC_FRACTION=0.1 changes nothing for this run's algorithms (dense, dgc, "
+                "onebit): it tunes csc"}));
+  // csc reads its fraction, auto (weighing dgc) the density: only onebit's
+  // block, beside COMPCOLL_ALGO, changes nothing.
+  const std::vector<std::string> m = inert_settings_for_algorithms(cfg, {"csc", "auto"}, env);
+  ASSERT_EQ(m.size(), 2u) << ::testing::PrintToString(m);
+  EXPECT_EQ(m[1].rfind("COMPCOLL_ONEBIT_BLOCK=64 changes nothing for this run's algorithms (csc, "
+                       "auto)", 0), 0u) << m[1];
+}
+
+TEST(InertSettings, AMinimumAboveTheLargestCompressedTensorSaysCompressionIsOff) {
+  const std::vector<std::string> m =
+      inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_MIN_ELEMS", "5000000000"}});
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_NE(m[0].find("every call goes exact: COMPCOLL_ALGO=dgc changes nothing"),
+            std::string::npos) << m[0];
+  EXPECT_TRUE(inert({{"COMPCOLL_ALGO", "dgc"}, {"COMPCOLL_MIN_ELEMS", "4294967295"}}).empty());
+}
+
 TEST(InertSettings, WhatAFrontEndTakesFromItsFrameworkIsNamedForItAlone) {
   const std::map<std::string, std::string> vars = {
       {"COMPCOLL_ALGO", "dgc"},          {"COMPCOLL_TIMEOUT_MS", "5000"},
@@ -80,7 +110,8 @@ TEST(InertSettings, WhatAFrontEndTakesFromItsFrameworkIsNamedForItAlone) {
   const std::vector<std::string> nccl = inert(vars, FrontEnd::kNcclInterposer);
   ASSERT_EQ(nccl.size(), 5u) << ::testing::PrintToString(nccl);
   EXPECT_EQ(nccl[0].rfind("COMPCOLL_TORCH_SCOPE=all changes nothing for the NCCL interposer's "
-                          "communicators: they have no notion of a backward pass",
+                          "communicators: it is the PyTorch backend's: the others have no notion "
+                          "of a backward pass",
                           0),
             0u);
   EXPECT_EQ(nccl[1].rfind("COMPCOLL_IFACE=eth0 changes nothing for the NCCL interposer's "
@@ -88,9 +119,18 @@ TEST(InertSettings, WhatAFrontEndTakesFromItsFrameworkIsNamedForItAlone) {
                           0),
             0u);
   EXPECT_EQ(inert(vars, FrontEnd::kStandalone),
-            std::vector<std::string>{"COMPCOLL_TORCH_SCOPE=all changes nothing for the C API and "
-                                     "compcoll-bench: they have no notion of a backward pass and "
-                                     "compress every eligible allreduce"});
+            std::vector<std::string>{"COMPCOLL_TORCH_SCOPE=all changes nothing for the C API: it "
+                                     "is the PyTorch backend's: the others have no notion of a "
+                                     "backward pass and compress every eligible allreduce"});
+  // compcoll-bench starts its ranks and takes its algorithms from its flags.
+  const std::vector<std::string> bench = inert(vars, FrontEnd::kBenchmark);
+  ASSERT_EQ(bench.size(), 5u) << ::testing::PrintToString(bench);
+  EXPECT_EQ(bench[0], "COMPCOLL_ALGO=dgc changes nothing for compcoll-bench: its rows are the "
+                      "algorithms of its --algo flag");
+  for (const std::string& m : {bench[2], bench[3], bench[4]}) {
+    EXPECT_NE(m.find("changes nothing for compcoll-bench: it starts its ranks itself"),
+              std::string::npos) << m;
+  }
   EXPECT_TRUE(inert(vars, FrontEnd::kAny).empty());  // compcoll-info describes, reads nothing
 }
 
