@@ -535,8 +535,17 @@ void Communicator::run_call(const Route& route, void* buf, size_t count, DType d
         log_.trace("new error-feedback state for ", skey_text, " (", count, " elements)");
         break;
       case StateStore::Got::kReplaced:  // a reused key: another tensor at the address
-        log_.info("error-feedback state of ", skey_text, " has ", old_size,
-                  " elements, this rank's ", what, elems, ": starting it fresh");
+        if (key != nullptr && *key != '\0' && cfg_.front_end == FrontEnd::kStandalone &&
+            replaced_keys_said_.insert(key).second) {
+          // A key the caller named, reused for another size: most likely a
+          // slip, and the old residual (what was not yet sent) is dropped.
+          log_.warn("error-feedback state of ", skey_text, " has ", old_size, " elements, this ",
+                    "call's ", what, elems, ": its residual (what was not sent yet) is dropped and "
+                    "a fresh state starts; give each tensor a key of its own (said once per key)");
+        } else {
+          log_.info("error-feedback state of ", skey_text, " has ", old_size,
+                    " elements, this rank's ", what, elems, ": starting it fresh");
+        }
         break;
       case StateStore::Got::kKeptAside:
         log_.info("checkpointed error-feedback state of ", skey_text, " has ", old_size,

@@ -30,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -255,6 +256,8 @@ class Communicator {
   StateStore states_;
   // A partial resume (restored states dropped unused) is said once.
   bool partial_resume_said_ = false;
+  // Keys the caller named whose size changed (said once each, C API).
+  std::set<std::string> replaced_keys_said_;
   // Evicted states that held error feedback not sent yet: the first time
   // at WARN, later ones at INFO (buffers that move every step evict on
   // every call).

@@ -13,9 +13,10 @@ namespace compcoll {
 std::unique_ptr<Communicator> Communicator::connect(const Config& cfg) {
   CC_CHECK(!cfg.rendezvous.empty(), kInvalidArgument,
            "COMPCOLL_RENDEZVOUS is not set (file://DIR or redis://HOST:PORT)");
+  const auto unset_or = [](int v) { return v < 0 ? std::string("unset") : std::to_string(v); };
   CC_CHECK(cfg.rank >= 0 && cfg.world_size >= 1, kInvalidArgument,
-           "COMPCOLL_RANK and COMPCOLL_WORLD_SIZE (or RANK and WORLD_SIZE) must be set, got rank ",
-           cfg.rank, " of ", cfg.world_size);
+           "COMPCOLL_RANK and COMPCOLL_WORLD_SIZE (or RANK and WORLD_SIZE) must be set; the rank "
+           "is ", unset_or(cfg.rank), " and the world size ", unset_or(cfg.world_size));
   // A misspelt COMPCOLL_* name is said before the rendezvous (once per
   // process; the Communicator then has nothing left to say): a misspelt
   // timeout matters most when the rendezvous is what never finishes.

@@ -105,7 +105,9 @@ COMPCOLL_API compcoll_status_t compcoll_comm_create(const char* rendezvous, int 
  * error-feedback state; NULL uses (buf, count, dtype), which holds only
  * while the buffer stays where it is and is not saved by COMPCOLL_STATE_DIR
  * (an address means nothing to the next process; a WARN says how many were
- * left out). A state unused for 10,000 calls that use error-feedback state
+ * left out). A key reused for a tensor of another size starts a fresh state,
+ * dropping what the old one had not sent yet (a WARN, once per key). A state
+ * unused for 10,000 calls that use error-feedback state
  * (calls on the dense route do not count) is dropped, with a WARN the first
  * time one held anything not sent yet. Collective: every
  * rank passes the same count, dtype and op; a call where they differ is the

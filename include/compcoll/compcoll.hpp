@@ -1,6 +1,12 @@
 // compcoll's C++ API: RAII over the C API, errors as compcoll::Exception.
 // Header-only, so C++ users depend on the stable C ABI of libcompcoll only.
+// C++14 or later (the CMake package's target requires it of its users);
+// compcoll.h alone is C.
 #pragma once
+
+#if defined(__cplusplus) && __cplusplus < 201402L && !defined(_MSVC_LANG)
+#error "compcoll.hpp needs C++14 or later (-std=c++14); from older C++, include compcoll/compcoll.h"
+#endif
 
 #include <stdexcept>
 #include <string>

@@ -455,6 +455,11 @@ int allreduce_main(int argc, char** argv, int first) {
                            [&] { progress.poll(); });
   progress.clear();
   if (!ok) {
+    for (Child& c : children) {  // name the flag behind the deadline
+      if (c.killed_because == "the run's deadline passed") {
+        c.killed_because += " (--deadline " + std::to_string(deadline_s) + " s)";
+      }
+    }
     std::cerr << "compcoll-bench allreduce: failed; per rank:\n";
     for (const Child& c : children) {
       std::cerr << "  rank " << c.rank << ": " << describe_status(c) << "\n";

@@ -107,6 +107,9 @@ std::vector<std::string> split_list(const std::string& s) {
 }
 
 std::vector<std::string> split_names(const std::string& flag, const std::string& s) {
+  // "dgc,,sbc" or a trailing comma: most likely a name left out.
+  CC_CHECK(s.empty() || (s.front() != ',' && s.back() != ',' && s.find(",,") == std::string::npos),
+           kInvalidArgument, "--", flag, ": an empty name in '", s, "'");
   std::vector<std::string> out = split_list(s);
   CC_CHECK(!out.empty(), kInvalidArgument, "--", flag, ": no name given in '", s, "'");
   for (size_t i = 0; i < out.size(); ++i) {

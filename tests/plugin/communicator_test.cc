@@ -219,6 +219,36 @@ TEST(Communicator, SaysOnceAtTheEndWhenNothingWasCompressedAndWhy) {
   EXPECT_EQ(run("dgc").find("compressed none"), std::string::npos);
 }
 
+// A key the caller named, reused for a tensor of another size, drops the
+// old state's residual: most likely a slip, so said at WARN (once per key),
+// where it was an INFO line nobody saw. Under a front end whose keys are
+// its own (the PyTorch backend's rebuilt buckets) it stays INFO.
+TEST(Communicator, ANamedKeyReusedForAnotherSizeIsWarnedAboutOnce) {
+  const auto run = [](FrontEnd front_end) {
+    ::testing::internal::CaptureStderr();
+    testing::run_gloo_ranks(2, [&](Comm& comm) {
+      Config c;
+      c.algo = "dgc";
+      c.front_end = front_end;
+      Communicator cc(std::make_unique<Borrowed>(comm), c);
+      for (const size_t n : {100000, 50000, 100000, 50000}) {
+        std::vector<float> g(n, 1.0f);
+        cc.allreduce(g.data(), g.size(), DType::kFloat32, ReduceOp::kSum, "grad");
+      }
+      cc.finish();
+    });
+    return ::testing::internal::GetCapturedStderr();
+  };
+  const std::string err = run(FrontEnd::kStandalone);
+  const std::string want = "compcoll WARN [rank 0] error-feedback state of key:grad";
+  const size_t at = err.find(want);
+  EXPECT_NE(at, std::string::npos) << err;
+  EXPECT_NE(err.find("is dropped and a fresh state starts", at), std::string::npos) << err;
+  EXPECT_EQ(err.find(want, at + 1), std::string::npos) << "once per key: " << err;
+  EXPECT_EQ(run(FrontEnd::kTorchBackend).find("is dropped and a fresh state starts"),
+            std::string::npos);
+}
+
 // Calls a front end sent exact (the PyTorch backend's allreduces outside a
 // backward pass, tensor parallelism's activations) are named with their
 // reason in that WARN, not blamed on the size, dtype or op.
