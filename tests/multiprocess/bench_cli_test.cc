@@ -406,6 +406,16 @@ TEST(BenchCli, FlagsThatChangeNothingAreSaidAndTheRunGoesOn) {
                        "sends every sign), so nothing in this run"),
             std::string::npos)
       << describe(codec, c);
+  // A codec flag no codec of the run reads; the header claims no momentum
+  // correction for onebit.
+  const std::vector<std::string> onebit{"codec", "--algo", "onebit", "--count", "10000",
+                                        "--momentum", "0.9", "--values", "fp16"};
+  const BenchRun o = bench(onebit, {});
+  EXPECT_EQ(o.code, 0) << describe(onebit, o);
+  EXPECT_NE(o.err.find("compcoll-bench codec: warning: --momentum changes nothing for onebit (it "
+                       "is read by dgc, sdagc, sbc, csc)"), std::string::npos) << describe(onebit, o);
+  EXPECT_NE(o.err.find("--values changes nothing for onebit"), std::string::npos) << o.err;
+  EXPECT_EQ(o.out.find("momentum correction"), std::string::npos) << o.out;
   // Nothing to say: a compressible count without those flags.
   const std::vector<std::string> quiet{"allreduce", "--ranks", "2", "--iters", "1", "--json",
                                        "--algo", "dgc", "--count", "20000"};
