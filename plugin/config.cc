@@ -92,6 +92,15 @@ bool parse_bool(const ConfigVar& var, const std::string& value) {
 }
 
 // The value must be one of the '|'-separated words of var.allowed.
+// A variable that takes "auto" beside a number or a boolean: "AUTO" or
+// " auto" is refused (the ranks compare values as given) with the word
+// meant, not as "not a number".
+void refuse_misspelt_auto(const ConfigVar& var, const std::string& value) {
+  if (value != "auto" && folded(value) == "auto") {
+    reject(var, value, "unknown value (did you mean 'auto'?)");
+  }
+}
+
 void check_enum(const ConfigVar& var, const std::string& value) {
   std::stringstream ss(var.allowed);
   std::string word;
@@ -241,6 +250,7 @@ const ConfigVar kTable[] = {
      "at 8 bytes an entry; about 0.0032 at fp16 + varint, 0.0016 at fp32 and u32), sbc 0.002 "
      "(its entries stay under that budget; docs/convergence.md)",
      CC_APPLY {
+       refuse_misspelt_auto(var, value);
        cfg.params.density = value == "auto" ? kAutoDensity : fraction_in_unit(var, value);
      },
      "dgc,sbc,sdagc"},
@@ -268,6 +278,7 @@ const ConfigVar kTable[] = {
      "last 23% with the smooth shape, its 0.39% stage with stages; csc: 2 x "
      "COMPCOLL_CSC_FRACTION, after its warm-up) under SGD's hand-over and for csc (docs/convergence.md)",
      CC_APPLY {
+       refuse_misspelt_auto(var, value);
        cfg.params.momentum_masking_density =
            value == "auto" ? -1.0 : double_in_range(var, value, 0.0, 1.0, true);
      },
@@ -282,6 +293,7 @@ const ConfigVar kTable[] = {
      "script's); otherwise (no momentum, other optimizers, other front ends) nothing changes "
      "(docs/convergence.md)",
      CC_APPLY {
+       refuse_misspelt_auto(var, value);
        cfg.params.momentum_from_optimizer = value == "auto";
        cfg.params.momentum_handover = value != "auto" && parse_bool(var, value);
      },
@@ -430,6 +442,7 @@ const ConfigVar kTable[] = {
      "PyTorch backend's cuda lane), whose host cores are otherwise idle, the CPUs of the rank's "
      "machine shared among its ranks, at most 8 (docs/gpu.md)",
      CC_APPLY {
+       refuse_misspelt_auto(var, value);
        cfg.params.codec_threads =
            value == "auto" ? kAutoCodecThreads : static_cast<int>(int_at_least(var, value, 1, 64));
      },

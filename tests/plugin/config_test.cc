@@ -168,7 +168,12 @@ TEST(Config, AMistypedWordIsNamedWithTheWordMeant) {
            {"COMPCOLL_ALGO", "dcg", "dgc"},
            {"COMPCOLL_ALGO", "onebti", "onebit"},
            {"COMPCOLL_NESTEROV", "ture", "true"},
-           {"COMPCOLL_HIERARCHY", " Host", "host"}}) {
+           {"COMPCOLL_HIERARCHY", " Host", "host"},
+           // "auto" beside a number or a boolean: named, not "not a number".
+           {"COMPCOLL_DENSITY", "AUTO", "auto"},
+           {"COMPCOLL_CODEC_THREADS", "Auto", "auto"},
+           {"COMPCOLL_MOMENTUM_HANDOVER", "AUTO", "auto"},
+           {"COMPCOLL_MOMENTUM_MASKING_DENSITY", "auto ", "auto"}}) {
     const std::string e = error_of({{var, bad}});
     // A value with a blank at either end is quoted, or the blank is invisible.
     const bool blank = bad.front() == ' ' || bad.back() == ' ';
