@@ -403,6 +403,13 @@ int allreduce_main(int argc, char** argv, int first) {
     CC_CHECK(rendezvous.empty() || rendezvous.rfind("file://", 0) == 0, kInvalidArgument,
              "--link: ranks in their namespaces cannot reach the host's loopback; use the default "
              "FileStore or a file:// --rendezvous");
+    for (const char* bound : {"COMPCOLL_IFACE", "COMPCOLL_HOSTNAME"}) {
+      const char* v = std::getenv(bound);
+      if (v != nullptr && *v != '\0') {
+        std::cerr << "compcoll-bench allreduce: warning: " << bound << "=" << v
+                  << " changes nothing with --link: each rank binds its namespace's address\n";
+      }
+    }
     net = std::make_unique<ShapedNetwork>(hosts, parse_link_rate(link));
     ShapedNetwork::install_teardown_on_signals();  // Ctrl-C removes the namespaces too
   }
@@ -425,7 +432,8 @@ int allreduce_main(int argc, char** argv, int first) {
       // there; the host's first rank meters its interface.
       const int host = r / static_cast<int>(ranks_per_host);
       a = net->exec_prefix(host);
-      a.insert(a.end(), {"/usr/bin/env", "COMPCOLL_HOSTNAME=" + net->address(host)});
+      a.insert(a.end(), {"/usr/bin/env", "-u", "COMPCOLL_IFACE",
+                         "COMPCOLL_HOSTNAME=" + net->address(host)});
     }
     a.insert(a.end(), {exe, "worker", "--rank", std::to_string(r), "--ranks",
                                   std::to_string(ranks), "--rendezvous", spec, "--algo", algos,

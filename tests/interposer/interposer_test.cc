@@ -360,7 +360,7 @@ TEST_F(Interposer, SettingsTheNcclCommunicatorGivesAreNamedOnceAndTheRestAreRead
   const std::string ours = " changes nothing for the NCCL interposer's communicators: ";
   for (const std::string& m :
        {"COMPCOLL_WORLD_SIZE=2" + ours + "the NCCL communicator gives the rank, the world size",
-        "COMPCOLL_TORCH_SCOPE=all" + ours + "they have no notion of a backward pass"}) {
+        "COMPCOLL_TORCH_SCOPE=all" + ours + "it is the PyTorch backend's: the others have no notion of a backward pass"}) {
     size_t n = 0;
     for (size_t p = all.find(m); p != std::string::npos; p = all.find(m, p + 1)) ++n;
     EXPECT_EQ(n, 1u) << m << "\n" << r.output;  // once per process (its ranks are threads)
