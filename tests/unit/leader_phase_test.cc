@@ -18,6 +18,7 @@
 #include "collectives/leader_comm.h"
 #include "collectives/registry.h"
 #include "compcoll/error.h"
+#include "tests/support/corrupting_comm.h"
 #include "tests/support/thread_comm.h"
 
 namespace compcoll {
@@ -33,32 +34,6 @@ struct Outcome {
   bool failed = false;
   std::string error;
   double seconds = 0;
-};
-
-// Corrupts the magic of what this leader sends in allgatherv: every leader
-// rejects it alike.
-class CorruptingComm final : public Comm {
- public:
-  explicit CorruptingComm(Comm& inner) : inner_(inner) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::chrono::milliseconds timeout() const override { return inner_.timeout(); }
-  Gathered allgatherv(std::span<const uint8_t> send, size_t max_part) override {
-    Bytes b(send.begin(), send.end());
-    if (!b.empty()) b[0] ^= 0xff;
-    return inner_.allgatherv(b, max_part);
-  }
-  std::vector<Bytes> alltoallv(const std::vector<Bytes>& send, size_t max_part) override {
-    return inner_.alltoallv(send, max_part);
-  }
-  void allreduce(void* buf, size_t count, DType dtype, ReduceOp op) override {
-    inner_.allreduce(buf, count, dtype, op);
-  }
-  void broadcast(void* buf, size_t bytes, int root) override { inner_.broadcast(buf, bytes, root); }
-  void barrier() override { inner_.barrier(); }
-
- private:
-  Comm& inner_;
 };
 
 enum class Failure {
@@ -80,7 +55,7 @@ void leaders_work(Comm& leaders, int world_rank, Failure f) {
   auto state = algo->make_state(kN, leaders.size());
   std::vector<float> g(kN);
   for (size_t i = 0; i < kN; ++i) g[i] = float(i % 97) - 48.0f;
-  CorruptingComm corrupting(leaders);
+  testing::CorruptingComm corrupting(leaders, testing::CorruptingComm::Target::kAllgather, 0);
   const bool corrupt = world_rank == 2 && f == Failure::kEveryLeaderRejects;
   algo->allreduce(corrupt ? static_cast<Comm&>(corrupting) : leaders, g.data(), kN, false, *state);
   if (world_rank == 2 && f == Failure::kOneLeaderAfterwards) CC_THROW(kInternal, "test: rank 2 fails late");

@@ -18,6 +18,7 @@
 
 #include "collectives/registry.h"
 #include "compcoll/error.h"
+#include "tests/support/corrupting_comm.h"
 #include "tests/support/thread_comm.h"
 
 namespace compcoll {
@@ -28,35 +29,6 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kTimeout{20000};
 constexpr double kPrompt = 5.0;  // seconds: far below the timeout
 constexpr size_t kN = 1 << 16;
-
-class CorruptingComm final : public Comm {
- public:
-  CorruptingComm(Comm& inner, size_t magic_at) : inner_(inner), magic_at_(magic_at) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::chrono::milliseconds timeout() const override { return inner_.timeout(); }
-  Gathered allgatherv(std::span<const uint8_t> send, size_t max_part) override {
-    return inner_.allgatherv(send, max_part);
-  }
-  std::vector<Bytes> alltoallv(const std::vector<Bytes>& send, size_t max_part) override {
-    std::vector<Bytes> s = send;
-    if (!done_ && s[1].size() > magic_at_ + 16) {
-      s[1][magic_at_] ^= 0xff;
-      done_ = true;
-    }
-    return inner_.alltoallv(s, max_part);
-  }
-  void allreduce(void* buf, size_t count, DType dtype, ReduceOp op) override {
-    inner_.allreduce(buf, count, dtype, op);
-  }
-  void broadcast(void* buf, size_t bytes, int root) override { inner_.broadcast(buf, bytes, root); }
-  void barrier() override { inner_.barrier(); }
-
- private:
-  Comm& inner_;
-  size_t magic_at_;
-  bool done_ = false;
-};
 
 struct Case {
   const char* algo;
@@ -85,7 +57,8 @@ TEST_P(OwnerRejection, EveryRankStopsPromptlyNamingTheSender) {
       g[i] = float((i * 2654435761u + 97u * comm.rank()) % 1000) - 500.0f;
     }
     const std::vector<float> input = g;
-    CorruptingComm corrupting(comm, c.magic_at);
+    testing::CorruptingComm corrupting(comm, testing::CorruptingComm::Target::kFirstPartToPeer1,
+                                       c.magic_at);
     Comm& via = comm.rank() == 0 ? static_cast<Comm&>(corrupting) : comm;
     std::string error;
     try {
