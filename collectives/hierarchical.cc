@@ -142,6 +142,26 @@ void Hierarchy::leader_phase(const std::function<void(Comm& leaders)>& fn) {
   }
 }
 
+void Hierarchy::join_phase_after_local_failure() noexcept {
+  // Over the world's calls (LeaderComm) every rank takes part in each
+  // exchange of the leader phase: a rank that skipped it would leave the
+  // others waiting in the world's next call until the timeout. So a leader
+  // whose local step failed ends the phase at once, telling everyone
+  // (abandon), and a follower follows it to its end (its own error is the
+  // one it throws). Direct leaders need none of this: their subgroup is
+  // closed by fail_now, and followers are not in it.
+  if (direct_mode_) return;
+  try {
+    if (is_leader()) {
+      if (on_world_) on_world_->abandon();
+    } else {
+      LeaderComm::follow(world_);
+    }
+  } catch (...) {
+    // The phase failed (as this rank's step did): the caller throws its own.
+  }
+}
+
 CallInfo Hierarchy::allreduce(const Algorithm& algo, float* buf, size_t n, bool average,
                               CodecState* state) {
   CC_CHECK(buf != nullptr || n == 0, kInvalidArgument, "allreduce of ", n,
@@ -172,7 +192,13 @@ CallInfo Hierarchy::allreduce(const Algorithm& algo, float* buf, size_t n, bool 
     Addends last_round;
     // The leader's algorithm adds the last round itself (allreduce_host_sum).
     if (local_) {
-      last_round = local_->reduce_to_leader(buf, n, timeout, LocalGroup::LastRound::kReturn);
+      try {
+        last_round = local_->reduce_to_leader(buf, n, timeout, LocalGroup::LastRound::kReturn);
+      } catch (const std::exception& e) {
+        fail_now(e.what());  // first: the host's ranks still waiting fail now
+        join_phase_after_local_failure();
+        throw;
+      }
     }
     leader_phase([&](Comm& leaders) {
       // SUM between hosts: the world size, not the number of hosts, divides.

@@ -169,6 +169,9 @@ class Hierarchy {
  private:
   // The constructor's work: slices, and the leaders' (or slices') subgroup.
   void connect(bool sharded);
+  // A rank whose local step failed before the leader phase still takes its
+  // part in the phase's world calls (LeaderComm only): see the definition.
+  void join_phase_after_local_failure() noexcept;
   Comm& world_;
   HostLayout layout_;
   std::unique_ptr<LocalGroup> local_;

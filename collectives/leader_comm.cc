@@ -49,7 +49,7 @@ LeaderComm::LeaderComm(Comm& world, std::vector<int> leaders)
   CC_CHECK(index_ >= 0, kInternal, "world rank ", world.rank(), " is not a leader");
 }
 
-std::vector<Bytes> LeaderComm::trade(std::vector<Bytes> to, size_t max_part, uint8_t status,
+LeaderComm::Traded LeaderComm::trade(std::vector<Bytes> to, size_t max_part, uint8_t status,
                                      const std::vector<int>& failed) {
   const int P = world_.size();
   std::vector<Bytes> send(static_cast<size_t>(P));
@@ -78,21 +78,33 @@ std::vector<Bytes> LeaderComm::trade(std::vector<Bytes> to, size_t max_part, uin
     world_failed_ = true;  // no further exchange is attempted on it
     throw;
   }
-  std::vector<Bytes> out(leaders_.size());
+  // Every part's status first, then its checks: a leader that failed is
+  // named whatever else this exchange brought (see exchange()).
+  Traded out;
+  out.parts.resize(leaders_.size());
+  out.rank0_status = kDone;  // unless rank 0's part says otherwise
   for (int r = 0; r < P; ++r) {
     const int j = index_of_[static_cast<size_t>(r)];
     Bytes& part = got[static_cast<size_t>(r)];
+    std::string problem;
     if (j < 0) {
-      CC_CHECK(part.empty(), kTransport, "rank ", world_.rank(), ": rank ", r,
-               " is not a host leader but sent ", part.size(), " bytes during a leader exchange");
-      continue;
+      if (!part.empty()) {
+        problem = detail::concat("rank ", world_.rank(), ": rank ", r, " is not a host leader but "
+                                 "sent ", part.size(), " bytes during a leader exchange");
+      }
+    } else if (part.empty() || part.back() > kFailed) {
+      problem = detail::concat("rank ", world_.rank(), ": leader rank ", r, " sent a part without a "
+                               "valid status byte during a leader exchange");
+    } else {
+      if (part.back() == kFailed) out.failed.push_back(r);
+      if (r == 0) out.rank0_status = part.back();
+      if (part.size() - 1 > max_part) {
+        problem = detail::concat("rank ", world_.rank(), ": leader rank ", r, " sent ",
+                                 part.size() - 1, " bytes, more than the call's bound of ", max_part);
+      }
+      out.parts[static_cast<size_t>(j)] = std::move(part);
     }
-    CC_CHECK(!part.empty() && part.back() <= kFailed, kTransport, "rank ", world_.rank(),
-             ": leader rank ", r, " sent a part without a valid status byte during a leader "
-             "exchange");
-    CC_CHECK_LE(part.size() - 1, max_part, kTransport, "rank ", world_.rank(), ": leader rank ", r,
-                " sent ", part.size() - 1, " bytes, more than the call's bound of ", max_part);
-    out[static_cast<size_t>(j)] = std::move(part);
+    if (out.problem.empty()) out.problem = std::move(problem);
   }
   return out;
 }
@@ -100,19 +112,22 @@ std::vector<Bytes> LeaderComm::trade(std::vector<Bytes> to, size_t max_part, uin
 std::vector<Bytes> LeaderComm::exchange(std::vector<Bytes> to, size_t max_part, uint8_t token) {
   CC_CHECK(!phase_failed_ && !world_failed_, kTransport, "rank ", world_.rank(),
            ": the host leaders' communicator failed earlier in this phase");
-  std::vector<Bytes> got = trade(std::move(to), max_part, token, {});
-  std::vector<int> failed;
-  for (size_t j = 0; j < got.size(); ++j) {
-    if (got[j].back() == kFailed) failed.push_back(leaders_[j]);
-  }
-  if (!failed.empty()) {
-    end_failed_phase(got[0].back(), failed);
+  Traded t = trade(std::move(to), max_part, token, {});
+  if (!t.failed.empty()) {
+    end_failed_phase(t.rank0_status, t.failed);
     CC_THROW(kTransport, "world rank ", world_.rank(), " (a host leader): host leader(s) at world "
-             "rank(s) ", list_ranks(failed), " failed during this call's phase between hosts "
+             "rank(s) ", list_ranks(t.failed), " failed during this call's phase between hosts "
              "(their own errors name the cause), so it fails on every rank");
   }
-  for (Bytes& part : got) part.pop_back();
-  return got;
+  if (!t.problem.empty()) {
+    // Seen by this leader alone: the others go on, and its caller's
+    // abandon() tells them in their next exchange, unless this one ended
+    // the phase (rank 0 told the followers kDone: there is none).
+    if (t.rank0_status == kDone) phase_failed_ = true;
+    CC_THROW(kTransport, t.problem);
+  }
+  for (Bytes& part : t.parts) part.pop_back();
+  return std::move(t.parts);
 }
 
 void LeaderComm::end_failed_phase(uint8_t rank0_status, const std::vector<int>& failed) {
@@ -127,14 +142,11 @@ void LeaderComm::abandon() noexcept {
   try {
     // The others are in whatever exchange their phase has reached, with
     // parts of a size this leader cannot know: unbounded, on this one
-    // exchange of a failing call.
-    std::vector<Bytes> got = trade(std::vector<Bytes>(leaders_.size()), kUnboundedPart, kFailed,
-                                   {world_.rank()});
-    std::vector<int> failed;
-    for (size_t j = 0; j < got.size(); ++j) {
-      if (got[j].back() == kFailed) failed.push_back(leaders_[j]);
-    }
-    end_failed_phase(got[0].back(), failed);
+    // exchange of a failing call. Its own part says kFailed, so `failed`
+    // holds it.
+    const Traded t = trade(std::vector<Bytes>(leaders_.size()), kUnboundedPart, kFailed,
+                           {world_.rank()});
+    end_failed_phase(t.rank0_status, t.failed);
   } catch (...) {
     // The caller rethrows its own error; the others fail by theirs.
     phase_failed_ = true;

@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "collectives/comm.h"
@@ -78,12 +79,21 @@ class LeaderComm final : public Comm {
   static void follow(Comm& world);
 
  private:
+  // What one exchange brought: each leader's part by leader index (its
+  // status trailer still on; empty where the part was refused), the world
+  // ranks of the leaders that said kFailed, world rank 0's status (kDone
+  // when its part was unusable), and the first problem found in a part.
+  struct Traded {
+    std::vector<Bytes> parts;
+    std::vector<int> failed;
+    uint8_t rank0_status = 0;
+    std::string problem;
+  };
   // One world alltoallv: to[j] goes to leader j (to.size() == size()), with
-  // this leader's status appended. Returns what each leader sent this one,
-  // by leader index, the status trailer still on. Rank 0 sends followers
-  // `status` (and `failed` when it is kFailed).
-  std::vector<Bytes> trade(std::vector<Bytes> to, size_t max_part, uint8_t status,
-                           const std::vector<int>& failed);
+  // this leader's status appended. Rank 0 sends followers `status` (and
+  // `failed` when it is kFailed). Throws only when the world call does.
+  Traded trade(std::vector<Bytes> to, size_t max_part, uint8_t status,
+               const std::vector<int>& failed);
   // trade() with `token`, and the statuses checked: a leader that failed
   // fails this one (end_failed_phase first); trailers removed.
   std::vector<Bytes> exchange(std::vector<Bytes> to, size_t max_part, uint8_t token);

@@ -88,6 +88,12 @@ CallInfo OneBitAllreduce::allreduce(Comm& comm, float* buf, size_t n, bool avera
   const Gathered all = comm.allgatherv(quantized, std::max(max_part, kRejectionBytes));
   for (int j = 0; j < R; ++j) {
     if (const std::optional<int> sender = rejected_sender(all.part(j))) {
+      // What this rank sent in stage 1 goes back into its worker error, so
+      // that error + sent = its input: nothing of the stopped call is lost.
+      for (int k = 0; k < R; ++k) {
+        const Shard s = shard(n, R, k);
+        onebit_decode(send[k], state.v.data() + s.begin, s.len, /*accumulate=*/true);
+      }
       if (refused) std::rethrow_exception(refused);
       throw_owner_rejection("onebit", comm, j, *sender);
     }

@@ -275,11 +275,9 @@ CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
     for (size_t t = 0; t < chosen.size(); ++t) rel[t] = chosen[t].idx, values[t] = chosen[t].value;
     Bytes body;
     encode_sparse(rel, values, len, encoding, body);  // values now hold what travels
-    for (size_t t = 0; t < chosen.size(); ++t) {
-      if (std::isfinite(chosen[t].value) && std::isfinite(values[t])) {
-        state.v[base + chosen[t].idx] += chosen[t].value - values[t];
-      }
-    }
+    // Its rounding (chosen - values) goes into this owner's residual once the
+    // gather shows no owner refused a part (below): a call that stops there
+    // puts back what each rank selected, whole.
     result.resize(kScatterDemandBytes + body.size());
     store_le<uint64_t>(result.data(), demand);
     std::copy(body.begin(), body.end(), result.begin() + kScatterDemandBytes);
@@ -300,6 +298,11 @@ CallInfo sparse_scatter(Comm& comm, const char* name, const SparseCodec& codec,
     }
     if (refused) std::rethrow_exception(refused);
     throw_owner_rejection(name, comm, j, *sender);
+  }
+  for (size_t t = 0; t < chosen.size(); ++t) {
+    if (std::isfinite(chosen[t].value) && std::isfinite(values[t])) {
+      state.v[base + chosen[t].idx] += chosen[t].value - values[t];
+    }
   }
   std::vector<uint64_t> demands(p);
   std::vector<std::vector<uint32_t>> selections(p);

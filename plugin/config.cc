@@ -689,9 +689,6 @@ Config load_config(const EnvLookup& env) {
   const bool sbc = cfg.algo == "sbc" || (cfg.algo == "auto" && cfg.params.auto_algo == "sbc");
   CC_CHECK(!sbc || cfg.params.sparse_pattern != SparsePattern::kScatter, kInvalidArgument,
            kSbcRefusesScatter);
-  CC_CHECK(cfg.iface.empty() || cfg.hostname.empty(), kInvalidArgument, "COMPCOLL_IFACE=",
-           cfg.iface, " and COMPCOLL_HOSTNAME=", cfg.hostname, " are both set: the tcp device "
-           "binds to an interface or to an address, so unset one of them");
   return cfg;
 }
 

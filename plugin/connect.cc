@@ -13,6 +13,11 @@ namespace compcoll {
 std::unique_ptr<Communicator> Communicator::connect(const Config& cfg) {
   CC_CHECK(!cfg.rendezvous.empty(), kInvalidArgument,
            "COMPCOLL_RENDEZVOUS is not set (file://DIR or redis://HOST:PORT)");
+  // Here, where the tcp device is built (a tool that binds nothing reads
+  // both without harm), naming the variables rather than the device's terms.
+  CC_CHECK(cfg.iface.empty() || cfg.hostname.empty(), kInvalidArgument, "COMPCOLL_IFACE=",
+           cfg.iface, " and COMPCOLL_HOSTNAME=", cfg.hostname, " are both set: the tcp device "
+           "binds to an interface or to an address, so unset one of them");
   const auto unset_or = [](int v) { return v < 0 ? std::string("unset") : std::to_string(v); };
   CC_CHECK(cfg.rank >= 0 && cfg.world_size >= 1, kInvalidArgument,
            "COMPCOLL_RANK and COMPCOLL_WORLD_SIZE (or RANK and WORLD_SIZE) must be set; the rank "

@@ -398,6 +398,11 @@ int allreduce_main(int argc, char** argv, int first) {
   const bool warmup_from_user = warmup_steps != nullptr && *warmup_steps != '\0';
   if (!warmup_from_user) setenv("COMPCOLL_WARMUP_STEPS", "0", 1);
   kill_children_on_signals();  // Ctrl-C stops the ranks too (first, then the network)
+  // The ranks bind their tcp device from these (with --link, to their
+  // namespace's address instead: said below).
+  CC_CHECK(!link.empty() || cfg.iface.empty() || cfg.hostname.empty(), kInvalidArgument,
+           "COMPCOLL_IFACE=", cfg.iface, " and COMPCOLL_HOSTNAME=", cfg.hostname, " are both set: "
+           "the ranks' tcp device binds to an interface or to an address, so unset one of them");
   std::unique_ptr<ShapedNetwork> net;
   if (!link.empty()) {
     CC_CHECK(rendezvous.empty() || rendezvous.rfind("file://", 0) == 0, kInvalidArgument,

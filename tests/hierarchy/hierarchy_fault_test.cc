@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/process_util.h"
@@ -82,6 +83,56 @@ void expect_survivors_failed(const Outcome& o, int victim) {
     EXPECT_NE(o.logs[r].find("error call 8 kind transport"), std::string::npos) << o.logs[r];
   }
   EXPECT_LT(o.worst_ms, double(kTimeoutMs + kSlackMs));
+}
+
+// Over the world's calls (LeaderComm), a leader (rank 2, host 1) whose local
+// step fails without dying (an error, not a crash) never entered the leader
+// phase: the other hosts' ranks waited in its first exchange for the whole
+// timeout. Now it ends the phase at once (LeaderComm::abandon) and its own
+// follower follows it to the end: every rank fails within moments of it,
+// far inside a 20 s timeout.
+TEST(HierarchyFaults, ALeaderWhoseLocalStepFailsWithoutDyingFailsEveryRankAtOnce) {
+  TempDir dir;
+  ChildSet children;
+  const int world = 6;
+  // Every rank stays alive 15 s after its error (connections open), so that
+  // only the hierarchy's own messages can end the others' waits.
+  for (int r = 0; r < world; ++r) {
+    children.add(spawn(
+        {kRank, "--rank", std::to_string(r), "--size", std::to_string(world), "--hosts",
+         "0,0,1,1,2,2", "--rendezvous", "file://" + dir.path() + "/store", "--algo", "dgc",
+         "--count", "200000", "--calls", "100000", "--timeout-ms", "20000", "--kill-level",
+         "local-throw", "--kill-rank", "2", "--kill-call", "3", "--linger-ms", "15000"},
+        dir.path() + "/out" + std::to_string(r)));
+  }
+  const auto log_of = [&](int r) { return read_file(dir.path() + "/out" + std::to_string(r)); };
+  const auto wait_for_error = [&](int r, milliseconds limit) {
+    const auto until = Clock::now() + limit;
+    while (log_of(r).find("error call") == std::string::npos && Clock::now() < until) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return log_of(r).find("error call") != std::string::npos;
+  };
+  ASSERT_TRUE(wait_for_error(2, milliseconds(120000))) << log_of(2);
+  const auto failed_at = Clock::now();
+  EXPECT_NE(log_of(2).find("error call 3 kind invalid argument: compcoll: test: this rank's local "
+                           "step fails"),
+            std::string::npos)
+      << log_of(2);
+  for (int r = 0; r < world; ++r) {
+    if (r == 2) continue;
+    EXPECT_TRUE(wait_for_error(r, milliseconds(5000)))
+        << "rank " << r << " has no error 5 s after rank 2 failed (timeout 20 s):\n" << log_of(r);
+    EXPECT_NE(log_of(r).find("error call 3 kind transport"), std::string::npos) << log_of(r);
+  }
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - failed_at).count();
+  std::printf("[ info ] every rank failed within %.0f ms of rank 2\n", ms);
+  // The other hosts' ranks name it (the leaders' exchange, or rank 0's token).
+  for (int r : {0, 1, 4, 5}) {
+    EXPECT_NE(log_of(r).find("world rank(s) 2"), std::string::npos) << "rank " << r << ":\n"
+                                                                     << log_of(r);
+  }
+  children.kill_all();
 }
 
 // A follower (rank 3, host 1) dies as its local reduce starts: its leader

@@ -3,7 +3,8 @@
 //
 //   compcoll_hierarchy_rank --rank R --size P --hosts H0,H1,... --rendezvous file://DIR
 //       [--algo A] [--count N] [--calls C] [--timeout-ms T]
-//       [--kill-level local|leaders --kill-rank V --kill-call K] [--flat 1]
+//       [--kill-level local|local-throw|leaders --kill-rank V --kill-call K]
+//       [--linger-ms L] [--flat 1]
 //       [--shards 1] [--slow-ms S] [--chunk-floats C]
 //
 // Connects over Gloo tcp on 127.0.0.1 (host of rank r: the label Hr), builds
@@ -12,6 +13,10 @@
 // each that every rank holds the same bytes. Rank V kills itself (SIGKILL)
 // inside call K: at the start of its local reduce (kill-level local), or at
 // its first exchange between hosts (kill-level leaders; V must be a leader).
+// kill-level local-throw: its local reduce throws instead (an error, not a
+// crash). --linger-ms L: after an error a rank stays alive L ms before it
+// exits, as a process that handles the error would, so that its connections
+// do not close and tell the others.
 //
 // --shards 1 builds the sharded hierarchy (COMPCOLL_HIERARCHY=shards): every
 // local rank below the smallest host's size leads its slice of the tensor
@@ -67,6 +72,7 @@ struct Args {
   bool flat = false;
   bool shards = false;
   long long slow_ms = 0;
+  long long linger_ms = 0;
   size_t chunk_floats = kShmDefaultChunkFloats;
 };
 
@@ -91,6 +97,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--flat") a.flat = v == "1";
     else if (k == "--shards") a.shards = v == "1";
     else if (k == "--slow-ms") a.slow_ms = std::stoll(v);
+    else if (k == "--linger-ms") a.linger_ms = std::stoll(v);
     else if (k == "--chunk-floats") a.chunk_floats = std::stoull(v);
     else throw std::invalid_argument("unknown flag " + k);
   }
@@ -175,11 +182,13 @@ class ArmedLocal final : public LocalGroup {
  public:
   explicit ArmedLocal(std::unique_ptr<LocalGroup> g) : g_(std::move(g)) {}
   bool armed = false;
+  bool throws = false;  // --kill-level local-throw: fails without dying
   int local_rank() const override { return g_->local_rank(); }
   int local_size() const override { return g_->local_size(); }
   Addends reduce_to_leader(float* buf, size_t n, std::chrono::milliseconds t,
                            LastRound last) override {
     if (armed) raise(SIGKILL);
+    if (throws) CC_THROW(kInvalidArgument, "test: this rank's local step fails");
     return g_->reduce_to_leader(buf, n, t, last);
   }
   void broadcast_from_leader(float* buf, size_t n, std::chrono::milliseconds t,
@@ -250,32 +259,42 @@ int main(int argc, char** argv) {
     std::printf("READY leader %d\n", int(h.is_leader()));
     std::fflush(stdout);
     std::vector<float> g(a.count);
-    for (call = 0; call < a.calls; ++call) {
-      std::printf("call %lld\n", call);
-      std::fflush(stdout);
-      for (size_t i = 0; i < g.size(); ++i) g[i] = float((a.rank + 1) * int(i % 89)) * 0.01f - float(call);
-      if (a.rank == a.kill_rank && call == a.kill_call) {
-        if (a.kill_level == "local" && local) local->armed = true;
-        if (a.kill_level == "leaders") world.armed = true;
-      }
-      world.barrier();
-      const uint64_t before = world.bytes_sent();
-      const auto t0 = std::chrono::steady_clock::now();
-      if (a.flat) {
-        algo->allreduce(world, g.data(), g.size(), false, *state);
-      } else {
-        h.allreduce(*algo, g.data(), g.size(), false, state.get());
-      }
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      sent += world.bytes_sent() - before;
-      uint64_t mine = fnv(g.data(), g.size());
-      const Gathered all = world.allgatherv({reinterpret_cast<const uint8_t*>(&mine), 8}, 8);
-      for (int r = 0; r < all.parts(); ++r) {
-        if (std::memcmp(all.part(r).data(), &mine, 8) != 0) {
-          std::printf("error call %lld: rank %d holds other bytes than rank %d\n", call, r, a.rank);
-          return 5;
+    try {
+      for (call = 0; call < a.calls; ++call) {
+        std::printf("call %lld\n", call);
+        std::fflush(stdout);
+        for (size_t i = 0; i < g.size(); ++i) g[i] = float((a.rank + 1) * int(i % 89)) * 0.01f - float(call);
+        if (a.rank == a.kill_rank && call == a.kill_call) {
+          if (a.kill_level == "local" && local) local->armed = true;
+          if (a.kill_level == "local-throw" && local) local->throws = true;
+          if (a.kill_level == "leaders") world.armed = true;
+        }
+        world.barrier();
+        const uint64_t before = world.bytes_sent();
+        const auto t0 = std::chrono::steady_clock::now();
+        if (a.flat) {
+          algo->allreduce(world, g.data(), g.size(), false, *state);
+        } else {
+          h.allreduce(*algo, g.data(), g.size(), false, state.get());
+        }
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        sent += world.bytes_sent() - before;
+        uint64_t mine = fnv(g.data(), g.size());
+        const Gathered all = world.allgatherv({reinterpret_cast<const uint8_t*>(&mine), 8}, 8);
+        for (int r = 0; r < all.parts(); ++r) {
+          if (std::memcmp(all.part(r).data(), &mine, 8) != 0) {
+            std::printf("error call %lld: rank %d holds other bytes than rank %d\n", call, r, a.rank);
+            return 5;
+          }
         }
       }
+    } catch (const Error& e) {
+      // Here, not below: the connections (gloo) are still open while the
+      // rank lingers, as in a process that handles the error.
+      std::printf("error call %lld kind %s: %s\n", call, error_kind_name(e.kind()), e.what());
+      std::fflush(stdout);
+      if (a.linger_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.linger_ms));
+      return e.kind() == ErrorKind::kTransport ? 3 : 4;
     }
     std::sort(ms.begin(), ms.end());
     std::printf("done median_ms %.2f bytes_per_call %.0f\n", ms.empty() ? 0.0 : ms[ms.size() / 2],

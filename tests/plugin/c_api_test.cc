@@ -266,6 +266,21 @@ TEST(CApi, CreateFailuresLeaveNullAndNameTheArgument) {
   int size = 0;
   EXPECT_EQ(compcoll_comm_size(nullptr, &size), COMPCOLL_INVALID_ARGUMENT);
   EXPECT_STRNE(compcoll_last_error(), "");
+  // An interface and an address for the tcp device: refused before any
+  // rendezvous, naming both variables (the device's own words named neither).
+  {
+    const std::string dir = make_dir();
+    const ScopedEnv env({{"COMPCOLL_IFACE", "lo"}, {"COMPCOLL_HOSTNAME", "127.0.0.1"}});
+    comm = reinterpret_cast<compcoll_comm_t*>(0x1);
+    EXPECT_EQ(compcoll_comm_create(("file://" + dir).c_str(), 0, 1, &comm),
+              COMPCOLL_INVALID_ARGUMENT);
+    EXPECT_EQ(comm, nullptr);
+    EXPECT_NE(std::string(compcoll_last_error())
+                  .find("COMPCOLL_IFACE=lo and COMPCOLL_HOSTNAME=127.0.0.1 are both set"),
+              std::string::npos)
+        << compcoll_last_error();
+    std::filesystem::remove_all(dir);
+  }
 }
 
 }  // namespace

@@ -154,11 +154,13 @@ def test_sync_batchnorm_statistics_stay_exact_inside_the_backward_pass():
 
 
 
-@pytest.mark.parametrize("mode", ["checkpoint", "checkpoint_reentrant", "differentiable"])
+@pytest.mark.parametrize("mode", ["checkpoint", "checkpoint_reentrant", "checkpoint_in_function",
+                                  "differentiable"])
 def test_activations_summed_in_a_backward_pass_stay_exact(mode):
     """Allreduces issued inside the backward pass that sum activations or
     their gradients: activation checkpointing's recomputation of a forward
-    allreduce (non-reentrant and reentrant) and the backward of
+    allreduce (non-reentrant, also when it runs inside a Function of the
+    script's own, and reentrant) and the backward of
     torch.distributed.nn.functional.all_reduce. They were compressed as
     gradient sums (4 of 8 calls), so the gradients differed from the
     uncheckpointed model's (0.3028 against 0.3072) and a residual of
@@ -173,7 +175,10 @@ def test_activations_summed_in_a_backward_pass_stay_exact(mode):
         res = r.result
         assert res["alone"] == {"compressed": 0, "exact": True, "steps": 3}, (r.rank, res)
         assert res["ddp"]["compressed"] == res["ddp"]["steps"], (r.rank, res)
+    note = "issued in a backward pass "
     said = [ln for ln in ranks[0].stderr.splitlines()
-            if ln.startswith("compcoll INFO") and "while autograd evaluated" in ln]
+            if ln.startswith("compcoll INFO") and note in ln and "took the exact dense path" in ln]
     assert len(said) == 1, ranks[0].describe()
-    assert not [ln for ln in ranks[1].stderr.splitlines() if "while autograd evaluated" in ln]
+    assert ("recomputation of a forward" if mode.startswith("checkpoint_in") or mode == "checkpoint"
+            else "while autograd evaluated") in said[0], said
+    assert not [ln for ln in ranks[1].stderr.splitlines() if note in ln]

@@ -41,8 +41,8 @@ from torch.distributed import distributed_c10d as c10d
 
 import compcoll_autoload
 import compcoll_creators as creators
-from compcoll import (_C, _ddp_hooks, _ddp_join, _join, _loss_scale, _momentum, _notices,
-                      _sync_batchnorm, _tensor_parallel)
+from compcoll import (_C, _activation_checkpoint, _ddp_hooks, _ddp_join, _join, _loss_scale,
+                      _momentum, _notices, _sync_batchnorm, _tensor_parallel)
 
 BACKEND_NAME = "compcoll"
 DEVICES = ["cpu", "cuda"]
@@ -201,6 +201,7 @@ def _build_group(args, device_lane):
     _loss_scale.install()
     _tensor_parallel.install()
     _sync_batchnorm.install()
+    _activation_checkpoint.install()
     return backend
 
 

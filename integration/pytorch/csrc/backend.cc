@@ -374,6 +374,16 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     // registration (compcoll/_ddp_hooks.py), exact here under every scope.
     compress = false;
     exact_reason = kSelfCompressingHook;
+  } else if (compress && values_kind() == ValuesKind::kRecomputation) {
+    // compcoll/_activation_checkpoint.py: activations recomputed in backward, exact
+    // as in the forward they repeat; said once at INFO, since it is right.
+    compress = false;
+    exact_reason = kActivationsInBackward;
+    if (getRank() == 0) {
+      const std::string note = uncompressed_notes_.first_activations(
+          t.numel(), opts.reduceOp, "in activation checkpointing's recomputation of a forward");
+      if (!note.empty()) log_.info("group '", getGroupUid(), "': ", note);
+    }
   } else if (compress && in_values_scope()) {
     compress = false;  // compcoll/_sync_batchnorm.py
     exact_reason = kBatchStatistics;
@@ -394,7 +404,8 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     compress = false;
     exact_reason = kActivationsInBackward;
     if (getRank() == 0) {
-      const std::string note = uncompressed_notes_.first_activations(t.numel(), opts.reduceOp, node);
+      const std::string note = uncompressed_notes_.first_activations(
+          t.numel(), opts.reduceOp, "while autograd evaluated " + node);
       if (!note.empty()) log_.info("group '", getGroupUid(), "': ", note);
     }
   } else if (compress && !cfg_.torch_scope_all && !issued_in_backward()) {

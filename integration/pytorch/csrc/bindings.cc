@@ -446,8 +446,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_exit_gradient_scope", &compcoll::torch_integration::exit_gradient_scope,
         py::arg("saved"));
   m.def("_enter_values_scope", &compcoll::torch_integration::enter_values_scope,
-        "Around SyncBatchNorm's backward: this thread's allreduces are values (exact under "
-        "every scope), even inside a backward pass; _exit_values_scope restores.");
+        py::arg("kind") = 1,
+        "Around SyncBatchNorm's backward (kind 1) or a checkpoint's recomputation (kind 2): "
+        "this thread's allreduces are values (exact under every scope), even inside a backward "
+        "pass; _exit_values_scope restores.");
   m.def("_exit_values_scope", &compcoll::torch_integration::exit_values_scope,
         py::arg("saved"));
   m.def("_enter_owner", &compcoll::torch_integration::enter_owner, py::arg("owner"),

@@ -17,8 +17,8 @@ thread_local Scope inherited_scope = -1;
 // The owner of what this thread issues (see current_owner): set around a
 // wrapped comm hook, or inherited by a callback.
 thread_local uint64_t thread_owner = 0;
-// enter_values_scope: this thread issues values (SyncBatchNorm's statistics).
-thread_local bool values_scope = false;
+// enter_values_scope: this thread issues values (ValuesKind).
+thread_local int values_scope = 0;
 
 }  // namespace
 
@@ -91,15 +91,19 @@ Scope enter_gradient_scope() {
 
 void exit_gradient_scope(Scope saved) { inherited_scope = saved; }
 
-bool enter_values_scope() {
-  const bool saved = values_scope;
-  values_scope = true;
+int enter_values_scope(int kind) {
+  const int saved = values_scope;
+  values_scope = kind == static_cast<int>(ValuesKind::kRecomputation)
+                     ? kind
+                     : static_cast<int>(ValuesKind::kBatchStatistics);
   return saved;
 }
 
-void exit_values_scope(bool saved) { values_scope = saved; }
+void exit_values_scope(int saved) { values_scope = saved; }
 
-bool in_values_scope() { return values_scope; }
+ValuesKind values_kind() { return static_cast<ValuesKind>(values_scope); }
+
+bool in_values_scope() { return values_scope != 0; }
 
 uint64_t enter_owner(uint64_t owner) {
   const uint64_t saved = thread_owner;

@@ -125,12 +125,17 @@ std::string activations_node();
 // compcoll.gradient_scope(): enter returns what exit restores, so scopes nest.
 Scope enter_gradient_scope();
 void exit_gradient_scope(Scope saved);
-// compcoll._sync_batchnorm: what this thread issues is values, not gradient
-// sums, even inside a backward pass (SyncBatchNorm's batch statistics):
-// exact under every COMPCOLL_TORCH_SCOPE. enter returns what exit restores.
-bool enter_values_scope();
-void exit_values_scope(bool saved);
+// What this thread issues is values, not gradient sums, even inside a
+// backward pass: exact under every COMPCOLL_TORCH_SCOPE. Two kinds, for the
+// stats' reason and the notes: SyncBatchNorm's batch statistics
+// (compcoll._sync_batchnorm) and activation checkpointing's recomputation
+// of a forward (compcoll._activation_checkpoint: the node it runs in may be any, a
+// Function of the script's own too). enter returns what exit restores.
+enum class ValuesKind : int { kNone = 0, kBatchStatistics = 1, kRecomputation = 2 };
+int enter_values_scope(int kind);
+void exit_values_scope(int saved);
 bool in_values_scope();
+ValuesKind values_kind();
 
 // Around a DDP comm hook's call (compcoll/_ddp_hooks.py): the same nesting.
 uint64_t enter_owner(uint64_t owner);

@@ -146,9 +146,9 @@ std::string UncompressedNotes::first_coalesced(const std::vector<at::Tensor>& te
 }
 
 std::string UncompressedNotes::first_activations(int64_t numel, const c10d::ReduceOp& op,
-                                                 const std::string& node) {
+                                                 const std::string& where) {
   if (!first_time("activations in backward")) return {};
-  return call_label(op, numel) + " issued in a backward pass while autograd evaluated " + node +
+  return call_label(op, numel) + " issued in a backward pass " + where +
          " took the exact dense path, as will every call like it: one issued there is "
          "activation checkpointing's recomputation of a forward allreduce "
          "(torch.utils.checkpoint) or the backward of torch.distributed.nn.functional."

@@ -45,10 +45,11 @@ class UncompressedNotes {
   // per allreduce), said once at WARN; "" for any other such call.
   std::string first_coalesced(const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op,
                               size_t min_elems);
-  // The same for one issued in backward inside autograd node `node` that
-  // sums activations or their gradients (issue_scope.h, activations_node):
-  // exact by design, an INFO line, once.
-  std::string first_activations(int64_t numel, const c10d::ReduceOp& op, const std::string& node);
+  // The same for one issued in backward that sums activations or their
+  // gradients (issue_scope.h: activations_node, ValuesKind::kRecomputation),
+  // `where` ("while autograd evaluated MulBackward0"): exact by design, an
+  // INFO line, once.
+  std::string first_activations(int64_t numel, const c10d::ReduceOp& op, const std::string& where);
 
  private:
   // True the first time key is asked about, false after (thread-safe).

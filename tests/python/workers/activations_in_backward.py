@@ -7,6 +7,9 @@ over the ranks: an allreduce in forward. TEST_MODE:
                         (use_reentrant=False): backward recomputes its
                         forward, allreduce included, inside an autograd node;
   checkpoint_reentrant  the same with use_reentrant=True;
+  checkpoint_in_function  non-reentrant, the region ending in a Function
+                        of the script's own that saves its input, so the
+                        recomputation runs inside that Function's node;
   differentiable        the mean through torch.distributed.nn.functional.
                         all_reduce, whose backward allreduces the mean's
                         gradient.
@@ -52,6 +55,21 @@ class ExactAllreduce(torch.autograd.Function):
         return torch.stack(parts).sum(0)
 
 
+class Doubled(torch.autograd.Function):
+    """A Function of the script's own that saves its input: the first
+    saved tensor a checkpointed region's backward unpacks."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 2 + 0 * x
+
+
 class Centre(nn.Module):
     def __init__(self, how):
         super().__init__()
@@ -78,10 +96,11 @@ class Model(nn.Module):
         self.wrap = wrap
 
     def block(self, x):
-        return torch.tanh(self.centre(self.a(x)))
+        h = torch.tanh(self.centre(self.a(x)))
+        return Doubled.apply(h) if MODE == "checkpoint_in_function" else h
 
     def forward(self, x):
-        if self.wrap == "checkpoint":
+        if self.wrap in ("checkpoint", "checkpoint_in_function"):
             h = checkpoint(self.block, x, use_reentrant=False)
         elif self.wrap == "checkpoint_reentrant":
             h = checkpoint(self.block, x, use_reentrant=True)
