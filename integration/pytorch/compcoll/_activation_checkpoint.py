@@ -17,17 +17,15 @@ The reentrant form recomputes inside CheckpointFunctionBackward, which
 activations_node names. Wrapped once per process, when the first compcoll
 group is built (as compcoll._sync_batchnorm).
 """
+import functools
+
 from compcoll import _C
 
 _RECOMPUTATION = 2  # csrc/issue_scope.h, ValuesKind::kRecomputation
-_installed = False
 
 
+@functools.cache  # once per process
 def install():
-    global _installed
-    if _installed:
-        return
-    _installed = True
     try:
         from torch.utils import checkpoint
         hook = checkpoint._recomputation_hook

@@ -19,14 +19,9 @@ import functools
 
 from compcoll import _C
 
-_installed = False
 
-
+@functools.cache  # once per process
 def install():
-    global _installed
-    if _installed:
-        return
-    _installed = True
     try:
         from torch.nn.modules import _functions
         function = _functions.SyncBatchNorm

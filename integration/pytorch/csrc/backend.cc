@@ -369,6 +369,13 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
   bool compress = cfg_.compression_enabled() && static_cast<size_t>(t.numel()) >= cfg_.min_elems;
   // Set when the call takes the exact dense route whatever the algorithm.
   const char* exact_reason = nullptr;
+  // Rank 0 says an exact route that is right once, at INFO; make_note()
+  // returns "" after the first time (UncompressedNotes).
+  const auto say_once_at_info = [this](const auto& make_note) {
+    if (getRank() != 0) return;
+    const std::string note = make_note();
+    if (!note.empty()) log_.info("group '", getGroupUid(), "': ", note);
+  };
   if (compress && owner_compresses_itself(current_owner())) {
     // PowerSGD's factors, or its plain allreduces: said once at
     // registration (compcoll/_ddp_hooks.py), exact here under every scope.
@@ -379,11 +386,10 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     // as in the forward they repeat; said once at INFO, since it is right.
     compress = false;
     exact_reason = kActivationsInBackward;
-    if (getRank() == 0) {
-      const std::string note = uncompressed_notes_.first_activations(
+    say_once_at_info([&] {
+      return uncompressed_notes_.first_activations(
           t.numel(), opts.reduceOp, "in activation checkpointing's recomputation of a forward");
-      if (!note.empty()) log_.info("group '", getGroupUid(), "': ", note);
-    }
+    });
   } else if (compress && in_values_scope()) {
     compress = false;  // compcoll/_sync_batchnorm.py
     exact_reason = kBatchStatistics;
@@ -392,10 +398,8 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     // once at INFO, since it is right (mark_tensor_parallel).
     compress = false;
     exact_reason = kTensorParallel;
-    if (getRank() == 0) {
-      const std::string note = uncompressed_notes_.first_tensor_parallel(t.numel(), opts.reduceOp);
-      if (!note.empty()) log_.info("group '", getGroupUid(), "': ", note);
-    }
+    say_once_at_info(
+        [&] { return uncompressed_notes_.first_tensor_parallel(t.numel(), opts.reduceOp); });
   } else if (const std::string node = compress && !cfg_.torch_scope_all && issued_in_backward()
                                             ? activations_node() : std::string();
              !node.empty()) {
@@ -403,11 +407,10 @@ c10::intrusive_ptr<c10d::Work> CompcollBackend::allreduce(std::vector<at::Tensor
     // INFO, since it is right (issue_scope.h).
     compress = false;
     exact_reason = kActivationsInBackward;
-    if (getRank() == 0) {
-      const std::string note = uncompressed_notes_.first_activations(
-          t.numel(), opts.reduceOp, "while autograd evaluated " + node);
-      if (!note.empty()) log_.info("group '", getGroupUid(), "': ", note);
-    }
+    say_once_at_info([&] {
+      return uncompressed_notes_.first_activations(t.numel(), opts.reduceOp,
+                                                   "while autograd evaluated " + node);
+    });
   } else if (compress && !cfg_.torch_scope_all && !issued_in_backward()) {
     // Maybe values, not gradients: exact, and said once (issue_scope.h).
     compress = false;
