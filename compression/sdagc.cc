@@ -13,15 +13,7 @@
 namespace compcoll {
 namespace {
 
-// lambda is one step old. Aiming it a little below the k-th largest |v|
-// (about 1.5k Gaussian candidates) means a count that drifts is trimmed from
-// the candidates in hand rather than costing a rescan of the whole tensor.
-constexpr double kLambdaHeadroom = 0.93;
-
-struct Moments {
-  double sum = 0.0;
-  double sum_sq = 0.0;
-};
+using Moments = SdagcMoments;
 
 // Pass 1: accumulate and gather the first two moments of v. Vector
 // float partials per block keep it vectorised; blocks flush into doubles so
@@ -74,13 +66,15 @@ Moments finite_moments(const float* v, size_t n, size_t* finite_count) {
   return mo;
 }
 
-double sigma_of(const Moments& mo, size_t n) {
+}  // namespace
+
+double sdagc_sigma(const SdagcMoments& mo, size_t n) {
   if (n == 0) return 0.0;
   const double mean = mo.sum / double(n);
-  return std::sqrt(std::max(0.0, mo.sum_sq / double(n) - mean * mean));
+  const double var = mo.sum_sq / double(n) - mean * mean;
+  if (std::isnan(var)) return var;
+  return std::sqrt(std::max(0.0, var));
 }
-
-}  // namespace
 
 double gaussian_two_sided_quantile(double density) {
   // Invert erfc(x / sqrt 2) = density by bisection: no tables, exact enough.
@@ -124,17 +118,17 @@ EncodeInfo SdagcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes
     keys = view.get();
     size_t finite = 0;
     mo = finite_moments(keys, n, &finite);
-    sigma = sigma_of(mo, finite);
+    sigma = sdagc_sigma(mo, finite);
   } else {
     mo = dispatch_momentum(mode, [&](auto mc) {
       return accumulate_moments<decltype(mc)::value>(grad, scale, config_.momentum, st.u.data(), v,
                                                      n);
     });
-    sigma = sigma_of(mo, n);
+    sigma = sdagc_sigma(mo, n);
     if (!std::isfinite(sigma)) {
       size_t finite = 0;
       mo = finite_moments(v, n, &finite);
-      sigma = sigma_of(mo, finite);
+      sigma = sdagc_sigma(mo, finite);
     }
   }
   // During warm-up the density changes stage by stage; restart lambda from
@@ -169,7 +163,7 @@ EncodeInfo SdagcCodec::encode(const float* grad, size_t n, CodecState& st, Bytes
   if (sigma > 0.0 && std::isfinite(sigma)) {
     const float kth = key_at_rank(cand, keys, info.wanted, SelectKey::kMagnitude);
     const double at_k = kth > 0.0f && std::isfinite(kth) ? kth : info.threshold;
-    const double next = kLambdaHeadroom * at_k / sigma;
+    const double next = kSdagcLambdaHeadroom * at_k / sigma;
     if (std::isfinite(next) && next > 0.0) st.lambda = static_cast<float>(next);
   }
   emit_sparse(cand, st, n, config_.encoding, info.density <= config_.mask_density, payload);

@@ -23,6 +23,25 @@ using SdagcConfig = SparsifyConfig;
 // lambda such that P(|Z| >= lambda) = density for a standard normal Z.
 double gaussian_two_sided_quantile(double density);
 
+// lambda is one step old. Aiming it a little below the k-th largest |v|
+// (about 1.5k Gaussian candidates) means a count that drifts is trimmed from
+// the candidates in hand rather than costing a rescan of the whole tensor.
+// Shared with the GPU codec (compression/cuda/sdagc_gpu.cc), whose bits match.
+constexpr double kSdagcLambdaHeadroom = 0.93;
+
+// The sums sdagc's sigma is taken from, in double.
+struct SdagcMoments {
+  double sum = 0.0;
+  double sum_sq = 0.0;
+};
+
+// The standard deviation of n values from their sums. Not finite when a NaN
+// or Inf (or a float lane sum that overflowed) reached the sums: the caller
+// then takes the moments of the finite values alone. (Clamping the variance
+// with std::max(0.0, NaN) would give 0, a finite sigma that sets the
+// threshold to its floor and makes every nonzero element a candidate.)
+double sdagc_sigma(const SdagcMoments& mo, size_t n);
+
 class SdagcCodec final : public SparseCodec {
  public:
   explicit SdagcCodec(const SdagcConfig& config);

@@ -59,12 +59,15 @@ __global__ void pack_kernel(const float* v, const uint32_t* chunks, size_t chunk
   }
 }
 
-__global__ void commit_kernel(float* v, float* u, const uint32_t* chunks, size_t chunk, size_t total) {
+// csc_commit's: u is zeroed with v when masking; otherwise only where v or u
+// is not finite (a non-finite value was sent; its velocity restarts).
+__global__ void commit_kernel(float* v, float* u, const uint32_t* chunks, size_t chunk, size_t total,
+                              bool masking) {
   for (size_t p = first(); p < total; p += step()) {
     const size_t j = p / chunk;
     const size_t i = size_t(chunks[j]) * chunk + (p - j * chunk);
+    if (u != nullptr && (masking || !finite(v[i]) || !finite(u[i]))) u[i] = 0.0f;
     v[i] = 0.0f;
-    if (u != nullptr) u[i] = 0.0f;
   }
 }
 
@@ -125,9 +128,12 @@ size_t CscGpu::pack(const GpuState& st, const std::vector<uint32_t>& chunks, flo
   return total;
 }
 
-void CscGpu::commit(GpuState& st, const std::vector<uint32_t>& chunks, cudaStream_t s) {
+void CscGpu::commit(GpuState& st, const std::vector<uint32_t>& chunks, bool masking, cudaStream_t s) {
   const size_t total = upload(chunks, st.n, s);
-  if (total) commit_kernel<<<grid_for(total), kThreads, 0, s>>>(st.v.data(), st.u_or_null(), chunks_.data(), config_.chunk, total);
+  if (total) {
+    commit_kernel<<<grid_for(total), kThreads, 0, s>>>(st.v.data(), st.u_or_null(), chunks_.data(),
+                                                        config_.chunk, total, masking);
+  }
   check(cudaGetLastError(), "csc commit");
 }
 

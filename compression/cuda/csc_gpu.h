@@ -26,8 +26,10 @@ class CscGpu {
   // The selected chunks of v back to back into d_packed; returns the number
   // of floats written (csc_pack's size).
   size_t pack(const GpuState& st, const std::vector<uint32_t>& chunks, float* d_packed, cudaStream_t s);
-  // Zeroes v (and u) in the selected chunks: what was sent leaves the residual.
-  void commit(GpuState& st, const std::vector<uint32_t>& chunks, cudaStream_t s);
+  // Zeroes v in the selected chunks, what was sent leaving the residual, and
+  // u with it when masking (csc_commit's momentum factor masking; the
+  // collective passes CscConfig::masking, or its warm-up's choice).
+  void commit(GpuState& st, const std::vector<uint32_t>& chunks, bool masking, cudaStream_t s);
   // d_out = 0 except the selected chunks, which take the packed values.
   void unpack(const float* d_packed, const std::vector<uint32_t>& chunks, size_t n, float* d_out,
               cudaStream_t s);

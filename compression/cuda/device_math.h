@@ -129,40 +129,14 @@ CC_HD float lane_total(const float l[4]) {
   return s;
 }
 
-// onebit's per-block scales (compression/onebit.cc, accumulate_block) from
-// lane sums over the block's first len - len%4 elements and the scalar tail.
+// onebit's per-block scales (compression/onebit.cc, accumulate_block).
 struct OneBitScales {
   float pos;
   float neg;
 };
 
-CC_HD OneBitScales onebit_scales(const float abs_lane[4], const float neg_lane[4],
-                                 const int neg_count_lane[4], const float* tail, size_t tail_len,
-                                 size_t len, bool signed_means) {
-  double abs_total = lane_total(abs_lane);
-  double neg_total = lane_total(neg_lane);
-  double negatives = 0.0;
-  for (int j = 0; j < 4; ++j) negatives = dadd(negatives, double(neg_count_lane[j]));
-  for (size_t i = 0; i < tail_len; ++i) {
-    const float e = tail[i];
-    abs_total = dadd(abs_total, double(abs_of(e)));
-    if (sign_of(e)) {
-      neg_total = dadd(neg_total, -double(e));
-      negatives = dadd(negatives, 1.0);
-    }
-  }
-  if (!signed_means) {
-    const float s = len ? float(abs_total / double(len)) : 0.0f;
-    return {s, s};
-  }
-  const double positives = double(len) - negatives;
-  const double pos_total = abs_total - neg_total;
-  return {positives > 0 ? float(pos_total / positives) : 0.0f,
-          negatives > 0 ? float(neg_total / negatives) : 0.0f};
-}
-
-// The same for a block holding non-finite values: one sequential double
-// pass over the finite ones (they are zeroed by the caller).
+// A block holding non-finite values: one sequential double pass over the
+// finite ones (they are zeroed by the caller).
 CC_HD OneBitScales onebit_scales_sequential(const float* e, size_t len, bool signed_means) {
   double abs_total = 0.0, neg_total = 0.0, negatives = 0.0;
   size_t finite_count = 0;
@@ -180,6 +154,40 @@ CC_HD OneBitScales onebit_scales_sequential(const float* e, size_t len, bool sig
     return {s, s};
   }
   const double positives = double(finite_count) - negatives;
+  const double pos_total = abs_total - neg_total;
+  return {positives > 0 ? float(pos_total / positives) : 0.0f,
+          negatives > 0 ? float(neg_total / negatives) : 0.0f};
+}
+
+// The scales of a block of len elements e, all finite, from the lane sums
+// over its first len - len%4 elements and the scalar tail.
+CC_HD OneBitScales onebit_scales(const float* e, size_t len, const float abs_lane[4],
+                                 const float neg_lane[4], const int neg_count_lane[4],
+                                 bool signed_means) {
+  // The float lanes overflow to Inf for huge finite inputs (2048 x 1e36), as
+  // on the CPU: then its sequential double sums, which cannot. (A negative
+  // lane, never larger than its magnitude lane, overflows only with it.)
+  if (!finite(lane_total(abs_lane))) return onebit_scales_sequential(e, len, signed_means);
+  const size_t len4 = len - len % 4;
+  const float* tail = e + len4;
+  const size_t tail_len = len - len4;
+  double abs_total = lane_total(abs_lane);
+  double neg_total = lane_total(neg_lane);
+  double negatives = 0.0;
+  for (int j = 0; j < 4; ++j) negatives = dadd(negatives, double(neg_count_lane[j]));
+  for (size_t i = 0; i < tail_len; ++i) {
+    const float x = tail[i];
+    abs_total = dadd(abs_total, double(abs_of(x)));
+    if (sign_of(x)) {
+      neg_total = dadd(neg_total, -double(x));
+      negatives = dadd(negatives, 1.0);
+    }
+  }
+  if (!signed_means) {
+    const float s = len ? float(abs_total / double(len)) : 0.0f;
+    return {s, s};
+  }
+  const double positives = double(len) - negatives;
   const double pos_total = abs_total - neg_total;
   return {positives > 0 ? float(pos_total / positives) : 0.0f,
           negatives > 0 ? float(neg_total / negatives) : 0.0f};

@@ -51,7 +51,8 @@ EncodeInfo DgcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Bytes&
   const SelectionTarget target{info.wanted, (info.wanted * 4 + 4) / 5, info.wanted};
   info.threshold = finalize_selection_with(sel_, target, pass_fraction, t, count);
   info.sent = sel_.held();
-  detail::emit_sparse_gpu(sel_, st, n, config_.encoding, payload, values_, s);
+  detail::emit_sparse_gpu(sel_, st, n, config_.encoding, info.density <= config_.mask_density,
+                          payload, values_, s);
   ++st.steps;
   return info;
 }

@@ -72,9 +72,7 @@ __global__ void accumulate_kernel(const float* x, float* err, size_t n, size_t b
     atomicAdd(total_bad, (unsigned long long)bad_count);
     return;
   }
-  float tail[4];
-  for (size_t j = len4; j < len; ++j) tail[j - len4] = err[begin + j];
-  const OneBitScales s = onebit_scales(abs_lane, neg_lane, neg_count, tail, len - len4, len, pair);
+  const OneBitScales s = onebit_scales(err + begin, len, abs_lane, neg_lane, neg_count, pair);
   scales[b * (pair ? 2 : 1)] = s.pos;
   if (pair) scales[b * 2 + 1] = s.neg;
 }

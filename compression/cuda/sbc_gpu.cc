@@ -112,7 +112,7 @@ EncodeInfo SbcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Bytes&
   values_.resize(k);
   to_device(sent_idx_.data(), sent.idx.data(), k, s);
   to_device(values_.data(), means.data(), k, s);
-  detail::sparse_residual(v, nullptr, sent_idx_.data(), values_.data(), k, s);
+  detail::sparse_residual(v, nullptr, sent_idx_.data(), values_.data(), k, /*masking=*/false, s);
   check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   info.sent = k;
   info.threshold = sent.sides == kSbcNegativeSide ? -t_neg : t_pos;

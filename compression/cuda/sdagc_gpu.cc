@@ -9,24 +9,9 @@
 #include "compression/cuda/finalize.h"
 #include "compression/cuda/sparse_gpu.h"
 #include "compression/cuda/sparse_kernels.h"
+#include "compression/sdagc.h"
 
 namespace compcoll::cuda {
-namespace {
-
-constexpr double kLambdaHeadroom = 0.93;  // sdagc.cc's
-
-struct Moments {
-  double sum = 0.0;
-  double sum_sq = 0.0;
-};
-
-double sigma_of(const Moments& mo, size_t n) {  // sdagc.cc's
-  if (n == 0) return 0.0;
-  const double mean = mo.sum / double(n);
-  return std::sqrt(std::max(0.0, mo.sum_sq / double(n) - mean * mean));
-}
-
-}  // namespace
 
 SdagcCodecGpu::SdagcCodecGpu(const SdagcConfig& config) : config_(config) {
   SdagcCodec check_config(config);
@@ -55,7 +40,7 @@ EncodeInfo SdagcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Byte
   tail_.resize(4);
   detail::sdagc_accumulate(mode, grad, scale, config_.momentum, st.u_or_null(), v, n, block_sum_.data(),
                            block_sq_.data(), tail_.data(), s);
-  Moments mo;
+  SdagcMoments mo;
   const std::vector<float> bs = to_host(block_sum_.data(), blocks, s);
   const std::vector<float> bq = to_host(block_sq_.data(), blocks, s);
   for (size_t b = 0; b < blocks; ++b) {
@@ -66,11 +51,11 @@ EncodeInfo SdagcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Byte
     mo.sum += vi;
     mo.sum_sq += double(vi) * vi;
   }
-  double sigma = sigma_of(mo, n);
+  double sigma = sdagc_sigma(mo, n);
   if (!std::isfinite(sigma)) {
     // Rare (a NaN or Inf in v): the CPU's sequential pass over the finite values.
     const std::vector<float> host_v = to_host(v, n, s);
-    Moments fm;
+    SdagcMoments fm;
     size_t finite = 0;
     for (const float x : host_v) {
       if (!std::isfinite(x)) continue;
@@ -78,7 +63,7 @@ EncodeInfo SdagcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Byte
       fm.sum_sq += double(x) * x;
       ++finite;
     }
-    sigma = sigma_of(fm, finite);
+    sigma = sdagc_sigma(fm, finite);
   }
   float lambda = st.lambda;
   if (info.density != config_.density) {
@@ -103,12 +88,13 @@ EncodeInfo SdagcCodecGpu::encode(const float* grad, size_t n, GpuState& st, Byte
   if (sigma > 0.0 && std::isfinite(sigma)) {
     const float kth = sel_.key_at_rank(info.wanted);
     const double at_k = kth > 0.0f && std::isfinite(kth) ? kth : info.threshold;
-    const double next = kLambdaHeadroom * at_k / sigma;
+    const double next = kSdagcLambdaHeadroom * at_k / sigma;
     if (std::isfinite(next) && next > 0.0) st.lambda = static_cast<float>(next);
   }
   // key_at_rank reorders the selection by key: restore index order.
   sel_.sort_by_index();
-  detail::emit_sparse_gpu(sel_, st, n, config_.encoding, payload, values_, s);
+  detail::emit_sparse_gpu(sel_, st, n, config_.encoding, info.density <= config_.mask_density,
+                          payload, values_, s);
   ++st.steps;
   return info;
 }

@@ -46,13 +46,13 @@ std::vector<float> values_at(const float* v, const uint32_t* idx, size_t k, Devi
 }
 
 void emit_sparse_gpu(const GpuSelector& sel, GpuState& st, uint64_t n, SparseEncoding encoding,
-                     Bytes& payload, DeviceBuffer<float>& values, cudaStream_t s) {
+                     bool masking, Bytes& payload, DeviceBuffer<float>& values, cudaStream_t s) {
   const size_t k = sel.held();
   const std::vector<uint32_t> idx = sel.selection_on_host();
   std::vector<float> vals = values_at(st.v.data(), sel.selection(), k, values, s);
   encode_sparse(idx, vals, n, encoding, payload);  // vals now hold what receivers decode
   to_device(values.data(), vals.data(), k, s);
-  sparse_residual(st.v.data(), st.u_or_null(), sel.selection(), values.data(), k, s);
+  sparse_residual(st.v.data(), st.u_or_null(), sel.selection(), values.data(), k, masking, s);
   check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 

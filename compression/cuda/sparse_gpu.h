@@ -101,9 +101,10 @@ void refuse_normalized_selection(float second_moment_beta);
 float clip_scale_gpu(const float* d_grad, size_t n, float clip, int world_size,
                      DeviceBuffer<double>& partial, cudaStream_t s);
 // dgc.cc's emit_sparse: gathers the selected values, encodes them with the
-// CPU's encode_sparse, and applies what was sent to v (and masks u).
+// CPU's encode_sparse, and applies what was sent to v (and masks u when
+// masking, as the CPU does at densities up to mask_density).
 void emit_sparse_gpu(const GpuSelector& sel, GpuState& st, uint64_t n, SparseEncoding encoding,
-                     Bytes& payload, DeviceBuffer<float>& values, cudaStream_t s);
+                     bool masking, Bytes& payload, DeviceBuffer<float>& values, cudaStream_t s);
 // Values at the selection's indices, on the host.
 std::vector<float> values_at(const float* v, const uint32_t* idx, size_t k, DeviceBuffer<float>& scratch,
                              cudaStream_t s);

@@ -135,12 +135,14 @@ __global__ void set_at_kernel(float* v, const uint32_t* idx, size_t k, float val
   for (size_t j = first(); j < k; j += step()) { v[idx[j]] = value; }
 }
 
-__global__ void sparse_residual_kernel(float* v, float* u, const uint32_t* idx, const float* sent, size_t k) {
+__global__ void sparse_residual_kernel(float* v, float* u, const uint32_t* idx, const float* sent, size_t k,
+                                       bool masking) {
   for (size_t j = first(); j < k; j += step()) {
     const uint32_t i = idx[j];
     const float vi = v[i];
-    v[i] = finite(sent[j]) && finite(vi) ? fsub(vi, sent[j]) : 0.0f;
-    if (u != nullptr) u[i] = 0.0f;
+    const bool both_finite = finite(sent[j]) && finite(vi);
+    v[i] = both_finite ? fsub(vi, sent[j]) : 0.0f;
+    if (u != nullptr && (masking || !both_finite)) u[i] = 0.0f;
   }
 }
 
@@ -231,9 +233,10 @@ void set_at(float* v, const uint32_t* idx, size_t k, float value, cudaStream_t s
   check(cudaGetLastError(), "set_at");
 }
 
-void sparse_residual(float* v, float* u, const uint32_t* idx, const float* sent, size_t k, cudaStream_t s) {
+void sparse_residual(float* v, float* u, const uint32_t* idx, const float* sent, size_t k, bool masking,
+                     cudaStream_t s) {
   if (k == 0) return;
-  sparse_residual_kernel<<<grid_for(k), kThreads, 0, s>>>(v, u, idx, sent, k);
+  sparse_residual_kernel<<<grid_for(k), kThreads, 0, s>>>(v, u, idx, sent, k, masking);
   check(cudaGetLastError(), "sparse_residual");
 }
 

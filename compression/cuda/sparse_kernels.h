@@ -51,8 +51,10 @@ void sbc_fused(const float* g, float* v, size_t n, float t_pos, float t_neg, Sbc
 // v[idx[j]] = value.
 void set_at(float* v, const uint32_t* idx, size_t k, float value, cudaStream_t s);
 // What a sparse payload sent leaves the residual: v[i] -= sent[j] (0 when
-// either is not finite) and u[i] = 0 (momentum factor masking; u may be null).
-void sparse_residual(float* v, float* u, const uint32_t* idx, const float* sent, size_t k, cudaStream_t s);
+// either is not finite), and u[i] = 0 when masking (momentum factor masking)
+// or where either is not finite, whose velocity restarts (u may be null).
+void sparse_residual(float* v, float* u, const uint32_t* idx, const float* sent, size_t k, bool masking,
+                     cudaStream_t s);
 
 // Per-block partial sums of g[i]^2 in double, for the clipping norm (of the
 // finite elements only, with finite_only); returns the number of partials

@@ -161,8 +161,10 @@ Interposer::Interposer() : log_(LogLevel::kWarn, -1) {
     return;
   }
   try {
-    // The GPU codecs implement neither: refuse them rather than compute
-    // other math than the CPU path (docs/convergence.md). The default
+    // Refused rather than computing other math than the CPU path
+    // (docs/convergence.md): the GPU codecs have no momentum handover, and
+    // their masking below density 1 (compression/cuda, tests/gpu) has not run
+    // on a device yet. The default
     // COMPCOLL_MOMENTUM_HANDOVER=auto needs the optimizer, which NCCL's
     // callers never show us: it stays off here, as documented.
     const AlgoParams& p = settings_.config.params;

@@ -196,5 +196,40 @@ TEST(SparseCodecs, NonFiniteValuesAreSentAndDoNotPoisonTheResidual) {
   }
 }
 
+// sdagc's threshold is lambda times the standard deviation of v. A NaN or
+// Inf in v (or float lane sums that overflow) must not make that sigma 0:
+// the threshold would fall to its floor, every nonzero element would become
+// a candidate (about 1.24 k sent here, and twice the encode time) and lambda
+// would not be adapted. Its moments are taken over the finite values.
+TEST(SparseCodecs, SdagcSetsItsThresholdFromTheFiniteValuesWhenOneIsNotFinite) {
+  const size_t n = size_t{1} << 20;
+  SdagcConfig c;
+  c.density = 0.001;
+  const SdagcCodec codec(c);
+  for (const float bad : {NAN, INFINITY, -INFINITY}) {
+    auto clean_state = codec.make_state(n);
+    auto bad_state = codec.make_state(n);
+    Bytes payload;
+    for (uint64_t seed = 1; seed <= 2; ++seed) {
+      const auto g = bench::make_gradient(GradientKind::kGaussian, n, seed);
+      codec.encode(g.data(), n, *clean_state, payload);
+      codec.encode(g.data(), n, *bad_state, payload);
+    }
+    ASSERT_EQ(clean_state->lambda, bad_state->lambda);
+    const float lambda_before = bad_state->lambda;
+    auto g = bench::make_gradient(GradientKind::kGaussian, n, 3);
+    const EncodeInfo clean = codec.encode(g.data(), n, *clean_state, payload);
+    g[123] = bad;
+    const EncodeInfo with_bad = codec.encode(g.data(), n, *bad_state, payload);
+    // The same selection but for the one non-finite entry, sent as well.
+    EXPECT_LE(with_bad.sent, clean.sent + 2) << bad;
+    EXPECT_GE(with_bad.sent + 2, clean.sent) << bad;
+    EXPECT_NEAR(with_bad.threshold, clean.threshold, 0.01 * clean.threshold) << bad;
+    // And lambda adapted as on the clean step.
+    EXPECT_NE(bad_state->lambda, lambda_before) << bad;
+    EXPECT_NEAR(bad_state->lambda, clean_state->lambda, 0.01 * clean_state->lambda) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace compcoll
