@@ -167,7 +167,8 @@ TEST_P(AllreduceTest, IdenticalEverywhereAndEqualToWhatTheCodecsSelected) {
       }
     }
     if (n > 0) {
-      EXPECT_LE(rel_l2(buf, exact), bound);
+      // Strictly: an output of zeros, which sent nothing, is exactly 1.0.
+      EXPECT_LT(rel_l2(buf, exact), bound);
     }
   });
 }

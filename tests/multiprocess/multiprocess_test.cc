@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -41,12 +43,35 @@ std::pair<int, std::string> run_bench(const std::vector<std::string>& extra) {
   return {r.code, r.output};
 }
 
+// A number field of the JSON row of `algo` in the bench's output (NaN when
+// the row or the field is missing).
+double row_field(const std::string& out, const std::string& algo, const std::string& field) {
+  const size_t row = out.find("\"algo\": \"" + algo + "\"");
+  if (row == std::string::npos) return std::nan("");
+  const size_t end = out.find('}', row);
+  const size_t at = out.find("\"" + field + "\": ", row);
+  if (at == std::string::npos || at > end) return std::nan("");
+  return std::strtod(out.c_str() + at + field.size() + 4, nullptr);
+}
+
 TEST(MultiProcess, EveryAlgorithmOverAFileStoreGivesIdenticalResults) {
   const auto [code, out] = run_bench({});
   ASSERT_EQ(code, 0) << out;
   EXPECT_EQ(count_of(out, "\"identical\": true"), 6u) << out;
   for (const char* a : {"dense", "dgc", "sbc", "sdagc", "csc", "onebit"}) {
     EXPECT_NE(out.find(std::string("\"algo\": \"") + a + "\""), std::string::npos) << a;
+  }
+  // The error columns (docs/benchmark.md): dense is exact to float rounding;
+  // a compressed call is off (it sends a fraction), and the running sum over
+  // the calls is nearer the exact one than a single call, since what one
+  // call held back is sent by a later one (error feedback).
+  EXPECT_LT(row_field(out, "dense", "rel_error"), 1e-6) << out;
+  for (const char* a : {"dgc", "sbc", "sdagc", "csc", "onebit"}) {
+    const double call = row_field(out, a, "rel_error");
+    const double running = row_field(out, a, "running_rel_error");
+    EXPECT_GT(call, 0.01) << a << "\n" << out;
+    EXPECT_GT(running, 0.0) << a << "\n" << out;
+    EXPECT_LT(running, 0.99 * call) << a << "\n" << out;
   }
 }
 
