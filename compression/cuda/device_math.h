@@ -135,6 +135,20 @@ struct OneBitScales {
   float neg;
 };
 
+// The scales from the sums over a block's count values (onebit.cc's last
+// step): one mean magnitude, or the means of each side.
+CC_HD OneBitScales onebit_scales_of(double abs_total, double neg_total, double negatives, size_t count,
+                                    bool signed_means) {
+  if (!signed_means) {
+    const float s = count ? float(abs_total / double(count)) : 0.0f;
+    return {s, s};
+  }
+  const double positives = double(count) - negatives;
+  const double pos_total = abs_total - neg_total;
+  return {positives > 0 ? float(pos_total / positives) : 0.0f,
+          negatives > 0 ? float(neg_total / negatives) : 0.0f};
+}
+
 // A block holding non-finite values: one sequential double pass over the
 // finite ones (they are zeroed by the caller).
 CC_HD OneBitScales onebit_scales_sequential(const float* e, size_t len, bool signed_means) {
@@ -149,14 +163,7 @@ CC_HD OneBitScales onebit_scales_sequential(const float* e, size_t len, bool sig
       negatives = dadd(negatives, 1.0);
     }
   }
-  if (!signed_means) {
-    const float s = finite_count ? float(abs_total / double(finite_count)) : 0.0f;
-    return {s, s};
-  }
-  const double positives = double(finite_count) - negatives;
-  const double pos_total = abs_total - neg_total;
-  return {positives > 0 ? float(pos_total / positives) : 0.0f,
-          negatives > 0 ? float(neg_total / negatives) : 0.0f};
+  return onebit_scales_of(abs_total, neg_total, negatives, finite_count, signed_means);
 }
 
 // The scales of a block of len elements e, all finite, from the lane sums
@@ -183,14 +190,7 @@ CC_HD OneBitScales onebit_scales(const float* e, size_t len, const float abs_lan
       negatives = dadd(negatives, 1.0);
     }
   }
-  if (!signed_means) {
-    const float s = len ? float(abs_total / double(len)) : 0.0f;
-    return {s, s};
-  }
-  const double positives = double(len) - negatives;
-  const double pos_total = abs_total - neg_total;
-  return {positives > 0 ? float(pos_total / positives) : 0.0f,
-          negatives > 0 ? float(neg_total / negatives) : 0.0f};
+  return onebit_scales_of(abs_total, neg_total, negatives, len, signed_means);
 }
 
 }  // namespace compcoll::cuda
