@@ -269,3 +269,55 @@ def test_no_inner_backend_thread_frees_the_callers_storage():
     # Let go as they become unshared, not kept for the process's lifetime
     # (about 45 operations were issued).
     assert ranks[0].result["kept"] <= 4, ranks[0].result["kept"]
+
+
+EXIT_WITH_AN_OPERATION_A_PEER_NEVER_JOINS = """
+import json, os, sys, time, torch, torch.distributed as dist
+from datetime import timedelta
+d = os.environ["TEST_DIR"]
+dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+rank = dist.get_rank()
+dist.all_reduce(torch.ones(1 << 16))  # both here
+if rank == 0:
+    # A peer that never joins (stopped, or its host gone without a reset):
+    # an operation still waits on it when this process exits.
+    dist.all_reduce(torch.ones(1 << 16), async_op=True)
+    with open(os.path.join(d, "rank0"), "w") as f:
+        json.dump({"pid": os.getpid(), "exiting_at": time.time()}, f)
+    sys.exit(0)
+path = os.path.join(d, "rank0")
+for _ in range(400):  # bounded: 40 s
+    if os.path.exists(path):
+        break
+    time.sleep(0.1)
+rank0 = json.load(open(path))
+gone = None
+for _ in range(400):  # rank 0 exits; not the group's 60 s later
+    try:
+        os.kill(rank0["pid"], 0)
+    except ProcessLookupError:
+        gone = time.time()
+        break
+    time.sleep(0.1)
+print("RESULT", json.dumps({"exit_took_s": None if gone is None else gone - rank0["exiting_at"]}))
+os._exit(0)
+"""
+
+
+def test_a_process_exits_without_waiting_the_timeout_for_an_operation_a_peer_never_joins(tmp_path):
+    """Plain Gloo's process exits at once with an operation still waiting on
+    a peer; compcoll's waits for it, to write the stats and error-feedback
+    state, at most CompcollBackend::kExitDrainBound (5 s), not the group's
+    timeout (60 s here, 30 minutes by default), and says what it did not
+    write and which operation was waiting."""
+    ranks = launch(["-c", EXIT_WITH_AN_OPERATION_A_PEER_NEVER_JOINS], 2,
+                   env={"COMPCOLL_ALGO": "dgc", "TEST_DIR": str(tmp_path),
+                        "COMPCOLL_STATS_FILE": str(tmp_path / "stats-{rank}.json")},
+                   timeout=150, check=False)
+    assert ranks[0].returncode == 0, ranks[0].describe()
+    took = ranks[1].result["exit_took_s"]
+    assert took is not None and took < 5 + 5, ranks[1].describe()
+    assert re.search(r"the process exits while all_reduce \(Float, 65536 elements\), operation #\d+, "
+                     r"(running|issued|queued)[^,]*, has not settled after a further 5000 ms",
+                     ranks[0].stderr), ranks[0].stderr
+    assert "COMPCOLL_STATS_FILE, COMPCOLL_STATE_DIR) are not written" in ranks[0].stderr

@@ -221,7 +221,7 @@ GroupStats CompcollBackend::group_stats_skeleton() const {
   return g;
 }
 
-void CompcollBackend::finish() {
+void CompcollBackend::finish(bool at_exit) {
   DeferredRelease::release_unshared();
   if (finished_.exchange(true)) return;
   report_reduce_scatters();  // a job with one reduce-scatter is not silent either
@@ -243,7 +243,24 @@ void CompcollBackend::finish() {
       log.warn("cannot write COMPCOLL_STATS_FILE ", path);
     }
   };
-  worker_->run_and_wait("finish (stats)", task);
+  // At exit, a peer that is stopped or gone without a reset would hold the
+  // process for the group's timeout (30 minutes by default) behind the
+  // operations still waiting on it.
+  const std::string waiting = at_exit ? worker_->oldest_unsettled() : std::string();
+  if (waiting.empty()) {
+    worker_->run_and_wait("finish (stats)", task);
+    return;
+  }
+  try {
+    worker_->run_and_wait("finish (stats)", task, kExitDrainBound);
+  } catch (const std::exception&) {
+    if (!worker_->broken().empty()) return;  // that error was the operation's, and said
+    log_.warn("group '", getGroupUid(), "': the process exits while ", waiting,
+              ", has not settled after a further ", kExitDrainBound.count(),
+              " ms (a peer may be stopped or gone); exiting without waiting for the group's "
+              "timeout, so this group's stats file and error-feedback state (COMPCOLL_STATS_FILE, "
+              "COMPCOLL_STATE_DIR) are not written");
+  }
 }
 
 std::string CompcollBackend::stats_json() {

@@ -260,8 +260,15 @@ class CompcollBackend final : public c10d::Backend {
   // WARN: a data-parallel group, whose compression ends there.
   void mark_tensor_parallel();
   bool tensor_parallel() const { return tensor_parallel_.load(); }
-  // Drains the queue and records the stats (group_stats.h); idempotent.
-  void finish();
+  // Drains the queue and records the stats (group_stats.h) and, with
+  // COMPCOLL_STATE_DIR, the error-feedback state; idempotent. at_exit: the
+  // process is exiting, and unsettled operations are waited for at most
+  // kExitDrainBound rather than the group's timeout (plain Gloo does not
+  // wait for them at all): past it, a WARN names the oldest and what was
+  // not written.
+  void finish(bool at_exit = false);
+  // How long an exiting process waits for a group's unsettled operations.
+  static constexpr std::chrono::milliseconds kExitDrainBound{5000};
   // The process is exiting: the failure board posts and reads nothing more
   // (FailureBoard::close).
   void close_failure_board() {

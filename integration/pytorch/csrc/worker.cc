@@ -65,6 +65,25 @@ std::string Worker::broken() const {
   return broken_;
 }
 
+std::string Worker::oldest_unsettled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pending_.empty()) return "";
+  const auto& [id, e] = *pending_.begin();  // ids grow with submission
+  const Clock::time_point now = Clock::now();
+  switch (e.state) {
+    case Entry::kQueued:
+      return detail::concat(e.what, ", operation #", id, ", queued for ", seconds(now - e.submitted),
+                            " s");
+    case Entry::kRunning:
+      return detail::concat(e.what, ", operation #", id, ", running for ", seconds(now - e.started),
+                            " s");
+    case Entry::kIssued:
+      break;
+  }
+  return detail::concat(e.what, ", operation #", id, ", issued ", seconds(now - e.submitted),
+                        " s ago");
+}
+
 std::string Worker::where() const {
   return detail::concat("rank ", rank_, "/", size_, ", group '",
                         group_.empty() ? "(unnamed)" : group_, "'");
@@ -195,7 +214,8 @@ bool Worker::run_now_if_idle(const std::string& what, const std::function<void()
   return true;
 }
 
-void Worker::run_and_wait(const std::string& what, std::function<void()> fn) {
+void Worker::run_and_wait(const std::string& what, std::function<void()> fn,
+                          std::optional<std::chrono::milliseconds> wait_at_most) {
   if (on_worker_thread()) {
     fn();
     return;
@@ -216,7 +236,8 @@ void Worker::run_and_wait(const std::string& what, std::function<void()> fn) {
   without_gil([&] {
     // The watchdog fails the work at its deadline; the margin only bounds
     // this wait should the watchdog itself be held up.
-    const std::chrono::milliseconds bound = timeout + kStopGrace;
+    const std::chrono::milliseconds bound =
+        std::min(timeout + kStopGrace, wait_at_most.value_or(std::chrono::milliseconds::max()));
     try {
       work->wait(bound);
     } catch (const c10::Error&) {

@@ -125,10 +125,12 @@ class Worker : public std::enable_shared_from_this<Worker> {
   bool run_now_if_idle(const std::string& what, const std::function<void()>& issue);
 
   // Runs fn on the worker after everything submitted before it (at once on
-  // the worker thread) and waits for it, at most until its deadline;
-  // rethrows what it threw. fn may still be running after a timeout, so it
-  // must own (or share) everything it touches.
-  void run_and_wait(const std::string& what, std::function<void()> fn);
+  // the worker thread) and waits for it, at most until its deadline, or
+  // wait_at_most when that is shorter; rethrows what it threw. fn may still
+  // be queued or running after a timeout, so it must own (or share)
+  // everything it touches.
+  void run_and_wait(const std::string& what, std::function<void()> fn,
+                    std::optional<std::chrono::milliseconds> wait_at_most = std::nullopt);
 
   // On the worker thread: runs the queued tasks up to and including
   // work's, in order, on this thread (see "Callbacks"); nothing when work
@@ -145,6 +147,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
   bool on_worker_thread() const;
   // "" while usable, else the error that broke it.
   std::string broken() const;
+  // The oldest operation not yet settled, in words ("all_reduce (float32,
+  // 1000 elements), operation #7, running for 2.5 s"); "" when none.
+  std::string oldest_unsettled() const;
   // Stops both threads (idempotent); queued tasks, if any, fail.
   void stop();
 
