@@ -209,8 +209,22 @@ bool Worker::run_now_if_idle(const std::string& what, const std::function<void()
     issue();
     return true;
   }
-  if (busy_ || !queue_.empty()) return false;
-  issue();  // under the lock: nothing can be submitted ahead of it meanwhile
+  if (busy_ || issuing_ || !queue_.empty()) return false;
+  // Nothing is issued ahead of it: the worker takes no task and no other
+  // caller issues while issuing_ is set (submissions meanwhile queue).
+  issuing_ = true;
+  lock.unlock();
+  struct Issued {
+    Worker* w;
+    ~Issued() {
+      {
+        std::lock_guard<std::mutex> relock(w->mu_);
+        w->issuing_ = false;
+      }
+      w->work_cv_.notify_one();
+    }
+  } issued{this};
+  issue();
   return true;
 }
 
@@ -305,7 +319,9 @@ void Worker::worker_loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Idle until there is work or the backend stops (stop() wakes it).
-      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      // Nor while a caller issues an operation itself (run_now_if_idle): a
+      // task taken now would be issued ahead of it on some ranks.
+      work_cv_.wait(lock, [&] { return !issuing_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) {
         worker_exited_ = true;
         exit_cv_.notify_all();

@@ -120,8 +120,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   void add_ephemeral_timeout(std::chrono::milliseconds extra);
 
   // Runs issue() now and returns true when the worker is idle with nothing
-  // queued (under the queue lock), or when called on the worker thread;
-  // returns false otherwise (queue it). Throws when broken or stopped.
+  // queued, or when called on the worker thread; returns false otherwise
+  // (queue it). Throws when broken or stopped. issue() runs outside the
+  // queue lock (a device lane's first NCCL operation blocks until every
+  // rank arrives; the watchdog and other threads need the lock meanwhile),
+  // and what is submitted meanwhile waits behind it, in order.
   bool run_now_if_idle(const std::string& what, const std::function<void()>& issue);
 
   // Runs fn on the worker after everything submitted before it (at once on
@@ -226,6 +229,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
   std::vector<std::pair<std::chrono::milliseconds, uint64_t>> ephemeral_;
   uint64_t next_id_ = 1;
   bool busy_ = false;
+  // A caller is issuing an operation itself (run_now_if_idle), outside the
+  // lock: the worker takes nothing off the queue until it is done.
+  bool issuing_ = false;
   // The task the worker thread is running (outermost), for messages.
   uint64_t current_id_ = 0;
   std::string current_what_;
