@@ -278,10 +278,28 @@ d = os.environ["TEST_DIR"]
 dist.init_process_group("gloo", timeout=timedelta(seconds=60))
 rank = dist.get_rank()
 dist.all_reduce(torch.ones(1 << 16))  # both here
+mode = os.environ["TEST_MODE"]
+if mode == "callback":
+    # Both join w; its callback, on rank 0's worker, issues a broadcast that
+    # rank 1 never joins, and waits for it there.
+    import threading
+    t, in_callback = torch.ones(8), threading.Event()
+    def callback(f):
+        in_callback.set()
+        dist.broadcast(t, 1)
+    if rank == 1:
+        time.sleep(1.0)  # w completes after its callback is attached: on the worker
+    w = dist.all_reduce(torch.ones(1 << 16), async_op=True)
+    if rank == 0:
+        w.get_future().then(callback)
+        assert in_callback.wait(30)
+    else:
+        w.wait()
 if rank == 0:
-    # A peer that never joins (stopped, or its host gone without a reset):
-    # an operation still waits on it when this process exits.
-    dist.all_reduce(torch.ones(1 << 16), async_op=True)
+    if mode == "operation":
+        # A peer that never joins (stopped, or its host gone without a
+        # reset): an operation still waits on it when this process exits.
+        dist.all_reduce(torch.ones(1 << 16), async_op=True)
     with open(os.path.join(d, "rank0"), "w") as f:
         json.dump({"pid": os.getpid(), "exiting_at": time.time()}, f)
     sys.exit(0)
@@ -304,20 +322,31 @@ os._exit(0)
 """
 
 
-def test_a_process_exits_without_waiting_the_timeout_for_an_operation_a_peer_never_joins(tmp_path):
+@pytest.mark.parametrize("mode", ["operation", "callback"])
+def test_a_process_exits_without_waiting_the_timeout_for_an_operation_a_peer_never_joins(
+        mode, tmp_path):
     """Plain Gloo's process exits at once with an operation still waiting on
-    a peer; compcoll's waits for it, to write the stats and error-feedback
-    state, at most CompcollBackend::kExitDrainBound (5 s), not the group's
-    timeout (60 s here, 30 minutes by default), and says what it did not
-    write and which operation was waiting."""
+    a peer; compcoll's waits, to write the stats and error-feedback state,
+    at most CompcollBackend::kExitDrainBound (5 s) for the worker, not the
+    group's timeout (60 s here, 30 minutes by default), and says what held
+    it and what it did not write (which is then not written). The worker is
+    held by the operation, or by a future callback waiting for a broadcast
+    it issued."""
+    stats = tmp_path / "stats-0.json"
     ranks = launch(["-c", EXIT_WITH_AN_OPERATION_A_PEER_NEVER_JOINS], 2,
-                   env={"COMPCOLL_ALGO": "dgc", "TEST_DIR": str(tmp_path),
+                   env={"COMPCOLL_ALGO": "dgc", "TEST_DIR": str(tmp_path), "TEST_MODE": mode,
                         "COMPCOLL_STATS_FILE": str(tmp_path / "stats-{rank}.json")},
                    timeout=150, check=False)
     assert ranks[0].returncode == 0, ranks[0].describe()
     took = ranks[1].result["exit_took_s"]
     assert took is not None and took < 5 + 5, ranks[1].describe()
-    assert re.search(r"the process exits while all_reduce \(Float, 65536 elements\), operation #\d+, "
-                     r"(running|issued|queued)[^,]*, has not settled after a further 5000 ms",
+    held_by = {"operation": r"all_reduce \(Float, 65536 elements\) \(operation #\d+\), running on "
+                            r"the worker for [\d.]+ s",
+               "callback": r"the future callbacks of all_reduce \(Float, 65536 elements\) "
+                           r"\(operation #\d+\), which have held the worker"}[mode]
+    assert re.search(r"the process exits while " + held_by, ranks[0].stderr), ranks[0].stderr
+    assert re.search(r"after waiting 5000 ms for it \(a peer may be stopped or gone\), not the "
+                     r"group's timeout: this group's stats file and error-feedback state "
+                     r"\(COMPCOLL_STATS_FILE, COMPCOLL_STATE_DIR\) are not written",
                      ranks[0].stderr), ranks[0].stderr
-    assert "COMPCOLL_STATS_FILE, COMPCOLL_STATE_DIR) are not written" in ranks[0].stderr
+    assert not stats.exists(), "said not written, yet written"

@@ -243,22 +243,36 @@ void CompcollBackend::finish(bool at_exit) {
       log.warn("cannot write COMPCOLL_STATS_FILE ", path);
     }
   };
-  // At exit, a peer that is stopped or gone without a reset would hold the
-  // process for the group's timeout (30 minutes by default) behind the
-  // operations still waiting on it.
-  const std::string waiting = at_exit ? worker_->oldest_unsettled() : std::string();
-  if (waiting.empty()) {
+  if (!at_exit) {
     worker_->run_and_wait("finish (stats)", task);
     return;
   }
+  // At exit, a peer that is stopped or gone without a reset would hold the
+  // process for the group's timeout (30 minutes by default) behind what
+  // waits on it: the task may wait kExitDrainBound to start. Not started by
+  // then, it is called off (it will do nothing if the worker reaches it as
+  // the process ends), so what the WARN says is not written is not; once
+  // started, it writes under the group's deadline as usual.
+  enum Phase : int { kWaiting, kStarted, kCalledOff };
+  auto phase = std::make_shared<std::atomic<int>>(kWaiting);
+  auto guarded = [phase, task = std::move(task)]() mutable {
+    int expected = kWaiting;
+    if (phase->compare_exchange_strong(expected, kStarted)) task();
+  };
+  const auto started_or_call_off = [phase] {
+    int expected = kWaiting;
+    return !phase->compare_exchange_strong(expected, kCalledOff);  // false: called off now
+  };
   try {
-    worker_->run_and_wait("finish (stats)", task, kExitDrainBound);
+    worker_->run_and_wait("finish (stats)", guarded, kExitDrainBound, started_or_call_off);
   } catch (const std::exception&) {
-    if (!worker_->broken().empty()) return;  // that error was the operation's, and said
-    log_.warn("group '", getGroupUid(), "': the process exits while ", waiting,
-              ", has not settled after a further ", kExitDrainBound.count(),
-              " ms (a peer may be stopped or gone); exiting without waiting for the group's "
-              "timeout, so this group's stats file and error-feedback state (COMPCOLL_STATS_FILE, "
+    if (phase->load() != kCalledOff || !worker_->broken().empty()) throw;  // its own error
+    const std::string holding = worker_->holding_the_queue();
+    log_.warn("group '", getGroupUid(), "': the process exits while ",
+              holding.empty() ? std::string("an earlier operation") : holding,
+              ", after waiting ", kExitDrainBound.count(),
+              " ms for it (a peer may be stopped or gone), not the group's timeout: this "
+              "group's stats file and error-feedback state (COMPCOLL_STATS_FILE, "
               "COMPCOLL_STATE_DIR) are not written");
   }
 }

@@ -262,10 +262,10 @@ class CompcollBackend final : public c10d::Backend {
   bool tensor_parallel() const { return tensor_parallel_.load(); }
   // Drains the queue and records the stats (group_stats.h) and, with
   // COMPCOLL_STATE_DIR, the error-feedback state; idempotent. at_exit: the
-  // process is exiting, and unsettled operations are waited for at most
-  // kExitDrainBound rather than the group's timeout (plain Gloo does not
-  // wait for them at all): past it, a WARN names the oldest and what was
-  // not written.
+  // process is exiting, and the recording waits at most kExitDrainBound to
+  // start behind what holds the worker, rather than the group's timeout
+  // (plain Gloo waits for nothing at exit): past it, the recording is called
+  // off and a WARN names what held the worker and what is not written.
   void finish(bool at_exit = false);
   // How long an exiting process waits for a group's unsettled operations.
   static constexpr std::chrono::milliseconds kExitDrainBound{5000};

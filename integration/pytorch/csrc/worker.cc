@@ -65,23 +65,25 @@ std::string Worker::broken() const {
   return broken_;
 }
 
-std::string Worker::oldest_unsettled() const {
+std::string Worker::holding_the_queue() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (pending_.empty()) return "";
-  const auto& [id, e] = *pending_.begin();  // ids grow with submission
-  const Clock::time_point now = Clock::now();
-  switch (e.state) {
-    case Entry::kQueued:
-      return detail::concat(e.what, ", operation #", id, ", queued for ", seconds(now - e.submitted),
-                            " s");
-    case Entry::kRunning:
-      return detail::concat(e.what, ", operation #", id, ", running for ", seconds(now - e.started),
-                            " s");
-    case Entry::kIssued:
-      break;
+  return holding_the_queue_locked(Clock::now());
+}
+
+std::string Worker::holding_the_queue_locked(Clock::time_point now) const {
+  if (issuing_ && !busy_) {
+    return detail::concat(issuing_what_, ", which its caller has been issuing for ",
+                          seconds(now - issuing_since_),
+                          " s (an inner backend's first operation waits for every rank)");
   }
-  return detail::concat(e.what, ", operation #", id, ", issued ", seconds(now - e.submitted),
-                        " s ago");
+  if (!busy_) return "";
+  if (current_id_ != 0 && pending_.count(current_id_) == 0) {
+    return detail::concat("the future callbacks of ", current_what_, " (operation #", current_id_,
+                          "), which have held the worker for ", seconds(now - current_since_),
+                          " s (a callback that blocks holds the worker)");
+  }
+  return detail::concat(current_what_, " (operation #", current_id_, "), running on the worker for ",
+                        seconds(now - current_since_), " s");
 }
 
 std::string Worker::where() const {
@@ -213,6 +215,8 @@ bool Worker::run_now_if_idle(const std::string& what, const std::function<void()
   // Nothing is issued ahead of it: the worker takes no task and no other
   // caller issues while issuing_ is set (submissions meanwhile queue).
   issuing_ = true;
+  issuing_what_ = what;
+  issuing_since_ = Clock::now();
   lock.unlock();
   struct Issued {
     Worker* w;
@@ -229,7 +233,8 @@ bool Worker::run_now_if_idle(const std::string& what, const std::function<void()
 }
 
 void Worker::run_and_wait(const std::string& what, std::function<void()> fn,
-                          std::optional<std::chrono::milliseconds> wait_at_most) {
+                          std::optional<std::chrono::milliseconds> wait_at_most,
+                          const std::function<bool()>& keep_waiting) {
   if (on_worker_thread()) {
     fn();
     return;
@@ -250,17 +255,25 @@ void Worker::run_and_wait(const std::string& what, std::function<void()> fn,
   without_gil([&] {
     // The watchdog fails the work at its deadline; the margin only bounds
     // this wait should the watchdog itself be held up.
-    const std::chrono::milliseconds bound =
-        std::min(timeout + kStopGrace, wait_at_most.value_or(std::chrono::milliseconds::max()));
-    try {
-      work->wait(bound);
-    } catch (const c10::Error&) {
-      if (!work->settled()) {
-        CC_THROW(kTransport, where(), ": ", what, " did not finish within ", bound.count(),
-                 " ms");
+    const std::chrono::milliseconds bound = timeout + kStopGrace;
+    const std::chrono::milliseconds first = std::min(bound, wait_at_most.value_or(bound));
+    // true: settled (what it threw is rethrown); false: still unsettled.
+    const auto settled_within = [&](std::chrono::milliseconds limit) {
+      try {
+        work->wait(limit);
+        return true;
+      } catch (const c10::Error&) {
+        if (work->settled()) throw;
+        return false;
       }
-      throw;
+    };
+    if (settled_within(first)) return;
+    std::chrono::milliseconds waited = first;
+    if (first < bound && keep_waiting && keep_waiting()) {
+      if (settled_within(bound - first)) return;
+      waited = bound;
     }
+    CC_THROW(kTransport, where(), ": ", what, " did not finish within ", waited.count(), " ms");
   });
 }
 
@@ -347,13 +360,7 @@ std::string Worker::expire(uint64_t id, const Entry& e, Clock::time_point now,
   switch (e.state) {
     case Entry::kQueued:
       where_it_was = "queued behind another operation";
-      reason = detail::concat("it was waiting for the worker thread, which has been busy for ",
-                              seconds(now - current_since_), " s with ", current_what_,
-                              " (operation #", current_id_, ")");
-      if (current_id_ != 0 && pending_.count(current_id_) == 0) {
-        reason += "; that operation has completed and the worker is running its future "
-                  "callbacks (a callback that blocks holds the worker)";
-      }
+      reason = detail::concat("it was waiting behind ", holding_the_queue_locked(now));
       break;
     case Entry::kRunning:
       // Running means waiting for peers: say which peers can hold it, since

@@ -4,8 +4,9 @@
 // Order. Gloo and NCCL match operations by the order in which they are
 // issued, and every rank submits in the same order. The worker runs queued
 // tasks first in, first out. A delegated operation may instead be issued by
-// its caller when the worker is idle and nothing is queued (checked and
-// issued under the queue lock: run_now_if_idle), which is the same order.
+// its caller when the worker is idle and nothing is queued (checked under
+// the queue lock, and the worker takes nothing while the caller issues:
+// run_now_if_idle), which is the same order.
 //
 // Callbacks. A queued operation's future is completed by the thread that
 // finishes it, usually the worker, so its then() callbacks (DDP comm hooks
@@ -128,12 +129,14 @@ class Worker : public std::enable_shared_from_this<Worker> {
   bool run_now_if_idle(const std::string& what, const std::function<void()>& issue);
 
   // Runs fn on the worker after everything submitted before it (at once on
-  // the worker thread) and waits for it, at most until its deadline, or
-  // wait_at_most when that is shorter; rethrows what it threw. fn may still
-  // be queued or running after a timeout, so it must own (or share)
-  // everything it touches.
+  // the worker thread) and waits for it, at most until its deadline;
+  // rethrows what it threw. With wait_at_most shorter than that, the wait
+  // goes on past wait_at_most only if keep_waiting() then says so (the
+  // caller's fn has started, say). fn may still be queued or running after
+  // a timeout, so it must own (or share) everything it touches.
   void run_and_wait(const std::string& what, std::function<void()> fn,
-                    std::optional<std::chrono::milliseconds> wait_at_most = std::nullopt);
+                    std::optional<std::chrono::milliseconds> wait_at_most = std::nullopt,
+                    const std::function<bool()>& keep_waiting = nullptr);
 
   // On the worker thread: runs the queued tasks up to and including
   // work's, in order, on this thread (see "Callbacks"); nothing when work
@@ -150,9 +153,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   bool on_worker_thread() const;
   // "" while usable, else the error that broke it.
   std::string broken() const;
-  // The oldest operation not yet settled, in words ("all_reduce (float32,
-  // 1000 elements), operation #7, running for 2.5 s"); "" when none.
-  std::string oldest_unsettled() const;
+  // What holds the queue now, in words ("all_reduce (float32, 1000
+  // elements), operation #7, running on the worker for 2.5 s"): the
+  // operation a caller is issuing, the worker's task or its future's
+  // callbacks; "" when the worker is idle.
+  std::string holding_the_queue() const;
   // Stops both threads (idempotent); queued tasks, if any, fail.
   void stop();
 
@@ -192,6 +197,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   void finished_running(uint64_t id);
   void check_usable(const std::string& what) const;  // under mu_
   std::string where() const;                         // "rank 0/2, group '1'"
+  std::string holding_the_queue_locked(Clock::time_point now) const;  // under mu_
   // Under mu_: the timeout error of entry id, and breaks the worker.
   // *brief: the same in a few words, for the other ranks (failure board).
   std::string expire(uint64_t id, const Entry& e, Clock::time_point now, std::string* brief);
@@ -230,8 +236,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   uint64_t next_id_ = 1;
   bool busy_ = false;
   // A caller is issuing an operation itself (run_now_if_idle), outside the
-  // lock: the worker takes nothing off the queue until it is done.
+  // lock: the worker takes nothing off the queue until it is done. What and
+  // since when, for messages.
   bool issuing_ = false;
+  std::string issuing_what_;
+  Clock::time_point issuing_since_;
   // The task the worker thread is running (outermost), for messages.
   uint64_t current_id_ = 0;
   std::string current_what_;
