@@ -360,7 +360,8 @@ std::string Worker::expire(uint64_t id, const Entry& e, Clock::time_point now,
   switch (e.state) {
     case Entry::kQueued:
       where_it_was = "queued behind another operation";
-      reason = detail::concat("it was waiting behind ", holding_the_queue_locked(now));
+      reason = detail::concat("it was waiting for the worker thread, behind ",
+                              holding_the_queue_locked(now));
       break;
     case Entry::kRunning:
       // Running means waiting for peers: say which peers can hold it, since
