@@ -275,6 +275,10 @@ void Communicator::finish() {
                   "): this run's error-feedback state is lost");
       }
     }
+    // Finished, it makes no more calls: a communicator created after it in
+    // this process (the process group destroyed and created again, while
+    // torch still holds this one) loads what it saved and saves its own.
+    release_state_claim();
   }
   log_.info(stats_.summary(cfg_.algo), ", state ", state_bytes() / 1e6, " MB in ",
             states_.entries(), " tensors");

@@ -248,6 +248,7 @@ class Communicator {
 
   Config cfg_;
   std::string state_path_;  // claimed COMPCOLL_STATE_DIR file, "" if none
+  bool state_claim_released_ = false;  // release_state_claim has run
   StatsFileClaim stats_claim_;  // the COMPCOLL_STATS_FILE path this one writes
   std::unique_ptr<Comm> comm_;
   std::unique_ptr<Hierarchy> hier_;  // over *comm_, so declared (and destroyed) after it

@@ -61,7 +61,10 @@ std::string describe_difference(const std::string& mine, const std::string& thei
 }  // namespace
 
 void Communicator::release_state_claim() {
-  if (state_path_.empty()) return;
+  // Once: at finish() and again at destruction, when another communicator
+  // may hold the path by then.
+  if (state_path_.empty() || state_claim_released_) return;
+  state_claim_released_ = true;
   std::lock_guard<std::mutex> lock(g_state_claims_mu);
   state_claims().erase(state_path_);
 }

@@ -322,3 +322,25 @@ def test_asking_compcoll_about_a_group_it_does_not_serve_leaves_torchs_gloo_alon
                    "group" in said[1], said
             assert "compcoll.mark_tensor_parallel(): the group is not a compcoll group" in said[2], \
                 said
+
+
+def test_a_process_group_created_again_in_the_process_loads_and_saves_the_state(tmp_path):
+    """destroy_process_group, then init_process_group again in the same
+    process (DDP of the first still holding its backend): the new group
+    loads what the first saved (the first one's file is set aside as
+    .restored) and saves its own. Before, the first group's claim on the
+    file outlived it, and the second neither loaded nor saved, saying that
+    another communicator of the process used it."""
+    state = tmp_path / "state"
+    ranks = launch([worker("reinit_and_fork.py")], 2,
+                   env={"COMPCOLL_ALGO": "dgc", "COMPCOLL_STATE_DIR": str(state),
+                        "COMPCOLL_DEBUG": "INFO", "REINIT_MODE": "reinit",
+                        "TEST_DIR": str(tmp_path)}, timeout=180)
+    for r in ranks:
+        assert "another communicator of this process uses" not in r.stderr, r.stderr
+        assert "restored the error-feedback state of 1 tensors" in r.stderr, r.stderr
+        first, second = r.result["files_after_phase1"], r.result["files_after_phase2"]
+        mine = f"compcoll-state-rank{r.rank}-of2.bin"
+        assert mine in first, first
+        assert second[mine] != first[mine], (first, second)  # the second group saved
+        assert second[mine + ".restored"] == first[mine], (first, second)  # and loaded the first's

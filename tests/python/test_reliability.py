@@ -296,12 +296,18 @@ if mode == "callback":
     else:
         w.wait()
 if rank == 0:
-    if mode == "operation":
+    destroy_s = None
+    if mode in ("operation", "destroy"):
         # A peer that never joins (stopped, or its host gone without a
         # reset): an operation still waits on it when this process exits.
         dist.all_reduce(torch.ones(1 << 16), async_op=True)
-    with open(os.path.join(d, "rank0"), "w") as f:
-        json.dump({"pid": os.getpid(), "exiting_at": time.time()}, f)
+    if mode == "destroy":
+        start = time.monotonic()
+        dist.destroy_process_group()
+        destroy_s = time.monotonic() - start
+    with open(os.path.join(d, "rank0.tmp"), "w") as f:
+        json.dump({"pid": os.getpid(), "exiting_at": time.time(), "destroy_s": destroy_s}, f)
+    os.replace(os.path.join(d, "rank0.tmp"), os.path.join(d, "rank0"))  # read whole
     sys.exit(0)
 path = os.path.join(d, "rank0")
 for _ in range(400):  # bounded: 40 s
@@ -317,21 +323,23 @@ for _ in range(400):  # rank 0 exits; not the group's 60 s later
         gone = time.time()
         break
     time.sleep(0.1)
-print("RESULT", json.dumps({"exit_took_s": None if gone is None else gone - rank0["exiting_at"]}))
+print("RESULT", json.dumps({"exit_took_s": None if gone is None else gone - rank0["exiting_at"],
+                            "rank0_destroy_s": rank0["destroy_s"]}))
 os._exit(0)
 """
 
 
-@pytest.mark.parametrize("mode", ["operation", "callback"])
+@pytest.mark.parametrize("mode", ["operation", "callback", "destroy"])
 def test_a_process_exits_without_waiting_the_timeout_for_an_operation_a_peer_never_joins(
         mode, tmp_path):
     """Plain Gloo's process exits at once with an operation still waiting on
     a peer; compcoll's waits, to write the stats and error-feedback state,
-    at most CompcollBackend::kExitDrainBound (5 s) for the worker, not the
+    at most CompcollBackend::kEndDrainBound (5 s) for the worker, not the
     group's timeout (60 s here, 30 minutes by default), and says what held
     it and what it did not write (which is then not written). The worker is
     held by the operation, or by a future callback waiting for a broadcast
-    it issued."""
+    it issued; destroy_process_group is bounded alike (plain Gloo's returns
+    at once)."""
     stats = tmp_path / "stats-0.json"
     ranks = launch(["-c", EXIT_WITH_AN_OPERATION_A_PEER_NEVER_JOINS], 2,
                    env={"COMPCOLL_ALGO": "dgc", "TEST_DIR": str(tmp_path), "TEST_MODE": mode,
@@ -340,13 +348,28 @@ def test_a_process_exits_without_waiting_the_timeout_for_an_operation_a_peer_nev
     assert ranks[0].returncode == 0, ranks[0].describe()
     took = ranks[1].result["exit_took_s"]
     assert took is not None and took < 5 + 5, ranks[1].describe()
-    held_by = {"operation": r"all_reduce \(Float, 65536 elements\) \(operation #\d+\), running on "
-                            r"the worker for [\d.]+ s",
-               "callback": r"the future callbacks of all_reduce \(Float, 65536 elements\) "
-                           r"\(operation #\d+\), which have held the worker"}[mode]
-    assert re.search(r"the process exits while " + held_by, ranks[0].stderr), ranks[0].stderr
+    running = r"all_reduce \(Float, 65536 elements\) \(operation #\d+\), running on the worker for "
+    held_by = {"operation": r"the process exits while " + running,
+               "destroy": r"the group ends while " + running,
+               "callback": r"the process exits while the future callbacks of all_reduce \(Float, "
+                           r"65536 elements\) \(operation #\d+\), which have held the worker"}[mode]
+    assert re.search(held_by, ranks[0].stderr), ranks[0].stderr
+    if mode == "destroy":
+        assert ranks[1].result["rank0_destroy_s"] < 5 + 3, ranks[1].describe()
     assert re.search(r"after waiting 5000 ms for it \(a peer may be stopped or gone\), not the "
                      r"group's timeout: this group's stats file and error-feedback state "
                      r"\(COMPCOLL_STATS_FILE, COMPCOLL_STATE_DIR\) are not written",
                      ranks[0].stderr), ranks[0].stderr
     assert not stats.exists(), "said not written, yet written"
+
+
+def test_a_child_forked_after_the_group_was_made_exits_at_once():
+    """os.fork() after init_process_group: the child inherits the parent's
+    backends but not their threads. Its normal exit finishes none of them
+    (it used to wait for a worker that is not there until the group's
+    timeout, 60 s here, and would then have written the parent's files)."""
+    ranks = launch_scoped([worker("reinit_and_fork.py")], 2,
+                          env={"COMPCOLL_ALGO": "dgc", "REINIT_MODE": "fork"}, timeout=150)
+    for r in ranks:
+        assert r.result["child_status"] == 0, r.describe()
+        assert r.result["child_exit_s"] < 10, r.describe()

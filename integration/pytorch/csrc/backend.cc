@@ -170,20 +170,27 @@ CompcollBackend::CompcollBackend(c10::intrusive_ptr<c10d::Backend> inner,
 CompcollBackend::~CompcollBackend() {
   if (board_) board_->close();  // operations failing from here on post nothing
   try {
-    finish();
+    finish(FinishAt::kGroupEnd);
   } catch (const std::exception& e) {
     log_.warn("finishing the torch backend failed: ", e.what());
   }
-  worker_->stop();
+  // Bounded as finish() is at a group's end: a worker held by an operation
+  // that no peer will match is left behind, to end at its deadline.
+  worker_->stop(kEndDrainBound);
 }
 
 std::vector<c10::intrusive_ptr<CompcollBackend>> CompcollBackend::live() {
   std::lock_guard<std::mutex> lock(registry_mutex());
   std::vector<c10::intrusive_ptr<CompcollBackend>> out;
   auto& r = registry();
+  const pid_t self = getpid();
   for (auto it = r.begin(); it != r.end();) {
     if (auto p = it->lock()) {
-      out.push_back(std::move(p));
+      // A child forked after the group was made inherits the backend but
+      // not its threads: finishing it there would wait for a worker that is
+      // not there (the group's timeout at the child's exit) and write the
+      // parent's stats and state files from a copy.
+      if (p->created_by_ == self) out.push_back(std::move(p));
       ++it;
     } else {
       it = r.erase(it);
@@ -221,7 +228,7 @@ GroupStats CompcollBackend::group_stats_skeleton() const {
   return g;
 }
 
-void CompcollBackend::finish(bool at_exit) {
+void CompcollBackend::finish(FinishAt at) {
   DeferredRelease::release_unshared();
   if (finished_.exchange(true)) return;
   report_reduce_scatters();  // a job with one reduce-scatter is not silent either
@@ -243,13 +250,14 @@ void CompcollBackend::finish(bool at_exit) {
       log.warn("cannot write COMPCOLL_STATS_FILE ", path);
     }
   };
-  if (!at_exit) {
+  if (at == FinishAt::kRequest) {
     worker_->run_and_wait("finish (stats)", task);
     return;
   }
-  // At exit, a peer that is stopped or gone without a reset would hold the
-  // process for the group's timeout (30 minutes by default) behind what
-  // waits on it: the task may wait kExitDrainBound to start. Not started by
+  // At the end, a peer that is stopped or gone without a reset (or an
+  // operation no peer matches) would hold destroy_process_group or the
+  // process's exit for the group's timeout (30 minutes by default) behind
+  // what waits on it: the task may wait kEndDrainBound to start. Not started by
   // then, it is called off (it will do nothing if the worker reaches it as
   // the process ends), so what the WARN says is not written is not; once
   // started, it writes under the group's deadline as usual.
@@ -264,13 +272,14 @@ void CompcollBackend::finish(bool at_exit) {
     return !phase->compare_exchange_strong(expected, kCalledOff);  // false: called off now
   };
   try {
-    worker_->run_and_wait("finish (stats)", guarded, kExitDrainBound, started_or_call_off);
+    worker_->run_and_wait("finish (stats)", guarded, kEndDrainBound, started_or_call_off);
   } catch (const std::exception&) {
     if (phase->load() != kCalledOff || !worker_->broken().empty()) throw;  // its own error
     const std::string holding = worker_->holding_the_queue();
-    log_.warn("group '", getGroupUid(), "': the process exits while ",
+    log_.warn("group '", getGroupUid(), "': ",
+              at == FinishAt::kExit ? "the process exits" : "the group ends", " while ",
               holding.empty() ? std::string("an earlier operation") : holding,
-              ", after waiting ", kExitDrainBound.count(),
+              ", after waiting ", kEndDrainBound.count(),
               " ms for it (a peer may be stopped or gone), not the group's timeout: this "
               "group's stats file and error-feedback state (COMPCOLL_STATS_FILE, "
               "COMPCOLL_STATE_DIR) are not written");
@@ -668,7 +677,7 @@ void CompcollBackend::abort() {
 void CompcollBackend::shutdown() {
   if (board_) board_->close();  // operations failing from here on post nothing
   try {
-    finish();
+    finish(FinishAt::kGroupEnd);
   } catch (const std::exception& e) {
     log_.warn("finishing the torch backend at shutdown failed: ", e.what());
   }

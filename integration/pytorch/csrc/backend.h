@@ -99,6 +99,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <unistd.h>  // getpid
 
 #include "integration/pytorch/csrc/buffer_slots.h"
 #include "integration/pytorch/csrc/failure_board.h"
@@ -261,14 +262,16 @@ class CompcollBackend final : public c10d::Backend {
   void mark_tensor_parallel();
   bool tensor_parallel() const { return tensor_parallel_.load(); }
   // Drains the queue and records the stats (group_stats.h) and, with
-  // COMPCOLL_STATE_DIR, the error-feedback state; idempotent. at_exit: the
-  // process is exiting, and the recording waits at most kExitDrainBound to
-  // start behind what holds the worker, rather than the group's timeout
-  // (plain Gloo waits for nothing at exit): past it, the recording is called
-  // off and a WARN names what held the worker and what is not written.
-  void finish(bool at_exit = false);
-  // How long an exiting process waits for a group's unsettled operations.
-  static constexpr std::chrono::milliseconds kExitDrainBound{5000};
+  // COMPCOLL_STATE_DIR, the error-feedback state; idempotent. When the
+  // group or the process ends (not at the script's compcoll.finish), the
+  // recording waits at most kEndDrainBound to start behind what holds the
+  // worker, rather than the group's timeout (plain Gloo waits for nothing
+  // there): past it, the recording is called off and a WARN names what held
+  // the worker and what is not written.
+  enum class FinishAt { kRequest, kGroupEnd, kExit };
+  void finish(FinishAt at = FinishAt::kRequest);
+  // How long the end of a group or of the process waits for the worker.
+  static constexpr std::chrono::milliseconds kEndDrainBound{5000};
   // The process is exiting: the failure board posts and reads nothing more
   // (FailureBoard::close).
   void close_failure_board() {
@@ -398,6 +401,7 @@ class CompcollBackend final : public c10d::Backend {
   std::shared_ptr<FailureBoard> board_;
 
   std::atomic<bool> finished_{false};
+  const pid_t created_by_ = getpid();  // live() lists this process's backends only
   std::atomic<bool> momentum_agreed_{false};
   // One atomic: m and its kind are read together (stats, the Python hook).
   std::atomic<OptimizerMomentum> optimizer_momentum_{OptimizerMomentum{}};

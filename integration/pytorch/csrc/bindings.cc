@@ -264,7 +264,7 @@ PYBIND11_MODULE(_C, m) {
         for (auto& b : CompcollBackend::live()) {
           b->close_failure_board();  // exiting: nobody listens, the store may be gone
           try {
-            b->finish(/*at_exit=*/true);
+            b->finish(CompcollBackend::FinishAt::kExit);
           } catch (const std::exception&) {
             // at exit: a failed backend has already reported its error
           }

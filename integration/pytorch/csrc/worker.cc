@@ -515,7 +515,7 @@ void Worker::fail_detached(
   }).detach();
 }
 
-void Worker::stop() {
+void Worker::stop(std::chrono::milliseconds wait_at_most) {
   std::vector<std::pair<c10::intrusive_ptr<CompcollWork>, std::string>> fail;
   std::deque<std::pair<uint64_t, Task>> dropped;
   {
@@ -542,7 +542,7 @@ void Worker::stop() {
       bool exited = false;
       without_gil([&] {
         std::unique_lock<std::mutex> lock(mu_);
-        exited = exit_cv_.wait_for(lock, timeout_->group() + kStopGrace,
+        exited = exit_cv_.wait_for(lock, std::min(timeout_->group() + kStopGrace, wait_at_most),
                                    [&] { return worker_exited_; });
       });
       if (exited) {

@@ -158,8 +158,10 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // operation a caller is issuing, the worker's task or its future's
   // callbacks; "" when the worker is idle.
   std::string holding_the_queue() const;
-  // Stops both threads (idempotent); queued tasks, if any, fail.
-  void stop();
+  // Stops both threads (idempotent); queued tasks, if any, fail. Waits for
+  // the worker thread at most wait_at_most (and never past the group's
+  // timeout and a grace), then leaves it behind (see "Lifetime").
+  void stop(std::chrono::milliseconds wait_at_most = std::chrono::milliseconds::max());
 
  private:
   struct Entry {
