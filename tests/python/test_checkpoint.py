@@ -3,6 +3,7 @@ resumed matches an uninterrupted one bit for bit when the data order is the
 same, through compcoll.state_dict/load_state_dict and through
 COMPCOLL_STATE_DIR; a checkpoint of another configuration is a fresh start
 with an INFO line, a malformed one a clear error."""
+import json
 import os
 import shutil
 
@@ -335,6 +336,7 @@ def test_a_process_group_created_again_in_the_process_loads_and_saves_the_state(
     ranks = launch([worker("reinit_and_fork.py")], 2,
                    env={"COMPCOLL_ALGO": "dgc", "COMPCOLL_STATE_DIR": str(state),
                         "COMPCOLL_DEBUG": "INFO", "REINIT_MODE": "reinit",
+                        "COMPCOLL_STATS_FILE": str(tmp_path / "stats-{rank}.json"),
                         "TEST_DIR": str(tmp_path)}, timeout=180)
     for r in ranks:
         assert "another communicator of this process uses" not in r.stderr, r.stderr
@@ -344,3 +346,7 @@ def test_a_process_group_created_again_in_the_process_loads_and_saves_the_state(
         assert mine in first, first
         assert second[mine] != first[mine], (first, second)  # the second group saved
         assert second[mine + ".restored"] == first[mine], (first, second)  # and loaded the first's
+        # The stats file keeps both groups, which torch named "0" alike.
+        stats = json.load(open(tmp_path / f"stats-{r.rank}.json"))
+        assert sorted(stats["groups"]) == ["0", "0 (2)"], stats["groups"]
+        assert stats["calls"] == sum(g["calls"] for g in stats["groups"].values()) > 0, stats

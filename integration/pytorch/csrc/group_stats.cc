@@ -99,7 +99,12 @@ bool record_group_stats(const std::string& path, int rank, int world_size, const
   Book& b = book();
   std::lock_guard<std::mutex> lock(b.mu);
   auto& groups = b.files[path];
-  groups[g.group] = g;
+  // Each backend records once, when it finishes: a name recorded before is
+  // an earlier group of the process that torch named alike (the process
+  // group destroyed and created again), whose counts are kept beside.
+  std::string key = g.group;
+  for (int n = 2; groups.count(key) != 0; ++n) key = detail::concat(g.group, " (", n, ")");
+  groups[key] = g;
 
   LaneStats total;
   std::map<std::string, LaneStats> lanes;

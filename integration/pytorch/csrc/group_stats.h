@@ -68,9 +68,10 @@ bool read_lane_stats(const Lane& lane, LaneStats* out);
 // (the same fields plus direct_calls).
 std::string group_stats_json(const GroupStats& g);
 
-// Records g (replacing an earlier record of its group for this path) and
-// rewrites the process file `path` ({rank} already replaced) for global
-// rank `rank` of `world_size`. Returns false when the file cannot be written.
+// Records g (once per backend; under "NAME (2)", "NAME (3)", ... when an
+// earlier group of the process had its name) and rewrites the process file
+// `path` ({rank} already replaced) for global rank `rank` of `world_size`.
+// Returns false when the file cannot be written.
 bool record_group_stats(const std::string& path, int rank, int world_size, const GroupStats& g);
 
 }  // namespace compcoll::torch_integration
