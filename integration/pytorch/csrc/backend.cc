@@ -175,8 +175,9 @@ CompcollBackend::~CompcollBackend() {
     log_.warn("finishing the torch backend failed: ", e.what());
   }
   // Bounded as finish() is at a group's end: a worker held by an operation
-  // that no peer will match is left behind, to end at its deadline.
-  worker_->stop(kEndDrainBound);
+  // that no peer will match is left behind, to end at its deadline. Not
+  // waited for a second time when finish() has waited for it already.
+  worker_->stop(end_called_off_ ? std::chrono::milliseconds(0) : kEndDrainBound);
 }
 
 std::vector<c10::intrusive_ptr<CompcollBackend>> CompcollBackend::live() {
@@ -259,15 +260,20 @@ void CompcollBackend::finish(FinishAt at) {
   // process's exit for the group's timeout (30 minutes by default) behind
   // what waits on it: the task may wait kEndDrainBound to start. Not started by
   // then, it is called off (it will do nothing if the worker reaches it as
-  // the process ends), so what the WARN says is not written is not; once
-  // started, it writes under the group's deadline as usual.
+  // the process ends), so the group's stats are not written; once started,
+  // it writes under the group's deadline as usual. The error-feedback state
+  // is then saved, if at all, when the lanes' communicators are released
+  // (~Communicator): only if the held operation completed, since a
+  // communicator whose call failed refuses to save.
   enum Phase : int { kWaiting, kStarted, kCalledOff };
   auto phase = std::make_shared<std::atomic<int>>(kWaiting);
   auto guarded = [phase, task = std::move(task)]() mutable {
     int expected = kWaiting;
     if (phase->compare_exchange_strong(expected, kStarted)) task();
   };
-  const auto started_or_call_off = [phase] {
+  std::string holding;  // read before the call-off: the task itself may start right after
+  const auto started_or_call_off = [&] {
+    holding = worker_->holding_the_queue();
     int expected = kWaiting;
     return !phase->compare_exchange_strong(expected, kCalledOff);  // false: called off now
   };
@@ -275,14 +281,17 @@ void CompcollBackend::finish(FinishAt at) {
     worker_->run_and_wait("finish (stats)", guarded, kEndDrainBound, started_or_call_off);
   } catch (const std::exception&) {
     if (phase->load() != kCalledOff || !worker_->broken().empty()) throw;  // its own error
-    const std::string holding = worker_->holding_the_queue();
+    end_called_off_ = true;
     log_.warn("group '", getGroupUid(), "': ",
               at == FinishAt::kExit ? "the process exits" : "the group ends", " while ",
               holding.empty() ? std::string("an earlier operation") : holding,
               ", after waiting ", kEndDrainBound.count(),
-              " ms for it (a peer may be stopped or gone), not the group's timeout: this "
-              "group's stats file and error-feedback state (COMPCOLL_STATS_FILE, "
-              "COMPCOLL_STATE_DIR) are not written");
+              " ms for it (a peer may be stopped or gone), not the group's timeout: this group's "
+              "stats (COMPCOLL_STATS_FILE) ",
+              at == FinishAt::kExit
+                  ? "and error-feedback state (COMPCOLL_STATE_DIR) are not written"
+                  : "are not written, and its error-feedback state (COMPCOLL_STATE_DIR) is saved "
+                    "only if that operation completes, when the group is released");
   }
 }
 

@@ -401,6 +401,9 @@ class CompcollBackend final : public c10d::Backend {
   std::shared_ptr<FailureBoard> board_;
 
   std::atomic<bool> finished_{false};
+  // finish() at a group's end or exit waited kEndDrainBound for a held
+  // worker and called its task off (the destructor then waits no more).
+  std::atomic<bool> end_called_off_{false};
   const pid_t created_by_ = getpid();  // live() lists this process's backends only
   std::atomic<bool> momentum_agreed_{false};
   // One atomic: m and its kind are read together (stats, the Python hook).
