@@ -29,10 +29,17 @@ namespace {
 // COMPCOLL_STATE_DIR files claimed by live communicators of this process.
 // Two communicators saving to one file would each load the other's
 // residuals at the next start: the second one is refused its file instead.
-std::mutex g_state_claims_mu;
+// Never destroyed, as the claims (below).
+std::mutex& state_claims_mu() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
 std::set<std::string>& state_claims() {
-  static std::set<std::string> claims;
-  return claims;
+  // Never destroyed: a communicator finished by an exit hook (the NCCL
+  // interposer's, the C API's) releases its claim after static destructors
+  // may have run.
+  static auto* claims = new std::set<std::string>();
+  return *claims;
 }
 
 bool all_finite(const std::vector<float>& x) {
@@ -65,7 +72,7 @@ void Communicator::release_state_claim() {
   // may hold the path by then.
   if (state_path_.empty() || state_claim_released_) return;
   state_claim_released_ = true;
-  std::lock_guard<std::mutex> lock(g_state_claims_mu);
+  std::lock_guard<std::mutex> lock(state_claims_mu());
   state_claims().erase(state_path_);
 }
 
@@ -96,7 +103,7 @@ std::string Communicator::state_file_path() {
   const std::string name =
       state_file_prefix() + std::to_string(rank()) + "-of" + std::to_string(size()) + ".bin";
   const std::string path = (std::filesystem::path(cfg_.state_dir) / name).string();
-  std::lock_guard<std::mutex> lock(g_state_claims_mu);
+  std::lock_guard<std::mutex> lock(state_claims_mu());
   if (!state_claims().insert(path).second) {
     log_.warn("COMPCOLL_STATE_DIR: another communicator of this process uses ", path,
               "; this one's error-feedback state is neither loaded nor saved");
